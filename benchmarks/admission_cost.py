@@ -1,0 +1,110 @@
+"""Admission cost per record, excluding the Ed25519 verify (issue 2's target: ≤ 15 µs median).
+
+Runs the real `admit_batch` (parse, prechecks, policies, nonce/window/task
+index, decision building) over batches of signed records, with the signature
+step replaced by "the first candidate key", and reports the median per-record
+cost over many batches. In the same run it measures the verify itself, so the
+ratio is what to compare across machines. Also reports the same pipeline on
+the SQLite store (one transaction per batch), which is what `busguard run`
+pays.
+
+    .venv/bin/python benchmarks/admission_cost.py [--records 20000] [--batch 500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from busguard.admission.batch import Input, admit_batch  # noqa: E402
+from busguard.admission.decide import Candidate, verify  # noqa: E402
+from busguard.admission.types import AdmissionPolicy, Coordinates  # noqa: E402
+from busguard.protocol.identity import agent_id_for_key, canonical_principal  # noqa: E402
+from busguard.protocol.keys import KeyRegistry, KeyWindow  # noqa: E402
+from busguard.protocol.signing import generate_keypair  # noqa: E402
+from busguard.sdk.sender import Sender  # noqa: E402
+from busguard.state.memory import MemoryStore  # noqa: E402
+from busguard.state.sqlite import SqliteStore  # noqa: E402
+
+
+def skip_verify(cands: Sequence[Candidate]) -> list[KeyWindow | None]:
+    return [c.keys[0] for c in cands]
+
+
+def build(records: int, session_dir: Path) -> tuple[list[Input], KeyRegistry, int]:
+    senders = []
+    agents = {}
+    for i in range(8):
+        seed, pk = generate_keypair()
+        s = Sender(seed, session_path=session_dir / f"s{i}.json" if i % 2 else None)
+        senders.append(s)
+        agents[canonical_principal(agent_id_for_key(pk))] = (KeyWindow(key_id=str(i), public_key=pk),)
+    now = time.time_ns() // 1_000_000
+    payload = b'{"op":"transform","input":"s3://bucket/in.parquet","params":{"mode":"fast"}}' * 4
+    inputs = []
+    for n in range(records):
+        s = senders[n % len(senders)]
+        rec = s.sign(kind="handoff" if n % 3 else "ack", task_id=f"task-{n}", receiver="executor", payload=payload)
+        inputs.append(Input(Coordinates(topic="agents.in", partition=n % 4, offset=n), rec.value, rec.headers))
+    return inputs, KeyRegistry(agents), now
+
+
+def per_record_us(inputs: list[Input], batch: int, store_factory, registry: KeyRegistry, now: int) -> float:  # type: ignore[no-untyped-def]
+    store = store_factory()
+    policy = AdmissionPolicy()
+    samples = []
+    for i in range(0, len(inputs), batch):
+        chunk = inputs[i : i + batch]
+        t0 = time.perf_counter_ns()
+        decisions = admit_batch(chunk, store=store, registry=registry, now_ms=now, policy=policy, verify_many=skip_verify)
+        samples.append((time.perf_counter_ns() - t0) / len(chunk) / 1000)
+        assert all(d.outcome == "forward" for d in decisions), {d.reason for d in decisions}
+    store.close()
+    return statistics.median(samples)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=20_000)
+    ap.add_argument("--batch", type=int, default=500)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        inputs, registry, now = build(args.records, Path(tmp))
+        memory = per_record_us(inputs, args.batch, lambda: MemoryStore(created_at=now - 3_600_000), registry, now)
+        sqlite = per_record_us(inputs, args.batch, lambda: SqliteStore(Path(tmp) / "bench.db", now_ms=now - 3_600_000), registry, now)
+        # the verify, measured in the same run for the ratio
+        policy = AdmissionPolicy()
+        from busguard.admission.decide import precheck
+
+        cands = [precheck(i.source, i.value, i.headers, registry, now, policy) for i in inputs[:2000]]
+        t0 = time.perf_counter_ns()
+        for c in cands:
+            assert isinstance(c, Candidate) and verify(c) is not None
+        verify_us = (time.perf_counter_ns() - t0) / len(cands) / 1000
+    print(
+        json.dumps(
+            {
+                "benchmark": "admission_cost",
+                "records": args.records,
+                "batch": args.batch,
+                "admission_us_per_record_median_memory": round(memory, 2),
+                "admission_us_per_record_median_sqlite": round(sqlite, 2),
+                "ed25519_verify_us": round(verify_us, 2),
+                "admission_over_verify_ratio": round(memory / verify_us, 3),
+                "target_us": 15,
+                "meets_target": memory <= 15,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""busguard: admission middleware for agent traffic on Kafka.
+
+The stable public surface (conformance hooks and the sender SDK) is
+re-exported here; everything else is internal and may move.
+"""
+
+from __future__ import annotations
+
+from busguard.admission.freshness import ReplayVerdict, check_replay
+from busguard.protocol.identity import canonical_principal
+from busguard.protocol.signing import verify_signature
+from busguard.protocol.timestamps import parse_timestamp
+from busguard.sdk.sender import Sender, SignedRecord
+
+__all__ = [
+    "ReplayVerdict",
+    "Sender",
+    "SignedRecord",
+    "canonical_principal",
+    "check_replay",
+    "parse_timestamp",
+    "verify_signature",
+]
+__version__ = "0.1.0"

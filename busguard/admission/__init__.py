@@ -1,0 +1,1 @@
+"""Admission checks applied to each record before it is forwarded."""

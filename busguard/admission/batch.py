@@ -1,0 +1,159 @@
+"""A batch of records through admission, with one state transaction.
+
+The view a record sees includes everything decided earlier in the same batch
+(two copies of one receipt in one poll must not both be admitted), so the
+batch keeps an overlay of pending writes over a snapshot the store loaded for
+exactly the keys this batch touches. The store runs `decide_all` inside its
+write transaction, which makes check-and-record atomic even when several
+guard processes share one store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple, Protocol
+
+import msgspec
+
+from busguard.admission.decide import Candidate, decide, precheck
+from busguard.admission.types import AdmissionPolicy, Coordinates, Decision, Effects, NonceRecord, TaskEntry, WindowRecord
+from busguard.admission.window import WindowState
+from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES
+from busguard.protocol.keys import KeyRegistry, KeyWindow
+
+SourceKey = tuple[str, int, int]
+
+
+def source_key(c: Coordinates) -> SourceKey:
+    return (c.topic, c.partition, c.offset)
+
+
+class KeySet(msgspec.Struct, kw_only=True):
+    """Every state key a batch may read."""
+
+    sources: list[SourceKey] = msgspec.field(default_factory=list)
+    nonces: set[tuple[str, str]] = msgspec.field(default_factory=set)
+    windows: set[tuple[str, str]] = msgspec.field(default_factory=set)
+    tasks: set[tuple[str, str]] = msgspec.field(default_factory=set)
+
+
+class Snapshot(msgspec.Struct, kw_only=True):
+    """Unexpired rows found for a KeySet; a key absent here is absent in the store."""
+
+    created_at: int
+    decisions: dict[SourceKey, Decision] = msgspec.field(default_factory=dict)
+    nonces: set[tuple[str, str]] = msgspec.field(default_factory=set)
+    windows: dict[tuple[str, str], WindowState] = msgspec.field(default_factory=dict)
+    tasks: dict[tuple[str, str], TaskEntry] = msgspec.field(default_factory=dict)
+
+
+class BatchState:
+    """Snapshot plus this batch's own writes; implements admission's StateView."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self._snap = snapshot
+        self.decisions: list[Decision] = []
+        self.new_decisions: dict[SourceKey, Decision] = {}
+        self.nonces: dict[tuple[str, str], NonceRecord] = {}
+        self.windows: dict[tuple[str, str], WindowRecord] = {}
+        self.tasks: dict[tuple[str, str], TaskEntry] = {}
+
+    @property
+    def created_at(self) -> int:
+        return self._snap.created_at
+
+    def decision_at(self, source: Coordinates) -> Decision | None:
+        key = source_key(source)
+        return self.new_decisions.get(key) or self._snap.decisions.get(key)
+
+    def nonce_seen(self, scope: str, nonce: str, now_ms: int) -> bool:
+        return (scope, nonce) in self.nonces or (scope, nonce) in self._snap.nonces
+
+    def window(self, principal: str, session_id: str, now_ms: int) -> WindowState | None:
+        pending = self.windows.get((principal, session_id))
+        if pending is not None:
+            return WindowState(pending.top, pending.bitmap)
+        return self._snap.windows.get((principal, session_id))
+
+    def task(self, kind: str, task_id: str, now_ms: int) -> TaskEntry | None:
+        return self.tasks.get((kind, task_id)) or self._snap.tasks.get((kind, task_id))
+
+    def apply(self, decision: Decision, effects: Effects, *, replayed: bool = False) -> None:
+        self.decisions.append(decision)
+        if replayed:
+            return
+        self.new_decisions[source_key(decision.source)] = decision
+        if effects.nonce is not None:
+            self.nonces[(effects.nonce.scope, effects.nonce.nonce)] = effects.nonce
+        if effects.window is not None:
+            self.windows[(effects.window.principal, effects.window.session_id)] = effects.window
+        if effects.task is not None:
+            self.tasks[(effects.task.kind, effects.task.task_id)] = effects.task
+
+
+class Input(NamedTuple):
+    source: Coordinates
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes]]
+
+
+class Store(Protocol):
+    """What the batch driver needs from a state store (see busguard.state)."""
+
+    def run_batch(self, keys: KeySet, now_ms: int, fn: Callable[[Snapshot], BatchState]) -> BatchState: ...
+
+
+VerifyMany = Callable[[Sequence[Candidate]], Iterable[KeyWindow | None]]
+
+
+def verify_serially(candidates: Sequence[Candidate]) -> list[KeyWindow | None]:
+    from busguard.admission.decide import verify
+
+    return [verify(c) for c in candidates]
+
+
+def keys_for(inputs: Sequence[Input], checked: Sequence[Candidate | Decision], policy: AdmissionPolicy) -> KeySet:
+    keys = KeySet(sources=[source_key(i.source) for i in inputs])
+    for c in checked:
+        if isinstance(c, Candidate):
+            r = c.envelope.receipt
+            keys.nonces.add(("" if policy.nonce_scope == "global" else c.principal, r.nonce))
+            keys.tasks.add((r.kind, r.task_id))
+            if r.session_id is not None:
+                keys.windows.add((c.principal, r.session_id))
+    return keys
+
+
+def admit_batch(
+    inputs: Sequence[Input],
+    *,
+    store: Store,
+    registry: KeyRegistry,
+    now_ms: int,
+    policy: AdmissionPolicy,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    verify_many: VerifyMany = verify_serially,
+) -> list[Decision]:
+    """One decision per input, in input order, persisted before returning.
+
+    Signatures are verified before the store's write lock is taken (they are
+    the slow part and need no state); everything that reads or writes state
+    happens inside one transaction.
+    """
+    checked = [precheck(i.source, i.value, i.headers, registry, now_ms, policy, max_payload_bytes) for i in inputs]
+    candidates = [c for c in checked if isinstance(c, Candidate)]
+    keys_by_candidate = dict(zip(map(id, candidates), verify_many(candidates), strict=True))
+
+    def decide_all(snapshot: Snapshot) -> BatchState:
+        state = BatchState(snapshot)
+        for item, c in zip(inputs, checked, strict=True):
+            earlier = state.decision_at(item.source)
+            if earlier is not None:
+                state.apply(earlier, Effects(), replayed=True)
+            elif isinstance(c, Decision):
+                state.apply(c, Effects())
+            else:
+                state.apply(*decide(c, keys_by_candidate[id(c)], state, now_ms, policy))
+        return state
+
+    return store.run_batch(keys_for(inputs, checked, policy), now_ms, decide_all).decisions

@@ -1,0 +1,299 @@
+"""Admission: one record, a view of the state and the time in; a decision and
+the state changes it needs out. No I/O, no clock, no Kafka (DESIGN principle 1).
+
+The shape follows Bytewax's `StatefulLogic`: the shell owns the state and the
+clock; this module only computes. It runs in three stages so the shell can
+batch the expensive middle one across threads:
+
+1. `precheck`  — parse and cheap checks; never touches state.
+2. `verify`    — the Ed25519 check (~58 µs, releases the GIL).
+3. `decide`    — store warming, nonce, session window, task index.
+
+Checks run cheapest first, and nothing is recorded for a record whose
+signature did not verify, so a forger cannot burn nonces or claim task ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import msgspec
+
+from busguard.admission import window as win
+from busguard.admission.freshness import check_freshness, is_valid_nonce
+from busguard.admission.types import (
+    NO_EFFECTS,
+    AdmissionPolicy,
+    Coordinates,
+    Decision,
+    Effects,
+    NonceRecord,
+    TaskEntry,
+    WindowRecord,
+    decision_id,
+)
+from busguard.policies import is_known_kind, run_policies
+from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES, Envelope, open_envelope
+from busguard.protocol.identity import canonical_principal
+from busguard.protocol.keys import KeyRegistry, KeyWindow
+from busguard.protocol.reasons import Outcome, Reason
+from busguard.protocol.receipt import ReceiptError, payload_hash, signing_input
+from busguard.protocol.signing import verify_signature
+from busguard.protocol.timestamps import parse_timestamp
+
+
+class StateView(Protocol):
+    """Read side of the state store as admission sees it."""
+
+    @property
+    def created_at(self) -> int: ...
+
+    def decision_at(self, source: Coordinates) -> Decision | None: ...
+
+    def nonce_seen(self, scope: str, nonce: str, now_ms: int) -> bool: ...
+
+    def window(self, principal: str, session_id: str, now_ms: int) -> win.WindowState | None: ...
+
+    def task(self, kind: str, task_id: str, now_ms: int) -> TaskEntry | None: ...
+
+
+class Candidate(msgspec.Struct, frozen=True, kw_only=True):
+    """A record that passed every stateless check and awaits its signature check."""
+
+    source: Coordinates
+    envelope: Envelope
+    principal: str
+    keys: tuple[KeyWindow, ...]
+    issued_at_ms: int
+
+
+def _decision(
+    source: Coordinates,
+    outcome: Outcome,
+    reason: Reason,
+    detail: str,
+    now_ms: int,
+    policy: AdmissionPolicy,
+    envelope: Envelope | None = None,
+    principal: str | None = None,
+    key: KeyWindow | None = None,
+    supersedes: str | None = None,
+    prior: TaskEntry | None = None,
+    did: str | None = None,
+) -> Decision:
+    if did is None:
+        did = decision_id(policy.namespace, source)
+    if envelope is None:
+        return Decision(decision_id=did, outcome=outcome, reason=reason, detail=detail, source=source, decided_at=now_ms)
+    r = envelope.receipt
+    return Decision(
+        decision_id=did,
+        outcome=outcome,
+        reason=reason,
+        detail=detail,
+        source=source,
+        decided_at=now_ms,
+        receipt_id=envelope.receipt_id,
+        kind=r.kind,
+        task_id=r.task_id,
+        sender=r.sender,
+        principal=principal,
+        receiver=r.receiver,
+        nonce=r.nonce,
+        session_id=r.session_id,
+        sequence=r.sequence,
+        payload_hash=r.payload_hash,
+        issued_at=r.issued_at,
+        key_id=key.key_id if key is not None else r.key_id,
+        public_key=key.public_key if key is not None else None,
+        receipt=envelope.receipt_bytes,
+        signature=envelope.signature,
+        supersedes=supersedes,
+        prior=prior,
+    )
+
+
+def precheck(
+    source: Coordinates,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes]],
+    registry: KeyRegistry,
+    now_ms: int,
+    policy: AdmissionPolicy,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+) -> Candidate | Decision:
+    """Stateless checks, cheapest first. Returns a reject decision or a candidate."""
+
+    def reject(reason: Reason, detail: str, env: Envelope | None = None, principal: str | None = None) -> Decision:
+        return _decision(source, Outcome.REJECT, reason, detail, now_ms, policy, env, principal)
+
+    try:
+        env = open_envelope(value, headers, max_payload_bytes)
+    except ReceiptError as exc:
+        return reject(exc.reason, exc.detail)
+    r = env.receipt
+    if not is_known_kind(r.kind):
+        return reject(Reason.UNKNOWN_KIND, f"kind {r.kind[:64]!r} is not one busguard guards", env)
+    try:
+        principal = canonical_principal(r.sender)
+        canonical_principal(r.receiver)
+    except ValueError as exc:
+        return reject(Reason.MALFORMED_AGENT_ID, str(exc), env)
+    if not is_valid_nonce(r.nonce):
+        return reject(Reason.MALFORMED_NONCE, "nonce must be 16-256 characters of [A-Za-z0-9_-]", env, principal)
+    try:
+        issued = parse_timestamp(r.issued_at)
+    except ValueError as exc:
+        return reject(Reason.MALFORMED_TIMESTAMP, str(exc), env, principal)
+    stale = check_freshness(issued, now_ms, policy.max_age_ms, policy.max_future_ms)
+    if stale is not None:
+        return reject(Reason(stale), f"issued_at {r.issued_at} is {now_ms - issued} ms before the receiver clock", env, principal)
+    if payload_hash(env.payload) != r.payload_hash:
+        return reject(Reason.PAYLOAD_HASH_MISMATCH, "SHA-256 of the record value differs from payload_hash", env, principal)
+    found = registry.lookup(principal, r.key_id, now_ms)
+    if found.reason is not None:
+        return reject(found.reason, found.detail, env, principal)
+    return Candidate(source=source, envelope=env, principal=principal, keys=found.keys, issued_at_ms=issued)
+
+
+def verify(candidate: Candidate) -> KeyWindow | None:
+    """The key that signed the receipt, or None. Tries each usable key once
+    (more than one only while a named agent's rotation windows overlap)."""
+    message = signing_input(candidate.envelope.receipt_bytes)
+    for key in candidate.keys:
+        if verify_signature(key.public_key, message, candidate.envelope.signature):
+            return key
+    return None
+
+
+def decide(
+    c: Candidate,
+    key: KeyWindow | None,
+    view: StateView,
+    now_ms: int,
+    policy: AdmissionPolicy,
+) -> tuple[Decision, Effects]:
+    """The stateful part of the admission table (docs/protocol.md, "Decisions")."""
+    env = c.envelope
+    r = env.receipt
+    did = decision_id(policy.namespace, c.source)
+
+    def made(outcome: Outcome, reason: Reason, detail: str, supersedes: str | None = None, prior: TaskEntry | None = None) -> Decision:
+        return _decision(c.source, outcome, reason, detail, now_ms, policy, env, c.principal, key, supersedes, prior, did)
+
+    if key is None:
+        return made(Outcome.REJECT, Reason.BAD_SIGNATURE, "Ed25519 signature does not verify over the receipt bytes"), NO_EFFECTS
+    objection = run_policies(env)
+    if objection is not None:
+        return made(objection.outcome, objection.reason, objection.detail), NO_EFFECTS
+    if c.issued_at_ms < view.created_at and now_ms < view.created_at + policy.max_age_ms:
+        return made(
+            Outcome.REJECT,
+            Reason.STORE_WARMING,
+            "issued before this state store existed; refused until one freshness window has passed",
+        ), NO_EFFECTS
+
+    scope = "" if policy.nonce_scope == "global" else c.principal
+    prior = view.task(r.kind, r.task_id, now_ms)
+    if view.nonce_seen(scope, r.nonce, now_ms):
+        if (
+            prior is not None
+            and prior.nonce == r.nonce
+            and prior.payload_hash == r.payload_hash
+            and prior.principal == c.principal
+        ):
+            return made(Outcome.DUPLICATE, Reason.EXACT_DUPLICATE, "already admitted; not forwarded again", prior=prior), NO_EFFECTS
+        return made(Outcome.REJECT, Reason.NONCE_REPLAY, "nonce already used inside the retention window"), NO_EFFECTS
+
+    window_record: WindowRecord | None = None
+    if r.session_id is not None and r.sequence is not None:
+        state = view.window(c.principal, r.session_id, now_ms)
+        verdict = win.check(state, r.sequence, policy.window_size)
+        if verdict is win.Verdict.REPLAY:
+            return made(Outcome.REJECT, Reason.SEQUENCE_REPLAY, f"sequence {r.sequence} already seen in session"), NO_EFFECTS
+        if verdict is win.Verdict.TOO_OLD:
+            return made(
+                Outcome.REJECT,
+                Reason.SEQUENCE_TOO_OLD,
+                f"sequence {r.sequence} is left of the {policy.window_size}-wide window (highest {state.top if state else None})",
+            ), NO_EFFECTS
+        top, bitmap = win.record(state, r.sequence, policy.window_size)
+        window_record = WindowRecord(c.principal, r.session_id, top, bitmap, now_ms + policy.session_retention_ms)
+
+    nonce_record = NonceRecord(scope, r.nonce, now_ms + policy.nonce_retention_ms)
+    consumed = Effects(nonce=nonce_record, window=window_record)
+    if prior is None:
+        entry = TaskEntry(
+            kind=r.kind,
+            task_id=r.task_id,
+            receipt_id=env.receipt_id,
+            decision_id=did,
+            principal=c.principal,
+            nonce=r.nonce,
+            payload_hash=r.payload_hash,
+            session_id=r.session_id,
+            sequence=r.sequence,
+            source=c.source,
+            receipt=env.receipt_bytes,
+            signature=env.signature,
+            admitted_at=now_ms,
+        )
+        return made(Outcome.FORWARD, Reason.ADMITTED, ""), Effects(nonce=nonce_record, window=window_record, task=entry)
+    if prior.payload_hash != r.payload_hash:
+        return made(
+            Outcome.ESCALATE,
+            Reason.TASK_CONFLICT,
+            f"task {r.task_id!r} was admitted with a different payload_hash",
+            prior=prior,
+        ), consumed
+    if (
+        r.session_id is not None
+        and r.sequence is not None
+        and prior.principal == c.principal
+        and prior.session_id == r.session_id
+        and prior.sequence is not None
+        and r.sequence > prior.sequence
+    ):
+        return made(
+            Outcome.DUPLICATE,
+            Reason.RETRANSMISSION,
+            f"crash-recovery retransmission in session {r.session_id!r} (sequence {prior.sequence} -> {r.sequence})",
+            supersedes=prior.receipt_id,
+            prior=prior,
+        ), consumed
+    return made(
+        Outcome.ESCALATE,
+        Reason.AMBIGUOUS_RETRANSMISSION,
+        f"task {r.task_id!r} already admitted under nonce {prior.nonce!r}; "
+        "same payload, new nonce, and no session/sequence to tell a retransmission from a second witness",
+        supersedes=prior.receipt_id,
+        prior=prior,
+    ), consumed
+
+
+Verifier = Callable[[Candidate], KeyWindow | None]
+
+
+def judge(
+    source: Coordinates,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes]],
+    *,
+    registry: KeyRegistry,
+    view: StateView,
+    now_ms: int,
+    policy: AdmissionPolicy,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    verifier: Verifier = verify,
+) -> tuple[Decision, Effects]:
+    """All three stages for one record, preceded by the re-delivery check: a
+    record whose coordinates already have a decision gets that decision back,
+    unchanged, so a crash between persist and commit never re-judges it."""
+    earlier = view.decision_at(source)
+    if earlier is not None:
+        return earlier, NO_EFFECTS
+    checked = precheck(source, value, headers, registry, now_ms, policy, max_payload_bytes)
+    if isinstance(checked, Decision):
+        return checked, NO_EFFECTS
+    return decide(checked, verifier(checked), view, now_ms, policy)

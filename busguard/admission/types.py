@@ -1,0 +1,131 @@
+"""Values that flow through admission: inputs, decisions, state entries.
+
+Everything here is a frozen msgspec Struct so it can be persisted, put on the
+audit topic and compared byte for byte after a crash without custom code.
+`bytes` fields encode as standard base64 in JSON (msgspec's convention).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from typing import Final, Literal
+
+import msgspec
+
+from busguard.admission.window import DEFAULT_WINDOW_SIZE
+
+NonceScope = Literal["global", "principal"]
+DECISION_ID_CONTEXT: Final = b"busguard/decision/v1\x00"
+
+
+class Coordinates(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a record was read from; the identity of an input record."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@functools.lru_cache(maxsize=4096)
+def _partition_hasher(namespace: str, topic: str, partition: int) -> hashlib._Hash:
+    return hashlib.sha256(DECISION_ID_CONTEXT + f"{namespace}\x00{topic}\x00{partition}\x00".encode())
+
+
+def decision_id(namespace: str, source: Coordinates) -> str:
+    """Deterministic in the input position alone, so re-processing after a crash
+    re-derives the same id and downstream consumers can dedupe on it.
+
+    SHA-256(context || namespace NUL topic NUL partition NUL offset), first 128
+    bits as hex; the hash state up to the offset is cached per partition.
+    """
+    h = _partition_hasher(namespace, source.topic, source.partition).copy()
+    h.update(str(source.offset).encode())
+    return h.hexdigest()[:32]
+
+
+class AdmissionPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """The knobs of the pure core. Validated by busguard.config at load."""
+
+    namespace: str = "busguard"
+    max_age_ms: int = 300_000
+    max_future_ms: int = 30_000
+    nonce_retention_ms: int = 600_000
+    nonce_scope: NonceScope = "global"
+    window_size: int = DEFAULT_WINDOW_SIZE
+    session_retention_ms: int = 7 * 24 * 3600 * 1000
+    task_retention_ms: int = 7 * 24 * 3600 * 1000
+    decision_retention_ms: int = 7 * 24 * 3600 * 1000
+
+
+class TaskEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """The first admitted receipt for a (kind, task_id): the task's witness."""
+
+    kind: str
+    task_id: str
+    receipt_id: str
+    decision_id: str
+    principal: str
+    nonce: str
+    payload_hash: str
+    session_id: str | None
+    sequence: int | None
+    source: Coordinates
+    receipt: bytes
+    signature: bytes
+    admitted_at: int
+
+
+class Decision(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One per input record. Everything reconciliation and audit need is here,
+    so neither has to consult busguard's private state."""
+
+    decision_id: str
+    outcome: str
+    reason: str
+    source: Coordinates
+    decided_at: int
+    detail: str = ""
+    receipt_id: str | None = None
+    kind: str | None = None
+    task_id: str | None = None
+    sender: str | None = None
+    principal: str | None = None
+    receiver: str | None = None
+    nonce: str | None = None
+    session_id: str | None = None
+    sequence: int | None = None
+    payload_hash: str | None = None
+    issued_at: str | None = None
+    key_id: str | None = None
+    public_key: bytes | None = None
+    receipt: bytes | None = None
+    signature: bytes | None = None
+    supersedes: str | None = None
+    prior: TaskEntry | None = None
+
+
+class NonceRecord(msgspec.Struct, frozen=True):
+    scope: str
+    nonce: str
+    expires_at: int
+
+
+class WindowRecord(msgspec.Struct, frozen=True):
+    principal: str
+    session_id: str
+    top: int
+    bitmap: int
+    expires_at: int
+
+
+class Effects(msgspec.Struct, frozen=True, kw_only=True):
+    """State changes one decision asks for; applied by the shell, atomically
+    with the decision itself."""
+
+    nonce: NonceRecord | None = None
+    window: WindowRecord | None = None
+    task: TaskEntry | None = None
+
+
+NO_EFFECTS: Final = Effects()

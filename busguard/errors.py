@@ -1,0 +1,40 @@
+"""Errors that explain themselves: which file, which field, which value, what is allowed."""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+
+class ConfigError(ValueError):
+    def __init__(self, file: str, field: str, value: object, allowed: str) -> None:
+        self.file = file
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        where = f"{file}: {field}" if field else file
+        shown = "" if value is None else f" = {value!r}"
+        super().__init__(f"{where}{shown}: {allowed}")
+
+    @classmethod
+    def from_validation(cls, file: str, exc: msgspec.ValidationError, data: object = None) -> ConfigError:
+        """Turn msgspec's `Expected int, got str - at $.a.b[0]` into file/field/value."""
+        message = str(exc)
+        m = re.search(r" - at `\$\.?(.*)`$", message)
+        path = m.group(1) if m else ""
+        allowed = message[: m.start()] if m else message
+        value = _lookup(data, path) if data is not None and path else None
+        return cls(file, path, value, allowed)
+
+
+def _lookup(data: object, path: str) -> object:
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", path):
+        try:
+            if part.startswith("["):
+                data = data[int(part[1:-1])]  # type: ignore[index]
+            else:
+                data = data[part]  # type: ignore[index]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data

@@ -1,0 +1,1 @@
+"""Wire-protocol primitives: agent identity, timestamps and Ed25519 signing."""

@@ -1,0 +1,62 @@
+"""Stable reason codes carried by every decision.
+
+The strings are part of the wire contract (they appear in audit records and
+dead-letter headers, and operators alert on them), so they never change
+meaning once released; new situations get new codes. `docs/protocol.md` lists
+every member with its meaning, and a unit test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Reason(enum.StrEnum):
+    # --- forward ---------------------------------------------------------
+    ADMITTED = "admitted"
+    # --- duplicate (never forwarded again) -------------------------------
+    EXACT_DUPLICATE = "exact_duplicate"
+    RETRANSMISSION = "retransmission"
+    # --- escalate (to reconciliation, never forwarded) -------------------
+    AMBIGUOUS_RETRANSMISSION = "ambiguous_retransmission"
+    TASK_CONFLICT = "task_conflict"
+    # --- reject: the record itself is unusable ---------------------------
+    MISSING_HEADER = "missing_header"
+    DUPLICATE_HEADER = "duplicate_header"
+    OVERSIZED = "oversized"
+    NOT_JSON = "not_json"
+    BAD_BASE64 = "bad_base64"
+    WRONG_TYPE = "wrong_type"
+    MISSING_FIELD = "missing_field"
+    UNKNOWN_FIELD = "unknown_field"
+    DUPLICATE_KEY = "duplicate_key"
+    UNSUPPORTED_VERSION = "unsupported_version"
+    UNKNOWN_KIND = "unknown_kind"
+    MALFORMED_FIELD = "malformed_field"
+    MALFORMED_AGENT_ID = "malformed_agent_id"
+    MALFORMED_TIMESTAMP = "malformed_timestamp"
+    MALFORMED_NONCE = "malformed_nonce"
+    MALFORMED_SESSION = "malformed_session"
+    # --- reject: authenticity --------------------------------------------
+    UNKNOWN_SENDER = "unknown_sender"
+    UNKNOWN_KEY = "unknown_key"
+    REVOKED_KEY = "revoked_key"
+    EXPIRED_KEY = "expired_key"
+    BAD_SIGNATURE = "bad_signature"
+    PAYLOAD_HASH_MISMATCH = "payload_hash_mismatch"
+    # --- reject: freshness and replay ------------------------------------
+    TIMESTAMP_EXPIRED = "timestamp_expired"
+    TIMESTAMP_TOO_FAR_FUTURE = "timestamp_too_far_future"
+    STORE_WARMING = "store_warming"
+    NONCE_REPLAY = "nonce_replay"
+    SEQUENCE_REPLAY = "sequence_replay"
+    SEQUENCE_TOO_OLD = "sequence_too_old"
+
+
+class Outcome(enum.StrEnum):
+    """Where a record goes. Exactly one per input record."""
+
+    FORWARD = "forward"
+    DUPLICATE = "duplicate"
+    ESCALATE = "escalate"
+    REJECT = "reject"

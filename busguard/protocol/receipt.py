@@ -1,0 +1,177 @@
+"""The signed receipt: its fields, its exact signing bytes, strict decoding.
+
+Byte layout of what is signed (see docs/protocol.md, "Signing input")::
+
+    SIGNING_CONTEXT (b"busguard/receipt/v1" + b"\\x00")  ||  receipt JSON bytes, exactly as sent
+
+The receipt travels as those JSON bytes in the `busguard-receipt` header and is
+never re-serialised: the verifier checks the signature over the bytes it
+received, then parses the same bytes. That is why duplicate keys must be
+refused: two parsers (a sender's, an auditor's, ours) could otherwise read
+different values out of one signed byte string.
+
+The receipt id is the SHA-256 of the signing input. It identifies the signed
+statement, not the signature, because a signer can produce many valid
+signatures for one statement (principle 2 in DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Final
+
+import msgspec
+
+from busguard.protocol.reasons import Reason
+
+SIGNING_CONTEXT: Final = b"busguard/receipt/v1\x00"
+RECEIPT_VERSION: Final = 1
+MAX_RECEIPT_BYTES: Final = 4096
+MAX_TASK_ID_CHARS: Final = 256
+MAX_SESSION_ID_CHARS: Final = 128
+MAX_KEY_ID_CHARS: Final = 128
+MAX_AGENT_ID_CHARS: Final = 512
+MAX_SEQUENCE: Final = 2**63 - 1
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+# Every JSON string, keys and values alike. Scanning all strings (not just
+# keys) keeps the scan aligned on real string boundaries whatever the values
+# contain; the second group is ":" for the ones that are keys.
+_JSON_STRING = re.compile(rb'"([^"\\]*(?:\\.[^"\\]*)*)"\s*(:?)', re.DOTALL)
+_REQUIRED_FIELDS = 8
+
+
+class Receipt(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What a sender attests to. Field order here is the canonical emit order."""
+
+    v: int
+    kind: str
+    task_id: str
+    sender: str
+    receiver: str
+    payload_hash: str
+    nonce: str
+    issued_at: str
+    session_id: str | None = None
+    sequence: int | None = None
+    key_id: str | None = None
+
+
+_decoder: Final = msgspec.json.Decoder(Receipt)
+_encoder: Final = msgspec.json.Encoder()
+
+
+class ReceiptError(ValueError):
+    """A receipt that cannot be used; `reason` is the stable code."""
+
+    def __init__(self, reason: Reason, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def signing_input(receipt_bytes: bytes) -> bytes:
+    return SIGNING_CONTEXT + receipt_bytes
+
+
+def receipt_id(receipt_bytes: bytes) -> str:
+    return hashlib.sha256(SIGNING_CONTEXT + receipt_bytes).hexdigest()
+
+
+def payload_hash(payload: bytes) -> str:
+    return hashlib.sha256(payload).hexdigest()
+
+
+def encode_receipt(receipt: Receipt) -> bytes:
+    """Compact JSON in field order, omitting absent optional fields.
+
+    Senders may emit any valid JSON; this is just the form our SDK emits.
+    """
+    fields = {f: getattr(receipt, f) for f in receipt.__struct_fields__}
+    return _encoder.encode({k: v for k, v in fields.items() if v is not None})
+
+
+def _duplicate_key(raw: bytes, receipt: Receipt) -> str | None:
+    """The first key that appears twice, or None.
+
+    Fast path: `present` distinct keys decoded to non-null values, so there
+    are at least that many keys. When no quote is followed by whitespace,
+    every key is spelled `"…":`, so the count of `":` bounds the number of
+    keys from above; if that bound is `present`, there is no room for a
+    duplicate. Anything else (a duplicate, an explicit null, pretty-printed
+    JSON, `":` inside a value) takes the exact scan.
+    """
+    present = _REQUIRED_FIELDS + (receipt.session_id is not None) + (receipt.sequence is not None) + (receipt.key_id is not None)
+    if (
+        raw.count(b'":') <= present
+        and b'" ' not in raw
+        and b'"\n' not in raw
+        and b'"\t' not in raw
+        and b'"\r' not in raw
+    ):
+        return None
+    seen: set[str] = set()
+    match: tuple[bytes, bytes]
+    for match in _JSON_STRING.findall(raw):
+        if not match[1]:
+            continue
+        key = msgspec.json.decode(b'"' + match[0] + b'"', type=str)  # "\u006eonce" is "nonce"
+        if key in seen:
+            return key
+        seen.add(key)
+    return None
+
+
+def _validation_reason(message: str) -> Reason:
+    if message.startswith("Object contains unknown field"):
+        return Reason.UNKNOWN_FIELD
+    if message.startswith("Object missing required field"):
+        return Reason.MISSING_FIELD
+    return Reason.WRONG_TYPE
+
+
+def decode_receipt(raw: bytes) -> Receipt:
+    """Parse the received bytes strictly, or raise ReceiptError with a reason.
+
+    Only structure is checked here; grammar of individual values (nonce,
+    timestamp, agent ids) is checked by admission so each gets its own code.
+    """
+    if len(raw) > MAX_RECEIPT_BYTES:
+        raise ReceiptError(Reason.OVERSIZED, f"receipt is {len(raw)} bytes; at most {MAX_RECEIPT_BYTES} allowed")
+    try:
+        receipt = _decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        if message.startswith("Expected `object`"):
+            raise ReceiptError(Reason.NOT_JSON, f"receipt must be a JSON object: {message}") from None
+        raise ReceiptError(_validation_reason(message), message) from None
+    except msgspec.DecodeError as exc:
+        raise ReceiptError(Reason.NOT_JSON, f"receipt is not valid UTF-8 JSON: {exc}") from None
+    dup = _duplicate_key(raw, receipt)
+    if dup is not None:
+        raise ReceiptError(Reason.DUPLICATE_KEY, f"key {dup!r} appears more than once in the signed receipt")
+    if receipt.v != RECEIPT_VERSION:
+        raise ReceiptError(Reason.UNSUPPORTED_VERSION, f"v={receipt.v!r}; only {RECEIPT_VERSION} is supported")
+    _check_shapes(receipt)
+    return receipt
+
+
+def _check_shapes(r: Receipt) -> None:
+    if not (1 <= len(r.task_id) <= MAX_TASK_ID_CHARS):
+        raise ReceiptError(Reason.MALFORMED_FIELD, f"task_id must be 1..{MAX_TASK_ID_CHARS} characters, got {len(r.task_id)}")
+    for name in ("sender", "receiver"):
+        value: str = getattr(r, name)
+        if not (1 <= len(value) <= MAX_AGENT_ID_CHARS):
+            raise ReceiptError(Reason.MALFORMED_AGENT_ID, f"{name} must be 1..{MAX_AGENT_ID_CHARS} characters, got {len(value)}")
+    if _HEX64.fullmatch(r.payload_hash) is None:
+        raise ReceiptError(Reason.MALFORMED_FIELD, f"payload_hash {r.payload_hash[:80]!r} is not 64 lowercase hex digits (SHA-256)")
+    if r.key_id is not None and not (1 <= len(r.key_id) <= MAX_KEY_ID_CHARS):
+        raise ReceiptError(Reason.MALFORMED_FIELD, f"key_id must be 1..{MAX_KEY_ID_CHARS} characters")
+    if (r.session_id is None) != (r.sequence is None):
+        raise ReceiptError(Reason.MALFORMED_SESSION, "session_id and sequence must be given together or not at all")
+    if r.session_id is not None and r.sequence is not None:
+        if not (1 <= len(r.session_id) <= MAX_SESSION_ID_CHARS):
+            raise ReceiptError(Reason.MALFORMED_SESSION, f"session_id must be 1..{MAX_SESSION_ID_CHARS} characters")
+        if not (0 <= r.sequence <= MAX_SEQUENCE):
+            raise ReceiptError(Reason.MALFORMED_SESSION, f"sequence {r.sequence} outside 0..2^63-1")

@@ -1,0 +1,1 @@
+"""What agents import: sign and send receipts; check busguard's attestations."""

@@ -1,0 +1,39 @@
+"""The store interface every backend implements.
+
+Contract:
+- `run_batch` loads the rows for a KeySet, calls the pure decision function
+  with them, and writes its results, all in one transaction. With several
+  processes on one store this is what makes check-and-record atomic.
+- Rows expire: a row whose `expires_at` is at or before `now_ms` reads as
+  absent even before `expire` physically deletes it.
+- `created_at` is fixed when the store is first created and survives
+  restarts; a lost store comes back with a new one, which is what arms the
+  store-warming rule.
+- Tasks are insert-only: the first admission of a task is its witness forever
+  (until it expires), whatever later batches say.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from busguard.admission.batch import BatchState, KeySet, Snapshot
+from busguard.admission.types import Coordinates, Decision, TaskEntry
+
+
+class StateStore(Protocol):
+    @property
+    def created_at(self) -> int: ...
+
+    def run_batch(self, keys: KeySet, now_ms: int, fn: Callable[[Snapshot], BatchState]) -> BatchState: ...
+
+    def decision_at(self, source: Coordinates) -> Decision | None: ...
+
+    def task(self, kind: str, task_id: str, now_ms: int) -> TaskEntry | None: ...
+
+    def expire(self, now_ms: int) -> int: ...
+
+    def counts(self) -> dict[str, int]: ...
+
+    def close(self) -> None: ...

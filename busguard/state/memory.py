@@ -1,0 +1,80 @@
+"""In-memory store for tests and throwaway runs: same semantics, no durability."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from busguard.admission.batch import BatchState, KeySet, Snapshot, SourceKey, source_key
+from busguard.admission.types import Coordinates, Decision, TaskEntry, WindowRecord
+from busguard.admission.window import WindowState
+
+
+class MemoryStore:
+    def __init__(self, created_at: int = 0, *, task_retention_ms: int = 7 * 86_400_000, decision_retention_ms: int = 7 * 86_400_000) -> None:
+        self._created_at = created_at
+        self._lock = threading.Lock()
+        self.decisions: dict[SourceKey, tuple[Decision, int]] = {}
+        self.nonces: dict[tuple[str, str], int] = {}
+        self.windows: dict[tuple[str, str], WindowRecord] = {}
+        self.tasks: dict[tuple[str, str], tuple[TaskEntry, int]] = {}
+        self.decision_retention_ms = decision_retention_ms
+        self.task_retention_ms = task_retention_ms
+
+    @property
+    def created_at(self) -> int:
+        return self._created_at
+
+    def run_batch(self, keys: KeySet, now_ms: int, fn: Callable[[Snapshot], BatchState]) -> BatchState:
+        with self._lock:
+            snap = Snapshot(created_at=self._created_at)
+            for sk in keys.sources:
+                found = self.decisions.get(sk)
+                if found is not None and found[1] > now_ms:
+                    snap.decisions[sk] = found[0]
+            snap.nonces = {k for k in keys.nonces if self.nonces.get(k, now_ms) > now_ms}
+            for wk in keys.windows:
+                w = self.windows.get(wk)
+                if w is not None and w.expires_at > now_ms:
+                    snap.windows[wk] = WindowState(w.top, w.bitmap)
+            for tk in keys.tasks:
+                current = self.tasks.get(tk)
+                if current is not None and current[1] > now_ms:
+                    snap.tasks[tk] = current[0]
+            state = fn(snap)
+            for sk, d in state.new_decisions.items():
+                self.decisions[sk] = (d, d.decided_at + self.decision_retention_ms)
+            for nk, n in state.nonces.items():
+                self.nonces[nk] = n.expires_at
+            self.windows.update(state.windows)
+            for tk, entry in state.tasks.items():
+                current = self.tasks.get(tk)
+                if current is None or current[1] <= now_ms:
+                    self.tasks[tk] = (entry, entry.admitted_at + self.task_retention_ms)
+            return state
+
+    def decision_at(self, source: Coordinates) -> Decision | None:
+        found = self.decisions.get(source_key(source))
+        return None if found is None else found[0]
+
+    def task(self, kind: str, task_id: str, now_ms: int) -> TaskEntry | None:
+        found = self.tasks.get((kind, task_id))
+        return found[0] if found is not None and found[1] > now_ms else None
+
+    def expire(self, now_ms: int) -> int:
+        with self._lock:
+            before = self._total()
+            self.decisions = {k: v for k, v in self.decisions.items() if v[1] > now_ms}
+            self.nonces = {k: v for k, v in self.nonces.items() if v > now_ms}
+            self.windows = {k: v for k, v in self.windows.items() if v.expires_at > now_ms}
+            self.tasks = {k: v for k, v in self.tasks.items() if v[1] > now_ms}
+            return before - self._total()
+
+    def _total(self) -> int:
+        return len(self.decisions) + len(self.nonces) + len(self.windows) + len(self.tasks)
+
+    def counts(self) -> dict[str, int]:
+        return {"decisions": len(self.decisions), "nonces": len(self.nonces), "windows": len(self.windows), "tasks": len(self.tasks)}
+
+    def close(self) -> None:
+        pass
