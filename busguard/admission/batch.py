@@ -133,6 +133,7 @@ def admit_batch(
     policy: AdmissionPolicy,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     verify_many: VerifyMany = verify_serially,
+    after_decide: Callable[[], None] | None = None,
 ) -> list[Decision]:
     """One decision per input, in input order, persisted before returning.
 
@@ -154,6 +155,8 @@ def admit_batch(
                 state.apply(c, Effects())
             else:
                 state.apply(*decide(c, keys_by_candidate[id(c)], state, now_ms, policy))
+        if after_decide is not None:
+            after_decide()  # a test hook: crash here and the transaction never commits
         return state
 
     return store.run_batch(keys_for(inputs, checked, policy), now_ms, decide_all).decisions

@@ -76,9 +76,10 @@ class TaskEntry(msgspec.Struct, frozen=True, kw_only=True):
     admitted_at: int
 
 
-class Decision(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Decision(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="type", tag="decision"):
     """One per input record. Everything reconciliation and audit need is here,
-    so neither has to consult busguard's private state."""
+    so neither has to consult busguard's private state. Tagged (`"type":
+    "decision"`) because the audit topic also carries resolutions."""
 
     decision_id: str
     outcome: str

@@ -23,6 +23,9 @@ from busguard.protocol.receipt import Receipt, ReceiptError, decode_receipt, rec
 
 HEADER_RECEIPT: Final = "busguard-receipt"
 HEADER_SIGNATURE: Final = "busguard-signature"
+#: Only busguard writes headers with this prefix (besides the two above); an
+#: input carrying one could smuggle a fake attestation downstream.
+RESERVED_PREFIX: Final = "busguard-"
 DEFAULT_MAX_PAYLOAD_BYTES: Final = 1_048_576
 
 _B64URL_SIG = re.compile(rb"[A-Za-z0-9_-]{86}")
@@ -76,6 +79,8 @@ def _our_headers(headers: Sequence[tuple[str, bytes]]) -> tuple[bytes, bytes]:
             if signature is not None:
                 raise ReceiptError(Reason.DUPLICATE_HEADER, f"header {HEADER_SIGNATURE!r} appears more than once")
             signature = value or b""
+        elif key.startswith(RESERVED_PREFIX):
+            raise ReceiptError(Reason.RESERVED_HEADER, f"header {key!r} is reserved for busguard's own output")
     if receipt is None:
         raise ReceiptError(Reason.MISSING_HEADER, f"header {HEADER_RECEIPT!r} is required")
     if signature is None:

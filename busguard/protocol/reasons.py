@@ -23,6 +23,7 @@ class Reason(enum.StrEnum):
     # --- reject: the record itself is unusable ---------------------------
     MISSING_HEADER = "missing_header"
     DUPLICATE_HEADER = "duplicate_header"
+    RESERVED_HEADER = "reserved_header"
     OVERSIZED = "oversized"
     NOT_JSON = "not_json"
     BAD_BASE64 = "bad_base64"

@@ -309,6 +309,7 @@ def test_structural_rejects() -> None:
         (PAYLOAD, [("busguard-signature", sig)], "missing_header"),
         (PAYLOAD, [("busguard-receipt", raw)], "missing_header"),
         (PAYLOAD, [*good.headers, ("busguard-receipt", raw)], "duplicate_header"),
+        (PAYLOAD, [*good.headers, ("busguard-attestation", b"{}")], "reserved_header"),
         (PAYLOAD, [("busguard-receipt", b"not json"), ("busguard-signature", sig)], "not_json"),
         (PAYLOAD, [("busguard-receipt", b"[1,2]"), ("busguard-signature", sig)], "not_json"),
         (PAYLOAD, [("busguard-receipt", raw), ("busguard-signature", b"!!notbase64!!")], "bad_base64"),

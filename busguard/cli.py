@@ -1,0 +1,254 @@
+"""The `busguard` command line. Each subcommand's --help has examples."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import structlog
+
+from busguard.config import Config, load_config
+from busguard.errors import ConfigError
+
+log = structlog.get_logger("busguard.cli")
+
+
+def _examples(text: str) -> str:
+    return "examples:\n" + textwrap.indent(textwrap.dedent(text).strip(), "  ")
+
+
+def _open_runtime(cfg: Config):  # type: ignore[no-untyped-def]
+    """Everything `run` needs from disk, validated before touching Kafka."""
+    import time
+
+    from busguard.protocol.keyfile import load_or_create
+    from busguard.protocol.keys import KeyRegistry
+    from busguard.state.memory import MemoryStore
+    from busguard.state.sqlite import SqliteStore
+
+    registry = KeyRegistry.load(cfg.path(cfg.keys.registry))
+    identity = load_or_create(cfg.path(cfg.keys.guard_key), cfg.keys.create_guard_key)
+    now = time.time_ns() // 1_000_000
+    a = cfg.admission
+    store: MemoryStore | SqliteStore
+    if cfg.state.backend == "memory":
+        store = MemoryStore(created_at=now, task_retention_ms=a.task_retention_ms, decision_retention_ms=a.decision_retention_ms)
+    else:
+        store = SqliteStore(
+            cfg.path(cfg.state.path),
+            now_ms=now,
+            synchronous=cfg.state.synchronous.upper(),
+            task_retention_ms=a.task_retention_ms,
+            decision_retention_ms=a.decision_retention_ms,
+        )
+    return registry, identity, store
+
+
+def _install_stop(stop: Callable[[], None]) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop)
+
+
+async def _ensure_topics(cfg: Config, topics: list[str]) -> None:
+    if cfg.kafka.create_topics:
+        from busguard.runtime.broker import create_topics
+
+        await create_topics(cfg.kafka.bootstrap_servers, topics, cfg.kafka.topic_partitions)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from busguard.runtime.faults import Faults
+    from busguard.runtime.guard import Guard
+    from busguard.runtime.logs import configure
+
+    cfg = load_config(args.config)
+    configure(cfg.log.format, cfg.log.level)
+    registry, identity, store = _open_runtime(cfg)
+
+    async def main() -> None:
+        await _ensure_topics(cfg, cfg.input_topics + cfg.output_topics)
+        guard = Guard(cfg, registry=registry, identity=identity, store=store, faults=Faults.from_env())
+        _install_stop(guard.request_stop)
+        await guard.run()
+
+    try:
+        asyncio.run(main())
+    finally:
+        store.close()
+    return 0
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)
+    from busguard.protocol.keys import KeyRegistry
+
+    registry = KeyRegistry.load(cfg.path(cfg.keys.registry))
+    print(f"{args.config}: ok")
+    routes = ", ".join(f"{r.name} ({' + '.join(r.inputs)} -> {r.downstream})" for r in cfg.routes)
+    print(f"  routes:        {routes}")
+    print(f"  reconcile:     {cfg.topics.reconciliation}   dead-letter: {cfg.topics.dead_letter}   audit: {cfg.topics.audit}")
+    print(f"  state:         {cfg.state.backend} {cfg.path(cfg.state.path) if cfg.state.backend == 'sqlite' else ''}")
+    print(f"  key registry:  {cfg.path(cfg.keys.registry)} ({len(registry.principals)} agents, open_enrollment={registry.open_enrollment})")
+    print(f"  guard key:     {cfg.path(cfg.keys.guard_key)}")
+    return 0
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    from busguard.protocol.identity import multikey_encode
+    from busguard.protocol.keyfile import new_identity, write_key
+
+    ident = new_identity()
+    try:
+        write_key(args.out, ident, overwrite=args.force)
+    except FileExistsError:
+        raise ConfigError(args.out, "", None, "already exists; pass --force to replace it") from None
+    print(ident.agent_id)
+    print(f"# private key written to {args.out} (mode 0600); public multikey: {multikey_encode(ident.public_key)}", file=sys.stderr)
+    return 0
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    from aiokafka import AIOKafkaProducer
+
+    from busguard.protocol.keyfile import read_key
+    from busguard.sdk.sender import Sender
+
+    ident = read_key(args.key)
+    payload = sys.stdin.buffer.read() if args.payload in (None, "-") else Path(args.payload).read_bytes()
+    sender = Sender(
+        ident.seed,
+        agent_id=args.sender or ident.agent_id,
+        key_id=args.key_id,
+        session_path=None if args.legacy else (args.session or Path(args.key).with_suffix(".session.json")),
+    )
+    rec = sender.sign(kind=args.kind, task_id=args.task, receiver=args.to, payload=payload, nonce=args.nonce)
+
+    async def main() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=args.bootstrap, enable_idempotence=args.idempotence, acks="all")
+        await producer.start()
+        try:
+            meta = await producer.send_and_wait(args.topic, value=rec.value, key=(args.sender or ident.agent_id).encode(), headers=rec.headers)
+        finally:
+            await producer.stop()
+        print(f"sent {rec.receipt.kind} for task {rec.receipt.task_id} to {meta.topic}/{meta.partition}@{meta.offset}; receipt_id {rec.receipt_id}")
+
+    asyncio.run(main())
+    return 0
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    from busguard.runtime.broker import EmbeddedBroker
+    from busguard.runtime.logs import configure
+
+    configure("console", "info")
+
+    async def main() -> None:
+        broker = EmbeddedBroker()
+        await broker.astart(args.port)
+        print(f"tansu broker ready at {broker.bootstrap} (memory storage: everything is lost when it stops)", flush=True)
+        stopped = asyncio.Event()
+        _install_stop(stopped.set)
+        try:
+            await stopped.wait()
+        finally:
+            await broker.astop()
+
+    asyncio.run(main())
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from busguard.demo import run_demo
+
+    return run_demo(keep_dir=args.dir)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="busguard",
+        description="Admission middleware for agent traffic on Kafka: verifies signed receipts, refuses replays, escalates ambiguity.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_examples(
+            """
+            busguard demo                                   # everything on an embedded broker, one command
+            busguard run --config configs/busguard.toml     # the guard
+            busguard check-config --config configs/busguard.toml
+            """
+        ),
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, fn: Callable[[argparse.Namespace], int], help: str, examples: str) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help, description=help, epilog=_examples(examples), formatter_class=argparse.RawDescriptionHelpFormatter)
+        sp.set_defaults(fn=fn)
+        return sp
+
+    sp = add("run", cmd_run, "Run the guard: consume agent topics, admit, route, audit.", """
+        busguard run --config configs/busguard.toml
+        BUSGUARD_KAFKA__BOOTSTRAP_SERVERS=kafka:9092 busguard run --config configs/busguard.toml
+        BUSGUARD_FAULT=persisted:3 busguard run --config ...   # test hook: SIGKILL itself at the 3rd persisted batch
+        """)
+    sp.add_argument("--config", required=True, help="TOML config file (see docs/config.md)")
+
+    sp = add("check-config", cmd_check_config, "Validate a config file and the key registry it names, then summarise them.", """
+        busguard check-config --config configs/busguard.toml
+        """)
+    sp.add_argument("--config", required=True)
+
+    sp = add("keygen", cmd_keygen, "Write a new Ed25519 key file (mode 0600) and print its agent id.", """
+        busguard keygen --out var/planner.key
+        busguard keygen --out var/guard.key --force
+        """)
+    sp.add_argument("--out", required=True, help="where to write the private key file")
+    sp.add_argument("--force", action="store_true", help="replace an existing file")
+
+    sp = add("send", cmd_send, "Sign a payload and produce it, as an agent would (uses the SDK's crash-safe session).", """
+        echo '{"op":"summarize"}' | busguard send --key var/planner.key --topic agents.handoffs --kind handoff --task t-1 --to executor
+        busguard send --key var/exec.key --topic agents.acks --kind ack --task t-1 --to planner --payload ack.json --bootstrap 127.0.0.1:9092
+        """)
+    sp.add_argument("--key", required=True, help="the sender's key file (from `busguard keygen`)")
+    sp.add_argument("--topic", required=True)
+    sp.add_argument("--kind", required=True, choices=["handoff", "ack"])
+    sp.add_argument("--task", required=True, help="task_id")
+    sp.add_argument("--to", required=True, help="receiver agent id")
+    sp.add_argument("--payload", help="file with the payload bytes; '-' or omitted reads stdin")
+    sp.add_argument("--bootstrap", default="127.0.0.1:9092")
+    sp.add_argument("--sender", help="sender id to claim (a named agent in the registry); default: the key's tulpa: id")
+    sp.add_argument("--key-id", help="key id for named agents with several keys")
+    sp.add_argument("--session", help="session file (default: KEYFILE with .session.json)")
+    sp.add_argument("--legacy", action="store_true", help="no session/sequence: a legacy nonce-only receipt")
+    sp.add_argument("--nonce", help="explicit nonce (default: 128 random bits)")
+    sp.add_argument("--idempotence", action=argparse.BooleanOptionalAction, default=False, help="idempotent producer (real Kafka only; tansu refuses it)")
+
+    sp = add("broker", cmd_broker, "Run the embedded tansu broker (memory storage) until Ctrl-C.", """
+        busguard broker --port 9092
+        """)
+    sp.add_argument("--port", type=int, default=9092)
+
+    sp = add("demo", cmd_demo, "Start a broker, the guard and the reconciler, drive the scripted scenario, print where everything went.", """
+        busguard demo
+        busguard demo --dir /tmp/busguard-demo     # keep configs, keys and state for a look afterwards
+        """)
+    sp.add_argument("--dir", help="working directory to keep (default: a temporary one)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except ConfigError as exc:
+        print(f"busguard: config error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""The one TOML file operators tune, typed and validated at load.
+
+Every error names the file, the key, the value and what is allowed. Relative
+paths in the file are resolved against the file's own directory, so a config
+means the same thing whatever directory the guard is started from.
+
+Environment overrides (for containers): `BUSGUARD_<SECTION>__<KEY>=value`
+sets `[section] key`, e.g. `BUSGUARD_KAFKA__BOOTSTRAP_SERVERS=kafka:9092`.
+The value is read as a TOML value when it parses as one (numbers, booleans,
+quoted strings, arrays) and as a plain string otherwise. Routes are not
+overridable from the environment; change the file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from busguard.admission.types import AdmissionPolicy
+from busguard.errors import ConfigError
+
+ENV_PREFIX = "BUSGUARD_"
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+Positive = Annotated[int, msgspec.Meta(ge=1)]
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
+
+
+class KafkaConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    bootstrap_servers: str = "127.0.0.1:9092"
+    group_id: str = "busguard"
+    client_id: str = "busguard"
+    idempotence: bool = True
+    acks: Literal["all", "1"] = "all"
+    session_timeout_ms: Positive = 10_000
+    heartbeat_interval_ms: Positive = 3_000
+    max_poll_interval_ms: Positive = 300_000
+    request_timeout_ms: Positive = 40_000
+    auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    create_topics: bool = False
+    topic_partitions: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 4
+
+
+class Route(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    name: str
+    inputs: list[str]
+    downstream: str
+
+
+class TopicsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    reconciliation: str = "busguard.reconciliation"
+    dead_letter: str = "busguard.dead-letter"
+    audit: str = "busguard.audit"
+    replies: str = "busguard.replies"
+
+
+class AdmissionConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    namespace: str = ""
+    max_age_ms: Positive = 300_000
+    max_future_ms: NonNegative = 30_000
+    nonce_retention_ms: Positive = 600_000
+    nonce_scope: Literal["global", "principal"] = "global"
+    window_size: Annotated[int, msgspec.Meta(ge=1, le=65536)] = 1024
+    session_retention_ms: Positive = 7 * 86_400_000
+    task_retention_ms: Positive = 7 * 86_400_000
+    decision_retention_ms: Positive = 7 * 86_400_000
+
+
+class StateConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    backend: Literal["sqlite", "memory"] = "sqlite"
+    path: str = "../var/busguard-state.db"
+    synchronous: Literal["full", "normal"] = "full"
+    expire_interval_s: Positive = 60
+
+
+class KeysConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    registry: str = "keys.toml"
+    guard_key: str = "../var/guard.key"
+    create_guard_key: bool = False
+
+
+class BatchConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    max_records: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 500
+    linger_ms: NonNegative = 20
+    max_payload_bytes: Annotated[int, msgspec.Meta(ge=0, le=64 * 1024 * 1024)] = 1_048_576
+    verify_threads: Annotated[int, msgspec.Meta(ge=1, le=64)] = 2
+    revoke_budget_ms: Positive = 10_000
+
+
+class LogConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    format: Literal["console", "json"] = "console"
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class OpsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    host: str = "127.0.0.1"
+    port: Port = 9464
+
+
+class ReconcileConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    group_id: str = "busguard-reconcile"
+    state_path: str = "../var/busguard-reconcile.db"
+    auto_resolve_retransmissions: bool = True
+
+
+class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    kafka: KafkaConfig = KafkaConfig()
+    routes: list[Route] = []
+    topics: TopicsConfig = TopicsConfig()
+    admission: AdmissionConfig = AdmissionConfig()
+    state: StateConfig = StateConfig()
+    keys: KeysConfig = KeysConfig()
+    batch: BatchConfig = BatchConfig()
+    log: LogConfig = LogConfig()
+    ops: OpsConfig = OpsConfig()
+    reconcile: ReconcileConfig = ReconcileConfig()
+    source: str = ""  # the file this was loaded from; set by load_config
+
+    @property
+    def base_dir(self) -> Path:
+        return Path(self.source).resolve().parent if self.source else Path.cwd()
+
+    def path(self, value: str) -> Path:
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else (self.base_dir / p).resolve()
+
+    @property
+    def input_topics(self) -> list[str]:
+        return sorted({t for r in self.routes for t in r.inputs})
+
+    @property
+    def output_topics(self) -> list[str]:
+        t = self.topics
+        return sorted({r.downstream for r in self.routes} | {t.reconciliation, t.dead_letter, t.audit, t.replies})
+
+    def downstream_for(self, topic: str) -> str:
+        for r in self.routes:
+            if topic in r.inputs:
+                return r.downstream
+        raise KeyError(topic)
+
+    def policy(self) -> AdmissionPolicy:
+        a = self.admission
+        return AdmissionPolicy(
+            namespace=a.namespace or self.kafka.group_id,
+            max_age_ms=a.max_age_ms,
+            max_future_ms=a.max_future_ms,
+            nonce_retention_ms=a.nonce_retention_ms,
+            nonce_scope=a.nonce_scope,
+            window_size=a.window_size,
+            session_retention_ms=a.session_retention_ms,
+            task_retention_ms=a.task_retention_ms,
+            decision_retention_ms=a.decision_retention_ms,
+        )
+
+
+def _env_overrides(raw: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    for name, text in env.items():
+        if not name.startswith(ENV_PREFIX) or "__" not in name:
+            continue
+        section, _, key = name[len(ENV_PREFIX) :].lower().partition("__")
+        try:
+            value: Any = tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = text
+        target = raw.setdefault(section, {})
+        if not isinstance(target, dict):
+            raise ConfigError(f"${name}", section, text, f"[{section}] is not a table and cannot be overridden by key")
+        target[key] = value
+    return raw
+
+
+def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Config:
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(str(path), "", None, "the config file does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), "", None, f"not valid TOML: {exc}") from None
+    raw = _env_overrides(raw, os.environ if env is None else env)
+    try:
+        cfg = msgspec.convert(raw, Config)
+    except msgspec.ValidationError as exc:
+        raise ConfigError.from_validation(str(path), exc, raw) from None
+    cfg = msgspec.structs.replace(cfg, source=str(path))
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: Config) -> None:
+    """Cross-field rules msgspec cannot express."""
+    f = cfg.source
+    a = cfg.admission
+    if a.nonce_retention_ms < a.max_age_ms:
+        raise ConfigError(
+            f,
+            "admission.nonce_retention_ms",
+            a.nonce_retention_ms,
+            f"at least admission.max_age_ms ({a.max_age_ms}): a nonce forgotten while its timestamp is still fresh can be replayed",
+        )
+    if not cfg.routes:
+        raise ConfigError(f, "routes", [], "at least one [[routes]] table with name, inputs and downstream")
+    seen_inputs: dict[str, str] = {}
+    for i, route in enumerate(cfg.routes):
+        if not route.inputs:
+            raise ConfigError(f, f"routes[{i}].inputs", [], "at least one input topic")
+        for t in [*route.inputs, route.downstream]:
+            if _TOPIC.fullmatch(t) is None:
+                raise ConfigError(f, f"routes[{i}]", t, "Kafka topic names: 1-249 characters of [A-Za-z0-9._-]")
+        for t in route.inputs:
+            if t in seen_inputs:
+                raise ConfigError(f, f"routes[{i}].inputs", t, f"each input topic belongs to one route (already in {seen_inputs[t]!r})")
+            seen_inputs[t] = route.name
+    for name in ("reconciliation", "dead_letter", "audit", "replies"):
+        t = getattr(cfg.topics, name)
+        if _TOPIC.fullmatch(t) is None:
+            raise ConfigError(f, f"topics.{name}", t, "Kafka topic names: 1-249 characters of [A-Za-z0-9._-]")
+    loops = set(cfg.input_topics) & set(cfg.output_topics)
+    if loops:
+        raise ConfigError(f, "routes", sorted(loops), "an input topic cannot also be an output topic (busguard would consume its own output)")
+    if cfg.kafka.heartbeat_interval_ms >= cfg.kafka.session_timeout_ms:
+        raise ConfigError(f, "kafka.heartbeat_interval_ms", cfg.kafka.heartbeat_interval_ms, "less than kafka.session_timeout_ms")

@@ -1,0 +1,142 @@
+"""busguard's own signed statement about each decision.
+
+Every record busguard emits (forwarded, escalated, dead-lettered, audited)
+carries two headers:
+
+    busguard-attestation   JSON bytes of an `Attestation`
+    busguard-seal          unpadded base64url Ed25519 signature by the guard's key over
+                           b"busguard/attestation/v1" 0x00 || attestation bytes
+
+The attestation binds the decision id, outcome, reason, the receipt it judged
+and where that receipt was read, plus the SHA-256 of the decision record
+(the audit topic's value). So one signature per input serves all outputs:
+a receiver checks the forwarded receipt against `receipt_id`; the auditor
+checks the decision record against `decision_sha256`.
+
+Deterministic (Ed25519 signatures are, and the attestation is a pure
+function of the persisted decision), so a re-emission after a crash is
+byte-identical.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Final
+
+import msgspec
+
+from busguard.admission.types import Coordinates, Decision
+from busguard.protocol.envelope import HEADER_RECEIPT, b64url_decode_strict, b64url_encode
+from busguard.protocol.receipt import payload_hash, receipt_id
+from busguard.protocol.signing import sign, verify_signature
+
+ATTESTATION_CONTEXT: Final = b"busguard/attestation/v1\x00"
+HEADER_ATTESTATION: Final = "busguard-attestation"
+HEADER_SEAL: Final = "busguard-seal"
+HEADER_DECISION_ID: Final = "busguard-decision-id"
+HEADER_OUTCOME: Final = "busguard-outcome"
+HEADER_REASON: Final = "busguard-reason"
+HEADER_DETAIL: Final = "busguard-detail"
+HEADER_SOURCE: Final = "busguard-source"
+HEADER_PRIOR: Final = "busguard-prior-decision-id"
+#: Headers only busguard may write. An input that carries one is rejected
+#: (`reserved_header`) so a sender cannot smuggle a fake attestation downstream.
+RESERVED_HEADERS: Final = frozenset(
+    {HEADER_ATTESTATION, HEADER_SEAL, HEADER_DECISION_ID, HEADER_OUTCOME, HEADER_REASON, HEADER_DETAIL, HEADER_SOURCE, HEADER_PRIOR}
+)
+
+_decision_encoder: Final = msgspec.json.Encoder()
+
+
+class Attestation(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    v: int
+    guard: str
+    decision_id: str
+    outcome: str
+    reason: str
+    receipt_id: str | None
+    source: Coordinates
+    decided_at: int
+    decision_sha256: str
+
+
+_attestation_decoder: Final = msgspec.json.Decoder(Attestation)
+
+
+class AttestationError(ValueError):
+    pass
+
+
+def decision_bytes(decision: Decision) -> bytes:
+    """The canonical bytes of a decision record (the audit topic's value)."""
+    return _decision_encoder.encode(decision)
+
+
+def attest(decision: Decision, decision_json: bytes, guard_id: str) -> bytes:
+    return _decision_encoder.encode(
+        Attestation(
+            v=1,
+            guard=guard_id,
+            decision_id=decision.decision_id,
+            outcome=decision.outcome,
+            reason=decision.reason,
+            receipt_id=decision.receipt_id,
+            source=decision.source,
+            decided_at=decision.decided_at,
+            decision_sha256=hashlib.sha256(decision_json).hexdigest(),
+        )
+    )
+
+
+def seal(seed: bytes, attestation: bytes) -> bytes:
+    return b64url_encode(sign(seed, ATTESTATION_CONTEXT + attestation)).encode("ascii")
+
+
+def open_attestation(headers: Sequence[tuple[str, bytes]], guard_public_key: bytes) -> Attestation:
+    """The attestation on a busguard output, after checking the guard's seal."""
+    found = {k: v for k, v in headers if k in (HEADER_ATTESTATION, HEADER_SEAL)}
+    if len(found) != 2 or sum(1 for k, _ in headers if k in found) != 2:
+        raise AttestationError("exactly one busguard-attestation and one busguard-seal header are required")
+    try:
+        signature = b64url_decode_strict(found[HEADER_SEAL], 64)
+    except ValueError as exc:
+        raise AttestationError(f"busguard-seal: {exc}") from None
+    if not verify_signature(guard_public_key, ATTESTATION_CONTEXT + found[HEADER_ATTESTATION], signature):
+        raise AttestationError("busguard-seal does not verify with the guard's public key")
+    try:
+        return _attestation_decoder.decode(found[HEADER_ATTESTATION])
+    except msgspec.MsgspecError as exc:
+        raise AttestationError(f"busguard-attestation is malformed: {exc}") from None
+
+
+def verify_admitted(value: bytes, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes) -> Attestation:
+    """For downstream agents: prove a record was admitted by busguard.
+
+    Checks the guard's seal, that the outcome is `forward`, that the
+    attestation names the receipt in this record, and that the payload is the
+    one the receipt hashed. Raises AttestationError otherwise.
+    """
+    att = open_attestation(headers, guard_public_key)
+    if att.outcome != "forward":
+        raise AttestationError(f"outcome is {att.outcome!r}, not 'forward'")
+    receipts = [v for k, v in headers if k == HEADER_RECEIPT]
+    if len(receipts) != 1:
+        raise AttestationError("exactly one busguard-receipt header is required")
+    if receipt_id(receipts[0]) != att.receipt_id:
+        raise AttestationError("the attestation is for a different receipt")
+    try:
+        claimed = msgspec.json.decode(receipts[0], type=dict[str, object]).get("payload_hash")
+    except msgspec.DecodeError:
+        raise AttestationError("busguard-receipt is not JSON") from None
+    if claimed != payload_hash(value):
+        raise AttestationError("the payload is not the one the receipt hashed")
+    return att
+
+
+def verify_decision_record(value: bytes, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes) -> Attestation:
+    """For auditors: the attestation on an audit/escalation record, bound to its value."""
+    att = open_attestation(headers, guard_public_key)
+    if hashlib.sha256(value).hexdigest() != att.decision_sha256:
+        raise AttestationError("the record's value is not the decision the guard attested")
+    return att

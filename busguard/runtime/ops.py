@@ -1,0 +1,106 @@
+"""Prometheus metrics and the /healthz readiness endpoint, on one small HTTP port.
+
+A hand-rolled asyncio responder rather than prometheus_client's threaded
+server: it shares the guard's event loop, so /healthz reports the loop's real
+state (a wedged loop stops answering, which is what a probe should see).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import structlog
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+log = structlog.get_logger(__name__)
+
+
+class Metrics:
+    def __init__(self, role: str = "guard") -> None:
+        self.registry = CollectorRegistry()
+        self.decisions = Counter(
+            "busguard_decisions_total", "Records decided, by outcome and reason", ["outcome", "reason"], registry=self.registry
+        )
+        self.batch_seconds = Histogram(
+            "busguard_batch_seconds",
+            "Wall time of one batch through decide, persist, produce and commit",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=self.registry,
+        )
+        self.batch_records = Histogram(
+            "busguard_batch_records", "Records per batch", buckets=(1, 10, 50, 100, 250, 500, 1000, 5000), registry=self.registry
+        )
+        self.lag = Gauge("busguard_consumer_lag", "High watermark minus position, per input partition", ["topic", "partition"], registry=self.registry)
+        self.state_rows = Gauge("busguard_state_rows", "Rows in the state store, per table", ["table"], registry=self.registry)
+        self.commit_failures = Counter(
+            "busguard_commit_failures_total", "Offset commits refused because the group rebalanced", registry=self.registry
+        )
+        self.role = role
+
+    def render(self) -> bytes:
+        return bytes(generate_latest(self.registry))
+
+
+class OpsServer:
+    def __init__(self, metrics: Metrics, ready: Callable[[], tuple[bool, str]], host: str, port: int) -> None:
+        self.metrics = metrics
+        self.ready = ready
+        self.host = host
+        self.port = port
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        bound = int(self._server.sockets[0].getsockname()[1])
+        log.info("ops endpoint listening", host=self.host, port=bound, paths=["/metrics", "/healthz"])
+        return bound
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            path = request.split(b" ", 2)[1].decode("latin-1") if request.count(b" ") >= 2 else "/"
+            if path.startswith("/metrics"):
+                status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, self.metrics.render()
+            elif path.startswith("/healthz"):
+                ok, why = self.ready()
+                status, ctype, body = ("200 OK" if ok else "503 Service Unavailable"), "text/plain", why.encode() + b"\n"
+            else:
+                status, ctype, body = "404 Not Found", "text/plain", b"try /metrics or /healthz\n"
+            writer.write(
+                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
+            )
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+class Liveness:
+    """Ready once started and assigned, and while the loop keeps polling."""
+
+    def __init__(self, stall_after_s: float) -> None:
+        self.started = False
+        self.stopping = False
+        self.last_poll = 0.0
+        self.stall_after_s = stall_after_s
+
+    def polled(self) -> None:
+        self.last_poll = time.monotonic()
+
+    def check(self) -> tuple[bool, str]:
+        if self.stopping:
+            return False, "draining"
+        if not self.started:
+            return False, "starting"
+        idle = time.monotonic() - self.last_poll
+        if idle > self.stall_after_s:
+            return False, f"no poll for {idle:.0f}s"
+        return True, "ok"

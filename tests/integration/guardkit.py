@@ -1,0 +1,279 @@
+"""Helpers to run real guard processes against the session broker.
+
+No mocks: the guard runs as `python -m busguard.cli run` in its own process,
+so `kill -9` is a real crash and SIGTERM a real drain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from busguard.protocol.identity import agent_id_for_key
+from busguard.protocol.keyfile import Identity, read_key, write_key
+from busguard.protocol.signing import public_key_from_seed
+from busguard.runtime.broker import create_topics, free_port
+from busguard.sdk.sender import Sender, SignedRecord
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def identity(name: str) -> Identity:
+    seed = hashlib.sha256(b"busguard-it:" + name.encode()).digest()
+    pk = public_key_from_seed(seed)
+    return Identity(seed=seed, public_key=pk, agent_id=agent_id_for_key(pk))
+
+
+def sender(name: str, session: Path | None = None) -> Sender:
+    return Sender(identity(name).seed, session_path=session)
+
+
+@dataclass
+class Setup:
+    dir: Path
+    bootstrap: str
+    config: Path
+    handoffs: str
+    acks: str
+    downstream_handoffs: str
+    downstream_acks: str
+    reconciliation: str
+    dead_letter: str
+    audit: str
+    replies: str
+    group: str
+    guard_key: Path
+    state_path: Path
+
+    @property
+    def guard(self) -> Identity:
+        return read_key(self.guard_key)
+
+    @property
+    def outputs(self) -> list[str]:
+        return [self.downstream_handoffs, self.downstream_acks, self.reconciliation, self.dead_letter, self.audit]
+
+
+async def make_setup(
+    tmp: Path,
+    bootstrap: str,
+    *,
+    agents: Iterable[str] = ("planner", "executor"),
+    partitions: int = 4,
+    max_records: int = 100,
+    max_payload_bytes: int = 1_048_576,
+    extra: str = "",
+) -> Setup:
+    tag = uuid.uuid4().hex[:8]
+    t = {n: f"it.{tag}.{n}" for n in ("handoffs", "acks", "handoffs-admitted", "acks-admitted", "reconciliation", "dead-letter", "audit", "replies")}
+    await create_topics(bootstrap, list(t.values()), partitions=partitions)
+    guard_key = tmp / "guard.key"
+    write_key(guard_key, identity(f"guard-{tag}"))
+    registry = "\n".join(f'[[agent]]\nid = "{identity(a).agent_id}"\n' for a in agents)
+    (tmp / "keys.toml").write_text(registry)
+    state = tmp / "state.db"
+    config = tmp / "busguard.toml"
+    config.write_text(
+        f"""
+[kafka]
+bootstrap_servers = "{bootstrap}"
+group_id = "guard-{tag}"
+idempotence = false
+session_timeout_ms = 6000
+heartbeat_interval_ms = 500
+[[routes]]
+name = "handoffs"
+inputs = ["{t['handoffs']}"]
+downstream = "{t['handoffs-admitted']}"
+[[routes]]
+name = "acks"
+inputs = ["{t['acks']}"]
+downstream = "{t['acks-admitted']}"
+[topics]
+reconciliation = "{t['reconciliation']}"
+dead_letter = "{t['dead-letter']}"
+audit = "{t['audit']}"
+replies = "{t['replies']}"
+[state]
+path = "{state}"
+synchronous = "normal"
+expire_interval_s = 5
+[keys]
+registry = "keys.toml"
+guard_key = "{guard_key}"
+[batch]
+max_records = {max_records}
+max_payload_bytes = {max_payload_bytes}
+linger_ms = 20
+[log]
+format = "json"
+level = "info"
+[ops]
+port = 0
+[reconcile]
+group_id = "reconcile-{tag}"
+state_path = "{tmp / 'reconcile.db'}"
+{extra}
+"""
+    )
+    return Setup(
+        dir=tmp,
+        bootstrap=bootstrap,
+        config=config,
+        handoffs=t["handoffs"],
+        acks=t["acks"],
+        downstream_handoffs=t["handoffs-admitted"],
+        downstream_acks=t["acks-admitted"],
+        reconciliation=t["reconciliation"],
+        dead_letter=t["dead-letter"],
+        audit=t["audit"],
+        replies=t["replies"],
+        group=f"guard-{tag}",
+        guard_key=guard_key,
+        state_path=state,
+    )
+
+
+class GuardProcess:
+    """One `busguard <command>` process with its log captured to a file."""
+
+    count = 0
+
+    def __init__(self, setup: Setup, *, fault: str | None = None, command: str = "run", port: int | None = None) -> None:
+        GuardProcess.count += 1
+        self.setup = setup
+        self.port = port or free_port()
+        self.log = setup.dir / f"{command}-{GuardProcess.count}.log"
+        env = {**os.environ, "BUSGUARD_OPS__PORT": str(self.port), "PYTHONPATH": str(REPO)}
+        env.pop("BUSGUARD_FAULT", None)
+        if fault:
+            env["BUSGUARD_FAULT"] = fault
+        self._out = open(self.log, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "busguard.cli", command, "--config", str(setup.config)], stdout=self._out, stderr=subprocess.STDOUT, env=env
+        )
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"process exited early ({self.proc.returncode}):\n{self.tail()}")
+            if self.healthy():
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"not ready in {timeout}s:\n{self.tail()}")
+
+    def wait(self, timeout: float = 60) -> int:
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._out.close()
+
+    def kill9(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.wait()
+
+    def terminate(self, timeout: float = 60) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.wait(timeout)
+
+    def tail(self, n: int = 40) -> str:
+        if not self._out.closed:
+            self._out.flush()
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=2) as r:
+            return str(r.read().decode())
+
+
+async def produce(bootstrap: str, topic: str, records: Sequence[SignedRecord | tuple[bytes | None, list[tuple[str, bytes]]]], key: bytes | None = b"k") -> list[tuple[int, int]]:
+    """Produce in order; returns (partition, offset) per record. One key => one partition => order kept."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False, acks="all", linger_ms=5)
+    await producer.start()
+    try:
+        futures = []
+        for rec in records:
+            value, headers = (rec.value, rec.headers) if isinstance(rec, SignedRecord) else rec
+            futures.append(await producer.send(topic, value=value, key=key, headers=list(headers)))
+        metas = await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+    return [(m.partition, m.offset) for m in metas]
+
+
+@dataclass
+class Collected:
+    by_topic: dict[str, list[Any]] = field(default_factory=lambda: defaultdict(list))
+
+    def __getitem__(self, topic: str) -> list[Any]:
+        return self.by_topic[topic]
+
+
+async def collect(
+    bootstrap: str,
+    topics: Sequence[str],
+    until: Callable[[Collected], bool],
+    timeout: float = 60,
+) -> Collected:
+    """Read topics from the beginning (no group) until `until(collected)` or time out."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        tps = [TopicPartition(t, p) for t in topics for p in (consumer.partitions_for_topic(t) or await _partitions(consumer, t))]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        got = Collected()
+        deadline = time.monotonic() + timeout
+        while not until(got):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out; have { {t: len(v) for t, v in got.by_topic.items()} }")
+            batch = await consumer.getmany(timeout_ms=200)
+            for tp, recs in batch.items():
+                got.by_topic[tp.topic].extend(recs)
+        return got
+    finally:
+        await consumer.stop()
+
+
+async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
+    for _ in range(50):
+        await consumer._client.force_metadata_update()
+        parts = consumer.partitions_for_topic(topic)
+        if parts:
+            return set(parts)
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"topic {topic} has no partitions")
+
+
+def header(record: Any, name: str) -> bytes | None:
+    values = [v for k, v in record.headers if k == name]
+    return values[0] if values else None
+
+
+def all_decided(setup: Setup, got: Collected, total: int) -> bool:
+    """Every input has its audit record and its primary output."""
+    primary = sum(len(got[t]) for t in (setup.downstream_handoffs, setup.downstream_acks, setup.reconciliation, setup.dead_letter))
+    return len(got[setup.audit]) >= total and primary >= total
