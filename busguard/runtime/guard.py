@@ -52,6 +52,10 @@ def _chunks(items: Sequence[Any], n: int) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
+def _names(tps: set[TopicPartition]) -> list[str]:
+    return sorted(f"{tp.topic}:{tp.partition}" for tp in tps)
+
+
 class _Revocations(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(self, guard: Guard) -> None:
         self.guard = guard
@@ -65,10 +69,10 @@ class _Revocations(ConsumerRebalanceListener):  # type: ignore[misc]
             log.warning("revocation budget exceeded; in-flight batch will be re-delivered to the new owner", budget_s=budget)
             return
         self.guard.lock.release()
-        log.info("partitions revoked after the in-flight batch committed", partitions=sorted(map(str, revoked)), waited_s=round(time.monotonic() - started, 3))
+        log.info("partitions revoked after the in-flight batch committed", partitions=_names(revoked), waited_s=round(time.monotonic() - started, 3))
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        log.info("partitions assigned", partitions=sorted(map(str, assigned)))
+        log.info("partitions assigned", partitions=_names(assigned))
 
 
 class Guard:

@@ -258,6 +258,23 @@ async def collect(
         await consumer.stop()
 
 
+async def collect_all(bootstrap: str, topics: Sequence[str], quiet_s: float = 2.0) -> Collected:
+    """Everything in `topics` once nothing new has arrived for `quiet_s`.
+
+    (tansu's ListOffsets answers are not reliable, so end offsets cannot be
+    used to know when a topic has been read to its end.)
+    """
+    state = {"n": -1, "since": time.monotonic()}
+
+    def quiet(c: Collected) -> bool:
+        n = sum(len(v) for v in c.by_topic.values())
+        if n != state["n"]:
+            state["n"], state["since"] = n, time.monotonic()
+        return time.monotonic() - state["since"] >= quiet_s
+
+    return await collect(bootstrap, topics, quiet)
+
+
 async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
     for _ in range(50):
         await consumer._client.force_metadata_update()
