@@ -199,12 +199,13 @@ def validate(cfg: Config) -> None:
     """Cross-field rules msgspec cannot express."""
     f = cfg.source
     a = cfg.admission
-    if a.nonce_retention_ms < a.max_age_ms:
+    if a.nonce_retention_ms < a.max_age_ms + a.max_future_ms:
         raise ConfigError(
             f,
             "admission.nonce_retention_ms",
             a.nonce_retention_ms,
-            f"at least admission.max_age_ms ({a.max_age_ms}): a nonce forgotten while its timestamp is still fresh can be replayed",
+            f"at least max_age_ms + max_future_ms ({a.max_age_ms + a.max_future_ms}): a receipt stamped at the future "
+            "bound stays fresh that long, and a nonce forgotten while its receipt is still fresh can be replayed",
         )
     if not cfg.routes:
         raise ConfigError(f, "routes", [], "at least one [[routes]] table with name, inputs and downstream")

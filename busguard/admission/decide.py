@@ -148,7 +148,8 @@ def precheck(
         return reject(Reason.MALFORMED_TIMESTAMP, str(exc), env, principal)
     stale = check_freshness(issued, now_ms, policy.max_age_ms, policy.max_future_ms)
     if stale is not None:
-        return reject(Reason(stale), f"issued_at {r.issued_at} is {now_ms - issued} ms before the receiver clock", env, principal)
+        gap = f"{now_ms - issued} ms old" if issued <= now_ms else f"{issued - now_ms} ms ahead of the receiver clock"
+        return reject(Reason(stale), f"issued_at {r.issued_at} is {gap}", env, principal)
     if payload_hash(env.payload) != r.payload_hash:
         return reject(Reason.PAYLOAD_HASH_MISMATCH, "SHA-256 of the record value differs from payload_hash", env, principal)
     found = registry.lookup(principal, r.key_id, now_ms)
@@ -196,14 +197,11 @@ def decide(
 
     scope = "" if policy.nonce_scope == "global" else c.principal
     prior = view.task(r.kind, r.task_id, now_ms)
+    # The task index outlives the nonce store, so an exact resend is
+    # recognised even after its nonce has aged out.
+    if prior is not None and prior.nonce == r.nonce and prior.payload_hash == r.payload_hash and prior.principal == c.principal:
+        return made(Outcome.DUPLICATE, Reason.EXACT_DUPLICATE, "already admitted; not forwarded again", prior=prior), NO_EFFECTS
     if view.nonce_seen(scope, r.nonce, now_ms):
-        if (
-            prior is not None
-            and prior.nonce == r.nonce
-            and prior.payload_hash == r.payload_hash
-            and prior.principal == c.principal
-        ):
-            return made(Outcome.DUPLICATE, Reason.EXACT_DUPLICATE, "already admitted; not forwarded again", prior=prior), NO_EFFECTS
         return made(Outcome.REJECT, Reason.NONCE_REPLAY, "nonce already used inside the retention window"), NO_EFFECTS
 
     window_record: WindowRecord | None = None

@@ -79,7 +79,7 @@ def _our_headers(headers: Sequence[tuple[str, bytes]]) -> tuple[bytes, bytes]:
             if signature is not None:
                 raise ReceiptError(Reason.DUPLICATE_HEADER, f"header {HEADER_SIGNATURE!r} appears more than once")
             signature = value or b""
-        elif key.startswith(RESERVED_PREFIX):
+        elif key[:9].lower() == RESERVED_PREFIX:  # any case: some clients fold header names
             raise ReceiptError(Reason.RESERVED_HEADER, f"header {key!r} is reserved for busguard's own output")
     if receipt is None:
         raise ReceiptError(Reason.MISSING_HEADER, f"header {HEADER_RECEIPT!r} is required")

@@ -18,7 +18,8 @@ so an attacker can never pick an agent id whose principal collides with a
 key principal or with another escaped id.
 
 Everything here is pure: no I/O, no clock, no global mutable state other
-than a bounded LRU cache of multikey decodes.
+than two bounded LRU caches (multikey decodes, and tulpa:/ink: principals),
+both keyed on strings of at most 54 characters, because this runs per record.
 """
 
 from __future__ import annotations
@@ -60,8 +61,10 @@ _ED25519_MULTIKEY_CHARS = 48
 _MAX_MULTIBASE_CHARS = 128
 
 _ALIAS_PREFIXES = ("tulpa:", "ink:")
-_ESCAPED_PREFIXES = ("key:", "raw:")
 _KEY_PRINCIPAL_PREFIX = "key:"
+_HALF_CAP = MAX_AGENT_ID_UTF16_UNITS // 2
+_TULPA_ID_CHARS = len("tulpa:") + _ED25519_MULTIKEY_CHARS
+_INK_ID_CHARS = len("ink:") + _ED25519_MULTIKEY_CHARS
 #: First four characters of every id that canonical_principal must rewrite.
 _SPECIAL_HEADS = frozenset({"tulp", "ink:", "key:", "raw:"})
 _RAW_PRINCIPAL_PREFIX = "raw:"
@@ -128,7 +131,7 @@ def multikey_decode(s: str) -> bytes:
         raise ValueError(
             f"multikey is {len(s)} characters; at most {_MAX_MULTIBASE_CHARS} are decoded"
         )
-    key = _decode_ed25519_multikey(s)
+    key = _key_from_body(s)
     if key is None:
         raise ValueError(
             f"not a canonical Ed25519 multikey (expected 'z' + base58btc of "
@@ -197,37 +200,46 @@ def canonical_principal(agent_id: str) -> str:
     """
     if not isinstance(agent_id, str):
         raise ValueError(f"agentId must be a str, got {type(agent_id).__name__}")
-    if not agent_id:
-        raise ValueError("agentId must be a non-empty string")
-    # Fast path: len() is a lower bound on UTF-16 units, and 2*len() an upper
-    # bound, so the encode only happens for long non-ASCII ids.
     n = len(agent_id)
-    if n > MAX_AGENT_ID_UTF16_UNITS or (
-        2 * n > MAX_AGENT_ID_UTF16_UNITS and _utf16_units(agent_id) > MAX_AGENT_ID_UTF16_UNITS
-    ):
+    if not n:
+        raise ValueError("agentId must be a non-empty string")
+    # len() counts code points: a lower bound on UTF-16 units, and 2*len() an
+    # upper bound, so the exact count is only computed for long ids.
+    if n > _HALF_CAP and _utf16_units(agent_id) > MAX_AGENT_ID_UTF16_UNITS:
         raise ValueError(
             f"agentId is {_utf16_units(agent_id)} UTF-16 code units long; "
             f"at most {MAX_AGENT_ID_UTF16_UNITS} are allowed"
         )
     # One 4-character slice and a frozenset probe route almost every id: named
-    # agents and DIDs leave here, which keeps the common path to a few
-    # hundred nanoseconds.
+    # agents and DIDs leave here.
     head = agent_id[:4]
     if head not in _SPECIAL_HEADS:
         return agent_id
-    if head == "ink:":
-        body = agent_id[4:]
-    elif head == "tulp":
-        if not agent_id.startswith("tulpa:"):
-            return agent_id  # e.g. "tulpamancer"
-        body = agent_id[6:]
-    else:
-        # "key:" / "raw:": a literal "key:..." must never be confused with a
-        # canonical key principal, and escaping "raw:..." too keeps the map
-        # injective.
+    if head == "key:" or head == "raw:":
+        # A literal "key:..." must never be confused with a canonical key
+        # principal, and escaping "raw:..." too keeps the map injective.
         return _RAW_PRINCIPAL_PREFIX + agent_id
-    # Exact-length gate before the cached decode (see _key_from_body).
-    if len(body) == _ED25519_MULTIKEY_CHARS and _decode_ed25519_multikey(body) is not None:
+    if head == "ink:":
+        if n == _INK_ID_CHARS:
+            return _alias_principal(agent_id)
+    elif not agent_id.startswith("tulpa:"):
+        return agent_id  # "tulp" but not "tulpa:", e.g. "tulpamancer"
+    elif n == _TULPA_ID_CHARS:
+        return _alias_principal(agent_id)
+    # tulpa:/ink: with a body of the wrong length can never be a key.
+    return _RAW_PRINCIPAL_PREFIX + agent_id
+
+
+@functools.lru_cache(maxsize=65536)
+def _alias_principal(agent_id: str) -> str:
+    """Principal for a right-length ``tulpa:``/``ink:`` id (memoised).
+
+    Cached on the whole id so the per-record hit costs one hash and lookup,
+    with no slicing or concatenation; keys are at most 54 characters, so the
+    bounded cache also bounds memory.
+    """
+    body = agent_id[4:] if agent_id.startswith("ink:") else agent_id[6:]
+    if _decode_ed25519_multikey(body) is not None:
         return _KEY_PRINCIPAL_PREFIX + body
     return _RAW_PRINCIPAL_PREFIX + agent_id
 

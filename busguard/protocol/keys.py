@@ -99,6 +99,8 @@ class KeyRegistry:
             implicit = _implicit_key(principal)
             if not (self.open_enrollment and implicit is not None):
                 return KeyLookup(reason=Reason.UNKNOWN_SENDER, detail=f"{principal!r} is not in the key registry")
+            if not is_acceptable_public_key(implicit.public_key):  # the same bar as registered keys
+                return KeyLookup(reason=Reason.UNKNOWN_SENDER, detail=f"{principal!r} carries a small-order or non-canonical key")
             keys = (implicit,)
         if key_id is not None:
             keys = tuple(k for k in keys if k.key_id == key_id)

@@ -9,8 +9,9 @@ one hop accept what another rejects.  We accept exactly the INK grammar::
     YYYY-MM-DDTHH:MM:SS[.fraction](Z|+HH:MM|-HH:MM)
 
 Why hand-rolled: this runs once per record on the admission hot path, and
-``datetime.strptime`` is an order of magnitude slower than one precompiled
-regex plus integer day arithmetic.  It also cannot represent year 0000,
+``datetime.strptime`` is several times slower than slicing, small
+precompiled patterns, memoised components and integer day arithmetic (see
+the hot-path note below).  ``datetime`` also cannot represent year 0000,
 which the grammar allows.
 """
 
@@ -91,8 +92,9 @@ def _reject(ts: str, why: str) -> ValueError:
 # the date (YYYY-MM-DD) is shared by every record of a day, the time of day
 # (HH:MM:SS) by every record of a second, and the tail is almost always one
 # of a thousand ".mmmZ" spellings.  So the parse is: slice, two memoised
-# component lookups, one dict lookup; the tail regex only runs for the
-# rarer tails (offsets, other fraction lengths), and _explain only on errors.
+# component lookups, one dict lookup.  Other tails (numeric offsets, other
+# fraction lengths) take _slow_tail_ms, still regex-free for the fraction;
+# the full tail regex and _explain run only on the error path.
 # Each memoised component fully validates its own slice (ASCII digits via
 # [0-9], field ranges), so a cache hit is as strict as a fresh parse.  The
 # caches are bounded: novel values chosen by an adversary cost a miss (about
@@ -145,23 +147,56 @@ def _time_seconds(hms: str) -> int | None:
     return hour * 3600 + minute * 60 + second
 
 
-def _slow_tail_ms(tail: str) -> int | None:
-    """``[.fraction](Z|+HH:MM|-HH:MM)`` -> ms to add to local time, or None."""
-    match = _TAIL.fullmatch(tail)
-    if match is None:
+_ZONE = re.compile(r"[+-][0-9]{2}:[0-9]{2}")
+
+#: Every fraction of at most three digits -> milliseconds (".5" is 500,
+#: ".05" is 50, ".005" is 5), plus "" for no fraction.
+_FAST_FRACS: dict[str, int] = {"": 0}
+_FAST_FRACS.update({f".{i:01d}": i * 100 for i in range(10)})
+_FAST_FRACS.update({f".{i:02d}": i * 10 for i in range(100)})
+_FAST_FRACS.update({f".{i:03d}": i for i in range(1000)})
+
+
+@functools.lru_cache(maxsize=1024)
+def _zone_ms(zone: str) -> int | None:
+    """``+HH:MM``/``-HH:MM`` -> ms to add to local time to get UTC, or None."""
+    if _ZONE.fullmatch(zone) is None:
         return None
-    frac, zone = match.groups()
-    # Truncate to three digits (floor); pad short fractions (".5" = 500 ms).
-    ms = 0 if frac is None else int((frac + "00")[:3])
-    if zone == "Z":
-        return ms
     off_h = int(zone[1:3])
     off_m = int(zone[4:6])
     if off_h > 23 or off_m > 59:
         return None
     offset_ms = (off_h * 3600 + off_m * 60) * 1000
     # Local time = UTC + offset, so UTC = local - offset.
-    return ms - offset_ms if zone[0] == "+" else ms + offset_ms
+    return -offset_ms if zone[0] == "+" else offset_ms
+
+
+def _slow_tail_ms(tail: str) -> int | None:
+    """``[.fraction](Z|+HH:MM|-HH:MM)`` -> ms to add to local time, or None.
+
+    Covers every tail not in ``_FAST_TAILS``: numeric offsets (what
+    ``datetime.isoformat()`` emits) and fractions other than 3 digits.
+    """
+    if tail[-1:] == "Z":
+        frac = tail[:-1]
+        zone_ms = 0
+    else:
+        zone = _zone_ms(tail[-6:])
+        if zone is None:
+            return None
+        frac = tail[:-6]
+        zone_ms = zone
+    ms = _FAST_FRACS.get(frac)
+    if ms is None:
+        # More than three digits: the first three give the milliseconds
+        # (truncation = floor), the rest must merely be digits.  isascii() and
+        # isdigit() together admit exactly [0-9]+ (isdigit alone also accepts
+        # superscripts and other scripts' digits).
+        ms = _FAST_FRACS.get(frac[:4])
+        rest = frac[4:]
+        if ms is None or not rest.isascii() or not rest.isdigit():
+            return None
+    return ms + zone_ms
 
 
 def _explain(ts: str) -> str:

@@ -339,3 +339,22 @@ def test_every_decision_id_is_deterministic_in_the_input_position() -> None:
 
 def test_receipt_struct_field_order_is_the_documented_emit_order() -> None:
     assert Receipt.__struct_fields__[:8] == ("v", "kind", "task_id", "sender", "receiver", "payload_hash", "nonce", "issued_at")
+
+
+def test_exact_resend_after_the_nonce_aged_out_is_still_a_duplicate() -> None:
+    h = Harness(policy=AdmissionPolicy(nonce_retention_ms=330_000))
+    first = handoff(sender("planner"), nonce="aging-nonce-0000001")
+    h.one(first)
+    h.now = NOW + 400_000  # nonce forgotten, task entry kept
+    resent = handoff(sender("planner", now=h.now), nonce="aging-nonce-0000001")
+    d = h.one(resent)
+    assert (d.outcome, d.reason) == ("duplicate", "exact_duplicate")
+
+
+def test_open_enrollment_still_refuses_small_order_keys() -> None:
+    from busguard.protocol.identity import agent_id_for_key
+
+    reg = KeyRegistry({}, open_enrollment=True)
+    identity_point = bytes([1]) + bytes(31)  # small order: anyone can "sign" for it
+    s = sender("planner", agent_id=agent_id_for_key(identity_point))
+    assert Harness(reg=reg).one(handoff(s)).reason == "unknown_sender"

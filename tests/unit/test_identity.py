@@ -188,21 +188,35 @@ def test_lone_surrogate_does_not_crash() -> None:
         canonical_principal("\ud800" * 513)
 
 
-def test_decode_is_cached() -> None:
+def test_decode_and_principal_are_cached() -> None:
     _, pk = generate_keypair()
     agent_id = agent_id_for_key(pk)
-    before = identity._decode_ed25519_multikey.cache_info()
+    outer = identity._alias_principal.cache_info()
     canonical_principal(agent_id)
     canonical_principal(agent_id)
-    after = identity._decode_ed25519_multikey.cache_info()
-    assert after.hits >= before.hits + 1
+    assert identity._alias_principal.cache_info().hits >= outer.hits + 1
+    inner = identity._decode_ed25519_multikey.cache_info()
+    public_key_from_agent_id(agent_id)
+    assert identity._decode_ed25519_multikey.cache_info().hits >= inner.hits + 1
     assert identity._decode_ed25519_multikey.cache_info().maxsize == 65536
+    assert identity._alias_principal.cache_info().maxsize == 65536
+
+
+def test_cached_results_match_cold_results() -> None:
+    ids = ["tulpa:" + KEY_BODY, "ink:" + KEY_BODY, "tulpa:" + X25519_BODY, "ink:" + KEY_BODY[:-1] + "Y"]
+    warm = [canonical_principal(i) for i in ids]
+    identity._alias_principal.cache_clear()
+    identity._decode_ed25519_multikey.cache_clear()
+    assert [canonical_principal(i) for i in ids] == warm
 
 
 def test_long_bodies_never_reach_the_cache() -> None:
-    before = identity._decode_ed25519_multikey.cache_info().currsize
-    canonical_principal("tulpa:z" + "2" * 400)
-    assert identity._decode_ed25519_multikey.cache_info().currsize == before
+    outer = identity._alias_principal.cache_info().currsize
+    inner = identity._decode_ed25519_multikey.cache_info().currsize
+    assert canonical_principal("tulpa:z" + "2" * 400) == "raw:tulpa:z" + "2" * 400
+    assert public_key_from_agent_id("ink:z" + "2" * 400) is None
+    assert identity._alias_principal.cache_info().currsize == outer
+    assert identity._decode_ed25519_multikey.cache_info().currsize == inner
 
 
 # ---------------------------------------------------------------- properties

@@ -1,0 +1,1 @@
+"""Reconciliation: resolving escalations, exactly once, in view of the auditor."""

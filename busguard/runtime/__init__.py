@@ -1,0 +1,1 @@
+"""The I/O shell: Kafka loop, routing, commit protocol, and the embedded broker."""
