@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -82,6 +84,38 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         store.close()
     return 0
+
+
+def cmd_reconcile(args: argparse.Namespace) -> int:
+    from busguard.protocol.keyfile import load_or_create
+    from busguard.reconcile.store import ReconcileStore
+    from busguard.reconcile.worker import Reconciler
+    from busguard.runtime.faults import Faults
+    from busguard.runtime.logs import configure
+
+    cfg = load_config(args.config)
+    configure(cfg.log.format, cfg.log.level)
+    identity = load_or_create(cfg.path(cfg.keys.guard_key), cfg.keys.create_guard_key)
+    store = ReconcileStore(cfg.path(cfg.reconcile.state_path), synchronous=cfg.state.synchronous.upper())
+
+    async def main() -> None:
+        await _ensure_topics(cfg, [cfg.topics.reconciliation, cfg.topics.audit, cfg.topics.dead_letter, cfg.topics.replies])
+        worker = Reconciler(cfg, identity=identity, store=store, faults=Faults.from_env())
+        _install_stop(worker.request_stop)
+        await worker.run()
+
+    try:
+        asyncio.run(main())
+    finally:
+        store.close()
+    return 0
+
+
+def cmd_resolve(args: argparse.Namespace) -> int:
+    from busguard.reconcile.operator import resolve
+
+    cfg = load_config(args.config)
+    return resolve(cfg, args.escalation_id, args.resolve_as, args.note, args.operator, wait_s=args.wait)
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
@@ -196,6 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
         """)
     sp.add_argument("--config", required=True, help="TOML config file (see docs/config.md)")
 
+    sp = add("reconcile", cmd_reconcile, "Run a reconciliation worker: settle escalations exactly once, in view of the auditor.", """
+        busguard reconcile --config configs/busguard.toml
+        """)
+    sp.add_argument("--config", required=True)
+
     sp = add("check-config", cmd_check_config, "Validate a config file and the key registry it names, then summarise them.", """
         busguard check-config --config configs/busguard.toml
         """)
@@ -236,7 +275,36 @@ def build_parser() -> argparse.ArgumentParser:
         busguard demo --dir /tmp/busguard-demo     # keep configs, keys and state for a look afterwards
         """)
     sp.add_argument("--dir", help="working directory to keep (default: a temporary one)")
+
+    esc = sub.add_parser("escalations", help="List, show and resolve escalations.", description="List, show and resolve escalations.")
+    esc_sub = esc.add_subparsers(dest="escalations_command", required=True, metavar="ACTION")
+
+    def add_esc(name: str, fn: Callable[[argparse.Namespace], int], help: str, examples: str) -> argparse.ArgumentParser:
+        sp = esc_sub.add_parser(name, help=help, description=help, epilog=_examples(examples), formatter_class=argparse.RawDescriptionHelpFormatter)
+        sp.set_defaults(fn=fn)
+        return sp
+
+    sp = add_esc("resolve", cmd_resolve, "Settle an escalation by hand; the resolution is sealed and audited like automatic ones.", """
+        busguard escalations resolve 3f2a... --as retransmission --note "executor restarted at 12:04, one execution" --config configs/busguard.toml
+        busguard escalations resolve 3f2a... --as reject --note "payload differs; sender asked to re-issue" --config configs/busguard.toml
+        """)
+    sp.add_argument("escalation_id", help="the escalation's decision id (see `busguard escalations list`)")
+    sp.add_argument("--as", dest="resolve_as", required=True, choices=["retransmission", "replay", "reject"])
+    sp.add_argument("--note", required=True, help="why; kept in the audit log")
+    sp.add_argument("--operator", default=os.environ.get("USER", "operator"), help="who is resolving (default: $USER)")
+    sp.add_argument("--wait", type=float, default=30.0, help="seconds to wait for the reconciler's resolution (0: don't wait)")
+    sp.add_argument("--config", required=True)
+    _register_audit(sub, add, add_esc)
     return p
+
+
+def _register_audit(sub: Any, add: Any, add_esc: Any) -> None:
+    """The auditor's commands live with the auditor."""
+    try:
+        from busguard.audit.commands import add_commands
+    except ImportError:
+        return
+    add_commands(sub, add, add_esc)
 
 
 def main(argv: list[str] | None = None) -> int:

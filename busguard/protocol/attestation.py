@@ -74,17 +74,27 @@ def decision_bytes(decision: Decision) -> bytes:
 
 
 def attest(decision: Decision, decision_json: bytes, guard_id: str) -> bytes:
+    return attest_record(
+        guard_id, decision.decision_id, decision.outcome, decision.reason, decision.receipt_id, decision.source, decision.decided_at, decision_json
+    )
+
+
+def attest_record(
+    guard_id: str, record_id: str, outcome: str, reason: str, receipt_id: str | None, source: Coordinates, at_ms: int, body: bytes
+) -> bytes:
+    """The attestation for any record busguard writes; `body` is the record's
+    value (a decision, a resolution, a reply) and is bound by its SHA-256."""
     return _decision_encoder.encode(
         Attestation(
             v=1,
             guard=guard_id,
-            decision_id=decision.decision_id,
-            outcome=decision.outcome,
-            reason=decision.reason,
-            receipt_id=decision.receipt_id,
-            source=decision.source,
-            decided_at=decision.decided_at,
-            decision_sha256=hashlib.sha256(decision_json).hexdigest(),
+            decision_id=record_id,
+            outcome=outcome,
+            reason=reason,
+            receipt_id=receipt_id,
+            source=source,
+            decided_at=at_ms,
+            decision_sha256=hashlib.sha256(body).hexdigest(),
         )
     )
 

@@ -31,7 +31,6 @@ import subprocess
 import tempfile
 import time
 import uuid
-import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -161,8 +160,13 @@ class EmbeddedBroker:
 
     @property
     def port(self) -> int:
-        if self._port is None or not self.running:
+        if self._port is None or self._proc is None:
             raise BrokerError("the embedded broker is not running")
+        if self._proc.poll() is not None:
+            raise BrokerError(
+                f"the embedded broker (pid {self._proc.pid}) died with code "
+                f"{self._proc.returncode}; log {self._log_path}:\n{self.log_tail()}"
+            )
         return self._port
 
     @property
@@ -376,8 +380,9 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
 
 
 # Brokers still running when the interpreter exits are stopped, so an aborted
-# test run does not leave tansu processes behind.
-_running: weakref.WeakSet[EmbeddedBroker] = weakref.WeakSet()
+# test run does not leave tansu processes behind. Strong references on purpose:
+# a started broker whose object was dropped must still be stopped.
+_running: set[EmbeddedBroker] = set()
 
 
 @atexit.register

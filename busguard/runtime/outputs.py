@@ -16,7 +16,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from busguard.admission.types import Decision
+from busguard.admission.types import Coordinates, Decision
 from busguard.config import TopicsConfig
 from busguard.protocol.attestation import (
     HEADER_ATTESTATION,
@@ -69,17 +69,39 @@ def outputs_for(
         return Output(downstream, record_key, value, [*headers, *proof]), audit
     if d.outcome == Outcome.ESCALATE:
         return Output(topics.reconciliation, task_key, sealed.decision_json, audit.headers), audit
+    prior = d.prior.decision_id if d.prior is not None else None
+    return dead_letter(
+        topics.dead_letter, record_key, value, headers, d.decision_id, d.reason, d.detail, d.source, d.outcome, prior, proof[1:], max_payload_bytes
+    ), audit
+
+
+def dead_letter(
+    topic: str,
+    record_key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes]],
+    decision_id: str,
+    reason: str,
+    detail: str,
+    source: Coordinates,
+    outcome: str = Outcome.REJECT,
+    prior_decision_id: str | None = None,
+    proof: Sequence[tuple[str, bytes]] = (),
+    max_payload_bytes: int | None = None,
+) -> Output:
+    """The original value and headers untouched, followed by why."""
     extra = [
-        (HEADER_OUTCOME, d.outcome.encode()),
-        (HEADER_REASON, d.reason.encode()),
-        (HEADER_DETAIL, d.detail.encode()[:MAX_DETAIL_BYTES]),
-        (HEADER_SOURCE, f"{d.source.topic}/{d.source.partition}/{d.source.offset}".encode()),
+        (HEADER_DECISION_ID, decision_id.encode()),
+        (HEADER_OUTCOME, outcome.encode()),
+        (HEADER_REASON, reason.encode()),
+        (HEADER_DETAIL, detail.encode()[:MAX_DETAIL_BYTES]),
+        (HEADER_SOURCE, f"{source.topic}/{source.partition}/{source.offset}".encode()),
     ]
-    if d.prior is not None:
-        extra.append((HEADER_PRIOR, d.prior.decision_id.encode()))
-    if value is not None and len(value) > max_payload_bytes:
+    if prior_decision_id is not None:
+        extra.append((HEADER_PRIOR, prior_decision_id.encode()))
+    if value is not None and max_payload_bytes is not None and len(value) > max_payload_bytes:
         # Too big to re-produce safely: point at the original (still in the
         # input topic at busguard-source) and identify it by hash instead.
         extra += [(HEADER_ORIGINAL_LENGTH, str(len(value)).encode()), (HEADER_ORIGINAL_SHA256, hashlib.sha256(value).hexdigest().encode())]
         value = None
-    return Output(topics.dead_letter, record_key, value, [*headers, *extra, *proof]), audit
+    return Output(topic, record_key, value, [*headers, *extra, *proof])

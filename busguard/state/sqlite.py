@@ -8,7 +8,7 @@ FULL by default: a committed batch survives a power loss, not just `kill -9`.
 Rows are msgpack-encoded msgspec Structs, so a decision read back after a
 crash re-encodes to exactly the bytes that were first emitted.
 
-Layout (schema version 1; every key is `_k(parts…)`):
+Layout (schema version 1; every key is `key(parts…)`):
     meta(k, v)                                   created_at_ms, schema
     decisions(k=topic,partition,offset) -> body, exp   every decision, by source coordinates
     nonces(k=scope,nonce) -> exp                 recorded after signatures verify
@@ -21,7 +21,6 @@ index (which exists for `expire`).
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -31,9 +30,9 @@ import msgspec
 from busguard.admission.batch import BatchState, KeySet, Snapshot, SourceKey, source_key
 from busguard.admission.types import Coordinates, Decision, TaskEntry
 from busguard.admission.window import WindowState
+from busguard.state.sqlitedb import connect, key, select_in, transaction
 
 SCHEMA_VERSION: Final = 1
-_CHUNK: Final = 300  # rows per IN (...) lookup; far below SQLite's variable limit
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID;
@@ -48,15 +47,6 @@ CREATE INDEX IF NOT EXISTS tasks_exp ON tasks(exp);
 """
 
 
-def _k(*parts: object) -> str:
-    """One text key from several parts, unambiguous whatever the parts contain
-    (each but the last is length-prefixed). Single-column keys let
-    `k IN (?, ?, …)` use the primary key; SQLite plans row-value IN lists as
-    scans."""
-    *head, last = (str(p) for p in parts)
-    return "".join(f"{len(p)}:{p}\x00" for p in head) + last
-
-
 _decision_codec = msgspec.msgpack.Decoder(Decision)
 _task_codec = msgspec.msgpack.Decoder(TaskEntry)
 _encode = msgspec.msgpack.Encoder().encode
@@ -64,11 +54,6 @@ _encode = msgspec.msgpack.Encoder().encode
 
 def _bitmap_bytes(bitmap: int) -> bytes:
     return bitmap.to_bytes((bitmap.bit_length() + 7) // 8 or 1, "big")
-
-
-def _chunks(items: Sequence[Any]) -> Iterable[Sequence[Any]]:
-    for i in range(0, len(items), _CHUNK):
-        yield items[i : i + _CHUNK]
 
 
 class SqliteStore:
@@ -83,29 +68,23 @@ class SqliteStore:
         busy_timeout_ms: int = 30_000,
     ) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.task_retention_ms = task_retention_ms
         self.decision_retention_ms = decision_retention_ms
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(f"PRAGMA synchronous={synchronous}")
-        self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-        self._db.execute("BEGIN IMMEDIATE")
+        self._db = connect(self.path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms)
         try:
-            for statement in filter(str.strip, _SCHEMA.split(";")):
-                self._db.execute(statement)
-            row = self._db.execute("SELECT v FROM meta WHERE k='created_at_ms'").fetchone()
-            if row is None:
-                self._db.execute("INSERT INTO meta VALUES('created_at_ms', ?), ('schema', ?)", (str(now_ms), str(SCHEMA_VERSION)))
-                self._created_at = now_ms
-            else:
-                self._created_at = int(row[0])
-                schema = self._db.execute("SELECT v FROM meta WHERE k='schema'").fetchone()
-                if schema is None or int(schema[0]) != SCHEMA_VERSION:
-                    raise RuntimeError(f"{self.path}: state schema {schema and schema[0]} is not {SCHEMA_VERSION}")
-            self._db.execute("COMMIT")
+            with transaction(self._db) as db:
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    db.execute(statement)
+                row = db.execute("SELECT v FROM meta WHERE k='created_at_ms'").fetchone()
+                if row is None:
+                    db.execute("INSERT INTO meta VALUES('created_at_ms', ?), ('schema', ?)", (str(now_ms), str(SCHEMA_VERSION)))
+                    self._created_at = now_ms
+                else:
+                    self._created_at = int(row[0])
+                    schema = db.execute("SELECT v FROM meta WHERE k='schema'").fetchone()
+                    if schema is None or int(schema[0]) != SCHEMA_VERSION:
+                        raise RuntimeError(f"{self.path}: state schema {schema and schema[0]} is not {SCHEMA_VERSION}")
         except BaseException:
-            self._db.execute("ROLLBACK")
             self._db.close()
             raise
 
@@ -114,33 +93,26 @@ class SqliteStore:
         return self._created_at
 
     def run_batch(self, keys: KeySet, now_ms: int, fn: Callable[[Snapshot], BatchState]) -> BatchState:
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with transaction(self._db):
             state = fn(self._load(keys, now_ms))
             self._write(state, now_ms)
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
         return state
 
     def _select(self, sql: str, keys: Sequence[str], now_ms: int) -> Iterable[tuple[Any, ...]]:
-        for chunk in _chunks(keys):
-            yield from self._db.execute(sql.format(",".join("?" * len(chunk))), (now_ms, *chunk))
+        return select_in(self._db, sql, keys, now_ms)
 
     def _load(self, keys: KeySet, now_ms: int) -> Snapshot:
         snap = Snapshot(created_at=self._created_at)
-        for (body,) in self._select("SELECT body FROM decisions WHERE +exp > ? AND k IN ({})", [_k(*s) for s in keys.sources], now_ms):
+        for (body,) in self._select("SELECT body FROM decisions WHERE +exp > ? AND k IN ({})", [key(*s) for s in keys.sources], now_ms):
             d = _decision_codec.decode(body)
             snap.decisions[source_key(d.source)] = d
-        by_key = {_k(*n): n for n in keys.nonces}
+        by_key = {key(*n): n for n in keys.nonces}
         for (k,) in self._select("SELECT k FROM nonces WHERE +exp > ? AND k IN ({})", list(by_key), now_ms):
             snap.nonces.add(by_key[k])
-        by_key = {_k(*w): w for w in keys.windows}
+        by_key = {key(*w): w for w in keys.windows}
         for k, top, bitmap in self._select("SELECT k, top, bitmap FROM windows WHERE +exp > ? AND k IN ({})", list(by_key), now_ms):
             snap.windows[by_key[k]] = WindowState(top, int.from_bytes(bitmap, "big"))
-        for (body,) in self._select("SELECT body FROM tasks WHERE +exp > ? AND k IN ({})", [_k(*t) for t in keys.tasks], now_ms):
+        for (body,) in self._select("SELECT body FROM tasks WHERE +exp > ? AND k IN ({})", [key(*t) for t in keys.tasks], now_ms):
             t = _task_codec.decode(body)
             snap.tasks[(t.kind, t.task_id)] = t
         return snap
@@ -149,37 +121,30 @@ class SqliteStore:
         db = self._db
         db.executemany(
             "INSERT OR REPLACE INTO decisions VALUES (?,?,?)",
-            [(_k(*k), _encode(d), d.decided_at + self.decision_retention_ms) for k, d in state.new_decisions.items()],
+            [(key(*k), _encode(d), d.decided_at + self.decision_retention_ms) for k, d in state.new_decisions.items()],
         )
-        db.executemany("INSERT OR REPLACE INTO nonces VALUES (?,?)", [(_k(n.scope, n.nonce), n.expires_at) for n in state.nonces.values()])
+        db.executemany("INSERT OR REPLACE INTO nonces VALUES (?,?)", [(key(n.scope, n.nonce), n.expires_at) for n in state.nonces.values()])
         db.executemany(
             "INSERT OR REPLACE INTO windows VALUES (?,?,?,?)",
-            [(_k(w.principal, w.session_id), w.top, _bitmap_bytes(w.bitmap), w.expires_at) for w in state.windows.values()],
+            [(key(w.principal, w.session_id), w.top, _bitmap_bytes(w.bitmap), w.expires_at) for w in state.windows.values()],
         )
         # Insert-only, except over an expired row: the first admission stays the witness.
         db.executemany(
             "INSERT INTO tasks VALUES (?,?,?) ON CONFLICT(k) DO UPDATE SET body=excluded.body, exp=excluded.exp WHERE tasks.exp <= ?",
-            [(_k(t.kind, t.task_id), _encode(t), t.admitted_at + self.task_retention_ms, now_ms) for t in state.tasks.values()],
+            [(key(t.kind, t.task_id), _encode(t), t.admitted_at + self.task_retention_ms, now_ms) for t in state.tasks.values()],
         )
 
     def decision_at(self, source: Coordinates) -> Decision | None:
-        row = self._db.execute("SELECT body FROM decisions WHERE k=?", (_k(*source_key(source)),)).fetchone()
+        row = self._db.execute("SELECT body FROM decisions WHERE k=?", (key(*source_key(source)),)).fetchone()
         return None if row is None else _decision_codec.decode(row[0])
 
     def task(self, kind: str, task_id: str, now_ms: int) -> TaskEntry | None:
-        row = self._db.execute("SELECT body FROM tasks WHERE k=? AND exp > ?", (_k(kind, task_id), now_ms)).fetchone()
+        row = self._db.execute("SELECT body FROM tasks WHERE k=? AND exp > ?", (key(kind, task_id), now_ms)).fetchone()
         return None if row is None else _task_codec.decode(row[0])
 
     def expire(self, now_ms: int) -> int:
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            removed = sum(db.execute(f"DELETE FROM {t} WHERE exp <= ?", (now_ms,)).rowcount for t in ("decisions", "nonces", "windows", "tasks"))
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        return removed
+        with transaction(self._db) as db:
+            return sum(db.execute(f"DELETE FROM {t} WHERE exp <= ?", (now_ms,)).rowcount for t in ("decisions", "nonces", "windows", "tasks"))
 
     def counts(self) -> dict[str, int]:
         return {t: self._db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("decisions", "nonces", "windows", "tasks")}

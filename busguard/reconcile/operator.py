@@ -1,0 +1,105 @@
+"""`busguard escalations resolve`: an operator's decision, delivered like any other input.
+
+The command is sealed with the deployment's key and produced to the
+reconciliation topic under the escalation's own key, so it lands in the
+same partition, after the escalation, and the reconciler applies it exactly
+once with the same crash-safe protocol. The operator's tool never writes
+to the audit log itself: the reconciler does, so automatic and manual
+resolutions are audited the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+import msgspec
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from busguard.config import Config
+from busguard.errors import ConfigError
+from busguard.protocol.attestation import HEADER_DECISION_ID, HEADER_SEAL
+from busguard.protocol.envelope import b64url_encode
+from busguard.protocol.keyfile import read_key
+from busguard.protocol.signing import sign
+from busguard.reconcile.records import COMMAND_CONTEXT, HEADER_COMMAND, ResolveCommand, Resolution, ResolvedAs, audit_decoder
+
+
+async def _find_key(cfg: Config, topic: str, record_id: str, idle_ms: int = 1500) -> bytes | None:
+    """The Kafka key of the record on `topic` whose decision id is `record_id`."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=cfg.kafka.bootstrap_servers, enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        parts = consumer.partitions_for_topic(topic) or set()
+        if not parts:
+            await consumer._client.force_metadata_update()
+            parts = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in parts]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        wanted = record_id.encode()
+        while True:
+            batch = await consumer.getmany(timeout_ms=idle_ms)
+            if not batch:
+                return None
+            for recs in batch.values():
+                for r in recs:
+                    if (HEADER_DECISION_ID, wanted) in list(r.headers):
+                        return r.key  # type: ignore[no-any-return]
+    finally:
+        await consumer.stop()
+
+
+async def _wait_for_resolution(cfg: Config, escalation_id: str, deadline: float) -> Resolution | None:
+    consumer = AIOKafkaConsumer(bootstrap_servers=cfg.kafka.bootstrap_servers, enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        await consumer._client.force_metadata_update()
+        tps = [TopicPartition(cfg.topics.audit, p) for p in consumer.partitions_for_topic(cfg.topics.audit) or ()]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        while time.monotonic() < deadline:
+            for recs in (await consumer.getmany(timeout_ms=500)).values():
+                for r in recs:
+                    try:
+                        rec = audit_decoder.decode(r.value)
+                    except msgspec.MsgspecError:
+                        continue
+                    if isinstance(rec, Resolution) and rec.escalation_id == escalation_id and rec.stage == "final":
+                        return rec
+        return None
+    finally:
+        await consumer.stop()
+
+
+def resolve(cfg: Config, escalation_id: str, resolve_as: ResolvedAs, note: str, operator: str, *, wait_s: float = 30.0) -> int:
+    identity = read_key(cfg.path(cfg.keys.guard_key))
+
+    async def main() -> int:
+        key = await _find_key(cfg, cfg.topics.reconciliation, escalation_id)
+        if key is None:
+            raise ConfigError(cfg.topics.reconciliation, "escalation_id", escalation_id, "the decision id of an escalation on the reconciliation topic")
+        command = ResolveCommand(escalation_id=escalation_id, resolve_as=resolve_as, operator=operator, note=note, issued_at=time.time_ns() // 1_000_000)
+        body = msgspec.json.encode(command)
+        headers = [(HEADER_COMMAND, b"resolve"), (HEADER_SEAL, b64url_encode(sign(identity.seed, COMMAND_CONTEXT + body)).encode())]
+        producer = AIOKafkaProducer(bootstrap_servers=cfg.kafka.bootstrap_servers, enable_idempotence=cfg.kafka.idempotence, acks="all")
+        await producer.start()
+        try:
+            await producer.send_and_wait(cfg.topics.reconciliation, value=body, key=key, headers=headers)
+        finally:
+            await producer.stop()
+        print(f"resolve command for {escalation_id} sent ({resolve_as}, by operator:{operator})")
+        if wait_s <= 0:
+            return 0
+        final = await _wait_for_resolution(cfg, escalation_id, time.monotonic() + wait_s)
+        if final is None:
+            print(f"no final resolution seen within {wait_s:.0f}s; is `busguard reconcile` running?", file=sys.stderr)
+            return 1
+        print(msgspec.json.format(msgspec.json.encode(final)).decode())
+        if final.by != f"operator:{operator}" or final.resolved_as != resolve_as:
+            print(f"note: the escalation was already resolved as {final.resolved_as} by {final.by}", file=sys.stderr)
+            return 1
+        return 0
+
+    return asyncio.run(main())

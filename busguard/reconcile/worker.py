@@ -1,0 +1,188 @@
+"""`busguard reconcile`: resolve escalations exactly once, in view of the auditor.
+
+A stage of the shared crash-safe loop (runtime/loop.py), consuming the
+reconciliation topic. Inputs are the guard's sealed escalation records and
+operators' sealed resolve commands; anything else, or anything whose seal
+does not verify, is dead-lettered with a reason. Outputs (resolutions on the
+audit topic, replies to senders) are sealed with the deployment's key, like
+the guard's. Several workers may share the load in one consumer group:
+escalations and commands for one task share a key, hence a partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgspec
+import structlog
+
+from busguard.admission.types import Coordinates, Decision, decision_id
+from busguard.config import Config
+from busguard.protocol.attestation import (
+    HEADER_ATTESTATION,
+    HEADER_DECISION_ID,
+    HEADER_OUTCOME,
+    HEADER_REASON,
+    HEADER_SEAL,
+    AttestationError,
+    attest_record,
+    seal,
+    verify_decision_record,
+)
+from busguard.protocol.envelope import b64url_decode_strict
+from busguard.protocol.keyfile import Identity
+from busguard.protocol.signing import verify_signature
+from busguard.reconcile.policy import EscalationState, Item, Rejected, on_command, on_escalation
+from busguard.reconcile.records import COMMAND_CONTEXT, HEADER_COMMAND, Reply, ResolveCommand, Resolution
+from busguard.reconcile.store import Processed, ReconcileStore, States
+from busguard.runtime.faults import Faults
+from busguard.runtime.loop import BatchLoop
+from busguard.runtime.ops import Metrics
+from busguard.runtime.outputs import Output, dead_letter
+
+log = structlog.get_logger(__name__)
+_decision = msgspec.json.Decoder(Decision)
+_command = msgspec.json.Decoder(ResolveCommand)
+_json = msgspec.json.Encoder()
+
+
+class _Parsed(msgspec.Struct, frozen=True):
+    escalation: Decision | None = None
+    command: ResolveCommand | None = None
+    problem: Rejected | None = None
+
+    @property
+    def escalation_id(self) -> str | None:
+        if self.escalation is not None:
+            return self.escalation.decision_id
+        return self.command.escalation_id if self.command is not None else None
+
+
+def parse(value: bytes | None, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes) -> _Parsed:
+    """Authenticate and decode one reconciliation-topic record."""
+    if value is None:
+        return _Parsed(problem=Rejected("missing_field", "null value"))
+    if any(k == HEADER_COMMAND for k, _ in headers):
+        seals = [v for k, v in headers if k == HEADER_SEAL]
+        try:
+            ok = len(seals) == 1 and verify_signature(guard_public_key, COMMAND_CONTEXT + value, b64url_decode_strict(seals[0], 64))
+        except ValueError:
+            ok = False
+        if not ok:
+            return _Parsed(problem=Rejected("bad_seal", "resolve command is not sealed with the deployment's key"))
+        try:
+            return _Parsed(command=_command.decode(value))
+        except msgspec.MsgspecError as exc:
+            return _Parsed(problem=Rejected("wrong_type", f"resolve command: {exc}"))
+    try:
+        verify_decision_record(value, headers, guard_public_key)
+    except AttestationError as exc:
+        return _Parsed(problem=Rejected("bad_seal", str(exc)))
+    try:
+        return _Parsed(escalation=_decision.decode(value))
+    except msgspec.MsgspecError as exc:
+        return _Parsed(problem=Rejected("wrong_type", f"escalation record: {exc}"))
+
+
+class Reconciler:
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        identity: Identity,
+        store: ReconcileStore,
+        metrics: Metrics | None = None,
+        clock_ms: Callable[[], int] | None = None,
+        faults: Faults | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.identity = identity
+        self.store = store
+        self.metrics = metrics or Metrics(role="reconcile")
+        self.clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
+        self.namespace = f"reconcile:{cfg.reconcile.group_id}"
+        self.loop = BatchLoop(
+            cfg,
+            self,
+            topics=[cfg.topics.reconciliation],
+            group_id=cfg.reconcile.group_id,
+            role="reconciler",
+            metrics=self.metrics,
+            faults=faults,
+        )
+
+    def request_stop(self) -> None:
+        self.loop.request_stop()
+
+    async def run(self) -> None:
+        await self.loop.run()
+
+    async def housekeeping(self) -> None:
+        pass
+
+    async def process(self, records: Sequence[Any]) -> list[Output]:
+        parsed = [parse(r.value, list(r.headers), self.identity.public_key) for r in records]
+        now = self.clock_ms()
+        sources = [(r.topic, r.partition, r.offset) for r in records]
+        ids = {p.escalation_id for p in parsed if p.escalation_id is not None}
+
+        def decide(done: Processed, states: States) -> tuple[Processed, States]:
+            new: Processed = {}
+            changed: States = {}
+            for record, p, src in zip(records, parsed, sources, strict=True):
+                if src in done or src in new:  # re-delivered: re-emit what was persisted
+                    continue
+                items, state = self._judge(p, states, Coordinates(topic=src[0], partition=src[1], offset=src[2]), now)
+                if state is not None:
+                    states[state.escalation.decision_id] = changed[state.escalation.decision_id] = state
+                new[src] = self._outputs(items, record, p)
+            return new, changed
+
+        by_source = await asyncio.to_thread(self.store.run_batch, sources, ids, decide)
+        outputs = [o for src in sources for o in by_source[src]]
+        for o in outputs:
+            reason = dict(o.headers).get(HEADER_REASON, b"").decode()
+            self.metrics.decisions.labels(dict(o.headers).get(HEADER_OUTCOME, b"").decode(), reason).inc()
+        return outputs
+
+    def _judge(self, p: _Parsed, states: States, source: Coordinates, now: int) -> tuple[list[Item], EscalationState | None]:
+        auto = self.cfg.reconcile.auto_resolve_retransmissions
+        if p.problem is not None:
+            return [p.problem], None
+        if p.escalation is not None:
+            return on_escalation(p.escalation, states.get(p.escalation.decision_id), source, now, auto)
+        assert p.command is not None
+        return on_command(p.command, states.get(p.command.escalation_id), source, now)
+
+    def _outputs(self, items: list[Item], record: Any, p: _Parsed) -> list[Output]:
+        out: list[Output] = []
+        source = Coordinates(topic=record.topic, partition=record.partition, offset=record.offset)
+        for item in items:
+            if isinstance(item, Resolution):
+                body = _json.encode(item)
+                outcome = "resolved" if item.stage == "final" else "held"
+                reason = item.resolved_as or (p.escalation.reason if p.escalation else "held")
+                out.append(self._sealed(self.cfg.topics.audit, (item.task_id or item.escalation_id).encode(), body, item.resolution_id, outcome, reason, item.receipt_id, source, item.resolved_at))
+                log.info("resolution", resolution_id=item.resolution_id, escalation_id=item.escalation_id, stage=item.stage, resolved_as=item.resolved_as, by=item.by, task_id=item.task_id)
+            elif isinstance(item, Reply):
+                body = _json.encode(item)
+                out.append(self._sealed(self.cfg.topics.replies, item.to.encode(), body, item.resolution_id, "reply", "retransmission", item.admission.receipt_id, source, item.admission.admitted_at))
+            else:
+                did = decision_id(self.namespace, source)
+                out.append(dead_letter(self.cfg.topics.dead_letter, record.key, record.value, list(record.headers), did, item.reason, item.detail, source))
+                log.warning("reconciliation input dead-lettered", reason=item.reason, detail=item.detail, topic=source.topic, partition=source.partition, offset=source.offset)
+        return out
+
+    def _sealed(self, topic: str, key: bytes, body: bytes, record_id: str, outcome: str, reason: str, receipt_id: str | None, source: Coordinates, at: int) -> Output:
+        att = attest_record(self.identity.agent_id, record_id, outcome, reason, receipt_id, source, at, body)
+        headers = [
+            (HEADER_DECISION_ID, record_id.encode()),
+            (HEADER_ATTESTATION, att),
+            (HEADER_SEAL, seal(self.identity.seed, att)),
+            (HEADER_OUTCOME, outcome.encode()),
+            (HEADER_REASON, reason.encode()),
+        ]
+        return Output(topic, key, body, headers)
