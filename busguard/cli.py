@@ -68,10 +68,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from busguard.runtime.faults import Faults
     from busguard.runtime.guard import Guard
     from busguard.runtime.logs import configure
+    from busguard.runtime.tuning import tune_gc
 
     cfg = load_config(args.config)
     configure(cfg.log.format, cfg.log.level)
     registry, identity, store = _open_runtime(cfg)
+    tune_gc()
 
     async def main() -> None:
         await _ensure_topics(cfg, cfg.input_topics + cfg.output_topics)

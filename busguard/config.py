@@ -42,6 +42,7 @@ class KafkaConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     session_timeout_ms: Positive = 10_000
     heartbeat_interval_ms: Positive = 3_000
     max_poll_interval_ms: Positive = 300_000
+    rebalance_timeout_ms: Positive = 60_000
     request_timeout_ms: Positive = 40_000
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
     create_topics: bool = False
@@ -227,5 +228,7 @@ def validate(cfg: Config) -> None:
     loops = set(cfg.input_topics) & set(cfg.output_topics)
     if loops:
         raise ConfigError(f, "routes", sorted(loops), "an input topic cannot also be an output topic (busguard would consume its own output)")
+    if cfg.kafka.rebalance_timeout_ms <= cfg.batch.revoke_budget_ms:
+        raise ConfigError(f, "kafka.rebalance_timeout_ms", cfg.kafka.rebalance_timeout_ms, f"more than batch.revoke_budget_ms ({cfg.batch.revoke_budget_ms})")
     if cfg.kafka.heartbeat_interval_ms >= cfg.kafka.session_timeout_ms:
         raise ConfigError(f, "kafka.heartbeat_interval_ms", cfg.kafka.heartbeat_interval_ms, "less than kafka.session_timeout_ms")

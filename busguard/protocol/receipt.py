@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Final
+from typing import Annotated, Final
 
 import msgspec
 
@@ -34,7 +34,6 @@ MAX_KEY_ID_CHARS: Final = 128
 MAX_AGENT_ID_CHARS: Final = 512
 MAX_SEQUENCE: Final = 2**63 - 1
 
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 # Every JSON string, keys and values alike. Scanning all strings (not just
 # keys) keeps the scan aligned on real string boundaries whatever the values
 # contain; the second group is ":" for the ones that are keys.
@@ -42,20 +41,45 @@ _JSON_STRING = re.compile(rb'"([^"\\]*(?:\\.[^"\\]*)*)"\s*(:?)', re.DOTALL)
 _REQUIRED_FIELDS = 8
 
 
+_TaskId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TASK_ID_CHARS)]
+_AgentId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_AGENT_ID_CHARS)]
+_Sha256Hex = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+_SessionId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
+_Sequence = Annotated[int, msgspec.Meta(ge=0, le=MAX_SEQUENCE)]
+_KeyId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_KEY_ID_CHARS)]
+
+
 class Receipt(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """What a sender attests to. Field order here is the canonical emit order."""
+    """What a sender attests to. Field order here is the canonical emit order.
+
+    Shape constraints live in the type so msgspec checks them while parsing
+    (in C, on the hot path); `_CONSTRAINT_REASONS` maps a violation of each
+    to its reason code. Nonce and timestamp grammar are checked by admission.
+    """
 
     v: int
     kind: str
-    task_id: str
-    sender: str
-    receiver: str
-    payload_hash: str
+    task_id: _TaskId
+    sender: _AgentId
+    receiver: _AgentId
+    payload_hash: _Sha256Hex
     nonce: str
     issued_at: str
-    session_id: str | None = None
-    sequence: int | None = None
-    key_id: str | None = None
+    session_id: _SessionId | None = None
+    sequence: _Sequence | None = None
+    key_id: _KeyId | None = None
+
+
+_CONSTRAINT_REASONS: Final = {
+    "$.task_id": Reason.MALFORMED_FIELD,
+    "$.payload_hash": Reason.MALFORMED_FIELD,
+    "$.key_id": Reason.MALFORMED_FIELD,
+    "$.sender": Reason.MALFORMED_AGENT_ID,
+    "$.receiver": Reason.MALFORMED_AGENT_ID,
+    "$.session_id": Reason.MALFORMED_SESSION,
+    "$.sequence": Reason.MALFORMED_SESSION,
+}
+_TYPE_ERROR = re.compile(r"Expected `[^`]+`, got `")
 
 
 _decoder: Final = msgspec.json.Decoder(Receipt)
@@ -128,6 +152,9 @@ def _validation_reason(message: str) -> Reason:
         return Reason.UNKNOWN_FIELD
     if message.startswith("Object missing required field"):
         return Reason.MISSING_FIELD
+    if _TYPE_ERROR.match(message) is None:  # a value of the right type breaking a constraint
+        path = message.rpartition(" - at `")[2].rstrip("`")
+        return _CONSTRAINT_REASONS.get(path, Reason.WRONG_TYPE)
     return Reason.WRONG_TYPE
 
 
@@ -153,25 +180,6 @@ def decode_receipt(raw: bytes) -> Receipt:
         raise ReceiptError(Reason.DUPLICATE_KEY, f"key {dup!r} appears more than once in the signed receipt")
     if receipt.v != RECEIPT_VERSION:
         raise ReceiptError(Reason.UNSUPPORTED_VERSION, f"v={receipt.v!r}; only {RECEIPT_VERSION} is supported")
-    _check_shapes(receipt)
-    return receipt
-
-
-def _check_shapes(r: Receipt) -> None:
-    if not (1 <= len(r.task_id) <= MAX_TASK_ID_CHARS):
-        raise ReceiptError(Reason.MALFORMED_FIELD, f"task_id must be 1..{MAX_TASK_ID_CHARS} characters, got {len(r.task_id)}")
-    for name in ("sender", "receiver"):
-        value: str = getattr(r, name)
-        if not (1 <= len(value) <= MAX_AGENT_ID_CHARS):
-            raise ReceiptError(Reason.MALFORMED_AGENT_ID, f"{name} must be 1..{MAX_AGENT_ID_CHARS} characters, got {len(value)}")
-    if _HEX64.fullmatch(r.payload_hash) is None:
-        raise ReceiptError(Reason.MALFORMED_FIELD, f"payload_hash {r.payload_hash[:80]!r} is not 64 lowercase hex digits (SHA-256)")
-    if r.key_id is not None and not (1 <= len(r.key_id) <= MAX_KEY_ID_CHARS):
-        raise ReceiptError(Reason.MALFORMED_FIELD, f"key_id must be 1..{MAX_KEY_ID_CHARS} characters")
-    if (r.session_id is None) != (r.sequence is None):
+    if (receipt.session_id is None) != (receipt.sequence is None):
         raise ReceiptError(Reason.MALFORMED_SESSION, "session_id and sequence must be given together or not at all")
-    if r.session_id is not None and r.sequence is not None:
-        if not (1 <= len(r.session_id) <= MAX_SESSION_ID_CHARS):
-            raise ReceiptError(Reason.MALFORMED_SESSION, f"session_id must be 1..{MAX_SESSION_ID_CHARS} characters")
-        if not (0 <= r.sequence <= MAX_SEQUENCE):
-            raise ReceiptError(Reason.MALFORMED_SESSION, f"sequence {r.sequence} outside 0..2^63-1")
+    return receipt

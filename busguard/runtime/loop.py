@@ -124,6 +124,9 @@ class BatchLoop:
             session_timeout_ms=k.session_timeout_ms,
             heartbeat_interval_ms=k.heartbeat_interval_ms,
             max_poll_interval_ms=k.max_poll_interval_ms,
+            # aiokafka defaults this to session_timeout_ms; a rebalance must be
+            # allowed to wait for the in-flight batch (revoke_budget_ms).
+            rebalance_timeout_ms=k.rebalance_timeout_ms,
             request_timeout_ms=k.request_timeout_ms,
             max_partition_fetch_bytes=max(1_048_576, self.cfg.batch.max_payload_bytes + 262_144),
             fetch_max_bytes=52_428_800,

@@ -93,8 +93,8 @@ async def make_setup(
 bootstrap_servers = "{bootstrap}"
 group_id = "guard-{tag}"
 idempotence = false
-session_timeout_ms = 6000
-heartbeat_interval_ms = 500
+session_timeout_ms = 3000
+heartbeat_interval_ms = 300
 [[routes]]
 name = "handoffs"
 inputs = ["{t['handoffs']}"]
