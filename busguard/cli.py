@@ -278,7 +278,19 @@ def build_parser() -> argparse.ArgumentParser:
         """)
     sp.add_argument("--dir", help="working directory to keep (default: a temporary one)")
 
-    esc = sub.add_parser("escalations", help="List, show and resolve escalations.", description="List, show and resolve escalations.")
+    esc = sub.add_parser(
+        "escalations",
+        help="List, show and resolve escalations.",
+        description="List, show and resolve escalations.",
+        epilog=_examples(
+            """
+            busguard escalations list --config configs/busguard.toml
+            busguard escalations show 3f2a... --config configs/busguard.toml
+            busguard escalations resolve 3f2a... --as retransmission --note "one execution" --config configs/busguard.toml
+            """
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     esc_sub = esc.add_subparsers(dest="escalations_command", required=True, metavar="ACTION")
 
     def add_esc(name: str, fn: Callable[[argparse.Namespace], int], help: str, examples: str) -> argparse.ArgumentParser:

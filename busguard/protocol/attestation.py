@@ -124,12 +124,17 @@ def verify_admitted(value: bytes, headers: Sequence[tuple[str, bytes]], guard_pu
     """For downstream agents: prove a record was admitted by busguard.
 
     Checks the guard's seal, that the outcome is `forward`, that the
-    attestation names the receipt in this record, and that the payload is the
-    one the receipt hashed. Raises AttestationError otherwise.
+    `busguard-decision-id` header (what consumers dedupe on) is the attested
+    one, that the attestation names the receipt in this record, and that the
+    payload is the one the receipt hashed. Raises AttestationError otherwise.
     """
     att = open_attestation(headers, guard_public_key)
     if att.outcome != "forward":
         raise AttestationError(f"outcome is {att.outcome!r}, not 'forward'")
+    ids = [v for k, v in headers if k == HEADER_DECISION_ID]
+    if ids != [att.decision_id.encode()]:
+        # consumers dedupe on this header, so it must be the attested one
+        raise AttestationError("busguard-decision-id is missing, repeated, or not the attested decision id")
     receipts = [v for k, v in headers if k == HEADER_RECEIPT]
     if len(receipts) != 1:
         raise AttestationError("exactly one busguard-receipt header is required")

@@ -1,0 +1,539 @@
+"""Task lineage rebuilt from the audit log alone, and the invariants it must satisfy. Pure.
+
+No I/O, no clock: the reader (busguard.audit.reader) verifies each record's
+seal and feeds the result in; `Ledger.report()` is a pure function of what was
+fed, and does not depend on the order records arrived in nor on how often an
+identical record was fed (re-emissions after a crash are byte-identical
+copies and count once). Where two different records claim one id (a
+violation), the one with the smallest SHA-256 is used for the lineage, so the
+choice is order-independent too.
+
+The ledger is a msgspec Struct, so `--checkpoint` can save it and resume. It
+keeps a compact fact per decision id (ids, outcome, task, nonce, receipt ids,
+links, source coordinates and the SHA-256 of the record), never the record
+bytes: `busguard escalations show` re-reads the log for the receipts.
+
+Violation codes (stable; the invariant of the audit issue each one breaks):
+
+| code | inv. | meaning |
+| --- | --- | --- |
+| `multiple_forwards` | 1 | a (kind, task_id) has more than one distinct `forward` decision id |
+| `missing_witness` | 1 | a handoff task has a non-reject decision but no `forward` decision |
+| `prior_mismatch` | 1 | a duplicate/escalation names a prior admission that is not the task's witness |
+| `unknown_escalation` | 2 | a resolution settles an id that is not an `escalate` decision in the log |
+| `duplicate_resolution` | 2 | two final resolution ids, or two different final records, for one escalation |
+| `bad_resolution_id` | 2 | a resolution id is not `resolution_id(escalation_id, stage)` |
+| `resolution_mismatch` | 2 | a resolution names another task, receipt, prior or link than its escalation |
+| `forwarded_without_decision` | 3 | a downstream record's decision id has no `forward` decision in the log |
+| `forwarded_unattested` | 3 | a downstream record's attestation does not verify with the guard key |
+| `forwarded_wrong_topic` | 3 | a forwarded record is on another route's downstream topic |
+| `forwarded_mismatch` | 3 | a downstream attestation is bound to another record than the audit log's |
+| `nonce_reused` | 4 | one (scope, nonce) has two `forward` decisions |
+| `forged_record` | 5 | an audit record's seal does not verify: excluded from the lineage |
+| `unreadable_record` | 5 | a sealed audit record is not a decision or resolution: excluded |
+| `conflicting_reemission` | 3P | two different audit records with one decision (or resolution) id |
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from typing import Final, Literal, TypeVar
+
+import msgspec
+
+from busguard.admission.types import Coordinates, Decision
+from busguard.reconcile.records import Resolution, Stage, resolution_id
+
+LEDGER_VERSION: Final = 1
+
+#: code -> invariant number (1-5 as in the issue; 0 for "decide once, re-emit identically").
+INVARIANTS: Final[dict[str, int]] = {
+    "multiple_forwards": 1,
+    "missing_witness": 1,
+    "prior_mismatch": 1,
+    "unknown_escalation": 2,
+    "duplicate_resolution": 2,
+    "bad_resolution_id": 2,
+    "resolution_mismatch": 2,
+    "forwarded_without_decision": 3,
+    "forwarded_unattested": 3,
+    "forwarded_wrong_topic": 3,
+    "forwarded_mismatch": 3,
+    "nonce_reused": 4,
+    "forged_record": 5,
+    "unreadable_record": 5,
+    "conflicting_reemission": 0,
+}
+
+EscalationState = Literal["pending", "held", "resolved"]
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# -- ledger state (what a checkpoint holds) -----------------------------------
+
+
+class DecisionFact(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """The part of a decision the invariants need (no receipt bytes)."""
+
+    decision_id: str
+    sha256: str
+    outcome: str
+    reason: str
+    source: Coordinates
+    kind: str | None = None
+    task_id: str | None = None
+    principal: str | None = None
+    nonce: str | None = None
+    receipt_id: str | None = None
+    supersedes: str | None = None
+    prior_decision_id: str | None = None
+    prior_receipt_id: str | None = None
+
+
+class ResolutionFact(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    resolution_id: str
+    sha256: str
+    escalation_id: str
+    stage: Stage
+    resolved_as: str | None = None
+    by: str = ""
+    kind: str | None = None
+    task_id: str | None = None
+    receipt_id: str | None = None
+    supersedes: str | None = None
+    prior_decision_id: str | None = None
+
+
+class BadRecord(msgspec.Struct, kw_only=True, array_like=True):
+    """An audit record excluded from the lineage: unsealed/forged or unreadable."""
+
+    sealed: bool
+    claimed_id: str | None
+    reasons: list[str] = msgspec.field(default_factory=list)
+
+
+class Downstream(msgspec.Struct, kw_only=True, array_like=True):
+    """What was seen on one downstream topic for one decision id."""
+
+    attested: bool = False  # at least one copy verified
+    unattested: bool = False  # at least one copy did not
+    decision_sha256: list[str] = msgspec.field(default_factory=list)
+
+
+class Ledger(msgspec.Struct, kw_only=True):
+    """Everything learned from the log so far. Feed it, then call `report()`.
+
+    `routes` maps each input topic to its downstream topic (for the
+    wrong-topic check; empty disables it). `nonce_scope` is the guard's
+    `[admission] nonce_scope`.
+    """
+
+    v: int = LEDGER_VERSION
+    nonce_scope: Literal["global", "principal"] = "global"
+    routes: dict[str, str] = msgspec.field(default_factory=dict)
+    decisions: dict[str, DecisionFact] = msgspec.field(default_factory=dict)
+    decision_variants: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    resolutions: dict[str, ResolutionFact] = msgspec.field(default_factory=dict)
+    resolution_variants: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    bad_records: dict[str, BadRecord] = msgspec.field(default_factory=dict)
+    forwarded: dict[str, dict[str, Downstream]] = msgspec.field(default_factory=dict)
+
+    # -- feeding ------------------------------------------------------------
+
+    def add_decision(self, raw_value: bytes, decision: Decision, verified: bool, why: str = "") -> None:
+        """One audit record holding a guard decision; `verified` = its seal
+        verified and is bound to these bytes (`verify_decision_record`)."""
+        sha = sha256_hex(raw_value)
+        if not verified:
+            self._bad(sha, False, decision.decision_id, why or "the seal does not verify with the guard key")
+            return
+        prior = decision.prior
+        fact = DecisionFact(
+            decision_id=decision.decision_id,
+            sha256=sha,
+            outcome=decision.outcome,
+            reason=decision.reason,
+            source=decision.source,
+            kind=decision.kind,
+            task_id=decision.task_id,
+            principal=decision.principal,
+            nonce=decision.nonce,
+            receipt_id=decision.receipt_id,
+            supersedes=decision.supersedes,
+            prior_decision_id=prior.decision_id if prior is not None else None,
+            prior_receipt_id=prior.receipt_id if prior is not None else None,
+        )
+        _keep(self.decisions, self.decision_variants, decision.decision_id, sha, fact)
+
+    def add_resolution(self, raw_value: bytes, resolution: Resolution, verified: bool, why: str = "") -> None:
+        """One audit record holding a reconciliation `Resolution`."""
+        sha = sha256_hex(raw_value)
+        if not verified:
+            self._bad(sha, False, resolution.resolution_id, why or "the seal does not verify with the guard key")
+            return
+        r = resolution
+        fact = ResolutionFact(
+            resolution_id=r.resolution_id,
+            sha256=sha,
+            escalation_id=r.escalation_id,
+            stage=r.stage,
+            resolved_as=r.resolved_as,
+            by=r.by,
+            kind=r.kind,
+            task_id=r.task_id,
+            receipt_id=r.receipt_id,
+            supersedes=r.supersedes,
+            prior_decision_id=r.prior_decision_id,
+        )
+        _keep(self.resolutions, self.resolution_variants, r.resolution_id, sha, fact)
+
+    def add_unreadable(self, raw_value: bytes | None, verified: bool, why: str) -> None:
+        """An audit record that is not a decision or a resolution (or has no value)."""
+        self._bad(sha256_hex(raw_value or b""), verified, None, why)
+
+    def add_forwarded(self, topic: str, decision_id: str, attestation_ok: bool, decision_sha256: str | None = None) -> None:
+        """One record on a downstream topic. `decision_id` is its
+        `busguard-decision-id` header ('' when absent); `attestation_ok` that
+        `verify_admitted` passed for it (and named that decision id);
+        `decision_sha256` the attested SHA-256 of its audit record, if known."""
+        seen = self.forwarded.setdefault(decision_id, {}).setdefault(topic, Downstream())
+        if attestation_ok:
+            seen.attested = True
+            if decision_sha256 is not None and decision_sha256 not in seen.decision_sha256:
+                seen.decision_sha256.append(decision_sha256)
+                seen.decision_sha256.sort()
+        else:
+            seen.unattested = True
+
+    def _bad(self, sha: str, sealed: bool, claimed: str | None, why: str) -> None:
+        bad = self.bad_records.get(sha)
+        if bad is None:
+            bad = self.bad_records[sha] = BadRecord(sealed=sealed, claimed_id=claimed)
+        if why not in bad.reasons:
+            bad.reasons.append(why)
+            bad.reasons.sort()
+        if claimed is not None and (bad.claimed_id is None or claimed < bad.claimed_id):
+            bad.claimed_id = claimed
+        bad.sealed = bad.sealed or sealed
+
+    # -- the verdict ----------------------------------------------------------
+
+    def report(self) -> AuditReport:
+        return _Judge(self).run()
+
+
+_F = TypeVar("_F", DecisionFact, ResolutionFact)
+
+
+def _keep(facts: dict[str, _F], variants: dict[str, list[str]], key: str, sha: str, fact: _F) -> None:
+    """Store one fact per id: identical copies count once; of different ones
+    (a violation) the smallest SHA-256 is kept, whatever the arrival order."""
+    current = facts.get(key)
+    if current is None:
+        facts[key] = fact
+        return
+    if current.sha256 == sha:
+        return
+    known = set(variants.get(key, [current.sha256]))
+    known.add(sha)
+    variants[key] = sorted(known)
+    if sha < current.sha256:
+        facts[key] = fact
+
+
+# -- the report ----------------------------------------------------------------
+
+
+class Summary(msgspec.Struct, kw_only=True):
+    records: int  # distinct audit records (identical re-emissions count once)
+    decisions: int  # distinct verified decision ids
+    resolutions: int  # distinct verified resolution ids
+    tasks: int  # distinct (kind, task_id)
+    forwarded: int  # distinct decision ids seen on downstream topics
+    duplicates: int  # decisions with outcome `duplicate`
+    escalations: int  # decisions with outcome `escalate`
+    pending: int  # escalations without a final resolution
+    violations: int
+
+
+class EscalationStatus(msgspec.Struct, kw_only=True):
+    escalation_id: str
+    reason: str
+    receipt_id: str | None
+    supersedes: str | None
+    prior_receipt_id: str | None
+    status: EscalationState
+    resolution_id: str | None = None  # the final one, else the held one
+    resolved_as: str | None = None
+    by: str | None = None
+
+
+class SupersedesLink(msgspec.Struct, kw_only=True):
+    decision_id: str
+    reason: str
+    receipt_id: str | None
+    supersedes: str
+
+
+class TaskLineage(msgspec.Struct, kw_only=True):
+    kind: str
+    task_id: str
+    witness: str | None  # decision id of the (first) forward decision
+    witness_receipt_id: str | None
+    forwards: int  # distinct forward decision ids (more than 1 is a violation)
+    delivered: bool  # the witness was seen, attested, on a downstream topic
+    duplicates: int
+    rejects: int
+    escalations: list[EscalationStatus]
+    supersedes: list[SupersedesLink]
+
+
+class PendingEscalation(msgspec.Struct, kw_only=True):
+    escalation_id: str
+    kind: str | None
+    task_id: str | None
+    reason: str
+    principal: str | None
+    receipt_id: str | None
+    prior_receipt_id: str | None
+    prior_decision_id: str | None
+    supersedes: str | None
+    source: Coordinates
+    held: str | None = None  # the `held` resolution id, if an operator was asked
+
+
+class Violation(msgspec.Struct, kw_only=True):
+    invariant: str
+    detail: str
+    task_id: str | None = None
+    decision_id: str | None = None
+    kind: str | None = None
+
+
+class AuditReport(msgspec.Struct, kw_only=True):
+    ok: bool
+    summary: Summary
+    tasks: list[TaskLineage]
+    pending: list[PendingEscalation]
+    violations: list[Violation]
+
+
+def _distinct(facts: dict[str, _F], variants: dict[str, list[str]]) -> int:
+    """Distinct records behind `facts`: one per id, more for conflicting ids."""
+    return len(facts) + sum(len(v) - 1 for v in variants.values())
+
+
+def _order(f: DecisionFact) -> tuple[str, int, int, str]:
+    return (f.source.topic, f.source.partition, f.source.offset, f.decision_id)
+
+
+class _Judge:
+    """One pass over the ledger's facts; every list it emits is sorted."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.led = ledger
+        self.violations: list[Violation] = []
+
+    def flag(self, code: str, detail: str, *, task: tuple[str | None, str | None] = (None, None), decision_id: str | None = None) -> None:
+        self.violations.append(Violation(invariant=code, detail=detail, kind=task[0], task_id=task[1], decision_id=decision_id))
+
+    def run(self) -> AuditReport:
+        led = self.led
+        by_task: dict[tuple[str, str], list[DecisionFact]] = defaultdict(list)
+        for f in led.decisions.values():
+            if f.kind is not None and f.task_id is not None:
+                by_task[(f.kind, f.task_id)].append(f)
+        finals, helds = self._resolutions()
+        tasks = [self._task(key, sorted(facts, key=_order), finals, helds) for key, facts in sorted(by_task.items())]
+        pending = self._pending(finals, helds)
+        self._nonces()
+        self._forwarded()
+        self._bad_records()
+        self._conflicts()
+        self.violations.sort(key=lambda v: (INVARIANTS.get(v.invariant, 9), v.invariant, v.kind or "", v.task_id or "", v.decision_id or "", v.detail))
+        decisions = led.decisions.values()
+        summary = Summary(
+            records=_distinct(led.decisions, led.decision_variants) + _distinct(led.resolutions, led.resolution_variants) + len(led.bad_records),
+            decisions=len(led.decisions),
+            resolutions=len(led.resolutions),
+            tasks=len(tasks),
+            forwarded=sum(1 for topics in led.forwarded.values() if any(d.attested for d in topics.values())),
+            duplicates=sum(1 for f in decisions if f.outcome == "duplicate"),
+            escalations=sum(1 for f in decisions if f.outcome == "escalate"),
+            pending=len(pending),
+            violations=len(self.violations),
+        )
+        return AuditReport(ok=not self.violations, summary=summary, tasks=tasks, pending=pending, violations=self.violations)
+
+    # invariant 1 (and the table)
+    def _task(
+        self,
+        key: tuple[str, str],
+        facts: list[DecisionFact],
+        finals: dict[str, list[ResolutionFact]],
+        helds: dict[str, list[ResolutionFact]],
+    ) -> TaskLineage:
+        kind, task_id = key
+        forwards = [f for f in facts if f.outcome == "forward"]
+        forward_ids = {f.decision_id for f in forwards}
+        if len(forwards) > 1:
+            ids = ", ".join(f.decision_id for f in forwards)
+            self.flag("multiple_forwards", f"{kind} {task_id!r} was admitted {len(forwards)} times: {ids}", task=key, decision_id=forwards[1].decision_id)
+        if kind == "handoff" and not forwards and any(f.outcome != "reject" for f in facts):
+            shown = ", ".join(f"{f.decision_id} ({f.reason})" for f in facts if f.outcome != "reject")
+            self.flag("missing_witness", f"handoff {task_id!r} has decisions but no admitted witness in the log: {shown}", task=key)
+        for f in facts:
+            if forwards and f.prior_decision_id is not None and f.prior_decision_id not in forward_ids:
+                self.flag(
+                    "prior_mismatch",
+                    f"{f.reason} decision names prior admission {f.prior_decision_id}, but the task's witness is {forwards[0].decision_id}",
+                    task=key,
+                    decision_id=f.decision_id,
+                )
+        witness = forwards[0] if forwards else None
+        escalations = [self._status(f, finals, helds) for f in facts if f.outcome == "escalate"]
+        links = [SupersedesLink(decision_id=f.decision_id, reason=f.reason, receipt_id=f.receipt_id, supersedes=f.supersedes) for f in facts if f.supersedes is not None]
+        delivered = witness is not None and any(d.attested for d in self.led.forwarded.get(witness.decision_id, {}).values())
+        return TaskLineage(
+            kind=kind,
+            task_id=task_id,
+            witness=witness.decision_id if witness else None,
+            witness_receipt_id=witness.receipt_id if witness else None,
+            forwards=len(forwards),
+            delivered=delivered,
+            duplicates=sum(1 for f in facts if f.outcome == "duplicate"),
+            rejects=sum(1 for f in facts if f.outcome == "reject"),
+            escalations=escalations,
+            supersedes=links,
+        )
+
+    # invariant 2
+    def _resolutions(self) -> tuple[dict[str, list[ResolutionFact]], dict[str, list[ResolutionFact]]]:
+        finals: dict[str, list[ResolutionFact]] = defaultdict(list)
+        helds: dict[str, list[ResolutionFact]] = defaultdict(list)
+        for r in sorted(self.led.resolutions.values(), key=lambda r: r.resolution_id):
+            esc = self.led.decisions.get(r.escalation_id)
+            task = (r.kind, r.task_id)
+            if r.resolution_id != resolution_id(r.escalation_id, r.stage):
+                self.flag("bad_resolution_id", f"resolution {r.resolution_id} ({r.stage}) of escalation {r.escalation_id} is not the id derived from them", task=task, decision_id=r.escalation_id)
+            if esc is None or esc.outcome != "escalate":
+                what = "is not in the audit log" if esc is None else f"is a {esc.outcome} decision, not an escalation"
+                self.flag("unknown_escalation", f"resolution {r.resolution_id} settles {r.escalation_id}, which {what}", task=task, decision_id=r.escalation_id)
+                continue
+            expected = {"kind": esc.kind, "task_id": esc.task_id, "receipt_id": esc.receipt_id, "supersedes": esc.supersedes, "prior_decision_id": esc.prior_decision_id}
+            wrong = [name for name, want in expected.items() if getattr(r, name) is not None and getattr(r, name) != want]
+            if wrong:
+                self.flag("resolution_mismatch", f"resolution {r.resolution_id} differs from its escalation in {', '.join(wrong)}", task=(esc.kind, esc.task_id), decision_id=esc.decision_id)
+            (finals if r.stage == "final" else helds)[r.escalation_id].append(r)
+        for esc_id, rs in finals.items():
+            esc = self.led.decisions[esc_id]
+            if len(rs) > 1:
+                ids = ", ".join(r.resolution_id for r in rs)
+                self.flag("duplicate_resolution", f"escalation {esc_id} has {len(rs)} final resolution ids: {ids}", task=(esc.kind, esc.task_id), decision_id=esc_id)
+        for rid, shas in self.led.resolution_variants.items():
+            r = self.led.resolutions[rid]
+            if r.stage == "final":
+                self.flag("duplicate_resolution", f"final resolution {rid} of escalation {r.escalation_id} appears with {len(shas)} different contents", task=(r.kind, r.task_id), decision_id=r.escalation_id)
+            else:
+                self.flag("conflicting_reemission", f"{r.stage} resolution {rid} appears with {len(shas)} different contents", task=(r.kind, r.task_id), decision_id=r.escalation_id)
+        return finals, helds
+
+    @staticmethod
+    def _status(f: DecisionFact, finals: dict[str, list[ResolutionFact]], helds: dict[str, list[ResolutionFact]]) -> EscalationStatus:
+        final = finals.get(f.decision_id)
+        held = helds.get(f.decision_id)
+        chosen = final[0] if final else held[0] if held else None
+        return EscalationStatus(
+            escalation_id=f.decision_id,
+            reason=f.reason,
+            receipt_id=f.receipt_id,
+            supersedes=f.supersedes,
+            prior_receipt_id=f.prior_receipt_id,
+            status="resolved" if final else "held" if held else "pending",
+            resolution_id=chosen.resolution_id if chosen else None,
+            resolved_as=chosen.resolved_as if chosen else None,
+            by=chosen.by if chosen else None,
+        )
+
+    def _pending(self, finals: dict[str, list[ResolutionFact]], helds: dict[str, list[ResolutionFact]]) -> list[PendingEscalation]:
+        out = []
+        for f in sorted(self.led.decisions.values(), key=_order):
+            if f.outcome != "escalate" or f.decision_id in finals:
+                continue
+            held = helds.get(f.decision_id)
+            out.append(
+                PendingEscalation(
+                    escalation_id=f.decision_id,
+                    kind=f.kind,
+                    task_id=f.task_id,
+                    reason=f.reason,
+                    principal=f.principal,
+                    receipt_id=f.receipt_id,
+                    prior_receipt_id=f.prior_receipt_id,
+                    prior_decision_id=f.prior_decision_id,
+                    supersedes=f.supersedes,
+                    source=f.source,
+                    held=held[0].resolution_id if held else None,
+                )
+            )
+        return out
+
+    # invariant 4
+    def _nonces(self) -> None:
+        global_scope = self.led.nonce_scope == "global"
+        by_nonce: dict[tuple[str, str], list[DecisionFact]] = defaultdict(list)
+        for f in self.led.decisions.values():
+            if f.outcome == "forward" and f.nonce is not None:
+                by_nonce[("" if global_scope else f.principal or "", f.nonce)].append(f)
+        for (scope, nonce), facts in by_nonce.items():
+            if len(facts) > 1:
+                facts.sort(key=_order)
+                where = "globally" if global_scope else f"for principal {scope}"
+                ids = ", ".join(f.decision_id for f in facts)
+                self.flag("nonce_reused", f"nonce {nonce!r} was admitted {len(facts)} times {where}: {ids}", task=(facts[1].kind, facts[1].task_id), decision_id=facts[1].decision_id)
+
+    # invariant 3
+    def _forwarded(self) -> None:
+        for did, topics in self.led.forwarded.items():
+            fact = self.led.decisions.get(did)
+            task = (fact.kind, fact.task_id) if fact is not None else (None, None)
+            for topic, seen in sorted(topics.items()):
+                label = did or "(none)"
+                if seen.unattested:
+                    self.flag("forwarded_unattested", f"a record on {topic} with decision id {label} does not carry a valid guard attestation", task=task, decision_id=did or None)
+                if not seen.attested:
+                    continue
+                if not did:
+                    self.flag("forwarded_without_decision", f"a record on {topic} has no busguard-decision-id header", decision_id=None)
+                elif fact is None:
+                    self.flag("forwarded_without_decision", f"a record on {topic} names decision {did}, which is not in the audit log", decision_id=did)
+                elif fact.outcome != "forward":
+                    self.flag("forwarded_without_decision", f"a record on {topic} names decision {did}, a {fact.outcome} ({fact.reason}) decision", task=task, decision_id=did)
+                else:
+                    route = self.led.routes.get(fact.source.topic)
+                    if route is not None and route != topic:
+                        self.flag("forwarded_wrong_topic", f"decision {did} read from {fact.source.topic} belongs on {route}, found on {topic}", task=task, decision_id=did)
+                    known = set(self.led.decision_variants.get(did, [fact.sha256]))
+                    stray = [s for s in seen.decision_sha256 if s not in known]
+                    if stray:
+                        self.flag("forwarded_mismatch", f"a record on {topic} attests decision {did} with record SHA-256 {stray[0]}, not the audit log's", task=task, decision_id=did)
+
+    # invariant 5
+    def _bad_records(self) -> None:
+        for sha, bad in self.led.bad_records.items():
+            claim = f" claiming id {bad.claimed_id}" if bad.claimed_id else ""
+            why = "; ".join(bad.reasons)
+            if bad.sealed:
+                self.flag("unreadable_record", f"sealed audit record sha256 {sha[:16]}…{claim} is not a decision or resolution: {why}", decision_id=bad.claimed_id)
+            else:
+                self.flag("forged_record", f"audit record sha256 {sha[:16]}…{claim} does not verify (excluded from the lineage): {why}", decision_id=bad.claimed_id)
+
+    # "decide once, re-emit identically"
+    def _conflicts(self) -> None:
+        for did, shas in self.led.decision_variants.items():
+            f = self.led.decisions[did]
+            self.flag("conflicting_reemission", f"decision {did} appears as {len(shas)} different audit records (re-emissions must be byte-identical)", task=(f.kind, f.task_id), decision_id=did)

@@ -1,0 +1,370 @@
+"""Read the audit topic and the downstream topics into a Ledger. The Kafka shell.
+
+No consumer group: partitions are assigned by hand and read from the saved
+offsets (or from the beginning), so an audit never moves anybody's committed
+offsets and can be repeated at will.
+
+The end of the log is found by silence, not by asking: tansu's ListOffsets
+answers lag behind what a fetch returns, so "caught up" means no new record
+for `idle_ms`. Seals are checked across a small thread pool (PyNaCl releases
+the GIL) while aiokafka keeps prefetching; the Ledger itself is only touched
+from the event loop's thread, in log order per partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Awaitable, Callable, Container, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final, NamedTuple, TypeVar
+
+import msgspec
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from busguard.admission.types import Decision
+from busguard.audit.lineage import Ledger
+from busguard.config import Config
+from busguard.protocol.attestation import (
+    HEADER_ATTESTATION,
+    HEADER_DECISION_ID,
+    HEADER_SEAL,
+    Attestation,
+    AttestationError,
+    verify_admitted,
+    verify_decision_record,
+)
+from busguard.protocol.envelope import HEADER_RECEIPT
+from busguard.protocol.receipt import payload_hash, receipt_id
+from busguard.reconcile.records import AuditRecord, Resolution, audit_decoder
+
+Offsets = dict[str, dict[int, int]]
+"""topic -> partition -> next offset to read."""
+
+Progress = Callable[[int], None]
+"""Called with the number of records just processed."""
+
+MAX_RECORDS_PER_POLL: Final = 5000
+VERIFY_THREADS: Final = 2
+_POLL_MS: Final = 200
+_R = TypeVar("_R")
+
+
+class AuditReadError(RuntimeError):
+    """The log cannot be read as configured (e.g. the audit topic does not exist)."""
+
+
+class RawRecord(NamedTuple):
+    """One consumed record, as `scan` hands it on."""
+
+    topic: str
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+
+
+# -- per-record checks (run in worker threads; pure apart from the crypto) ------
+#
+# The guard puts one attestation and seal on both outputs of an input (the
+# audit record and the downstream copy), so a seal already verified on the
+# audit record need not be verified again downstream: `known_seals` holds
+# digests of (attestation, seal) pairs that verified with the guard key in
+# this run, and `check_forwarded` then runs only verify_admitted's other,
+# cheap checks. This halves the Ed25519 work of a log that is mostly forwards.
+
+
+class CheckedAudit(NamedTuple):
+    value: bytes | None
+    record: AuditRecord | None  # None: not a decision or resolution
+    verified: bool
+    why: str
+    seal: bytes | None = None  # seal_digest() of a verified record, for known_seals
+
+
+class CheckedForward(NamedTuple):
+    topic: str
+    decision_id: str
+    ok: bool
+    decision_sha256: str | None
+
+
+_attestation_decoder: Final = msgspec.json.Decoder(Attestation)
+
+
+def seal_digest(headers: Sequence[tuple[str, bytes]]) -> bytes | None:
+    """Identifies the exact (attestation, seal) pair on a record; None unless
+    there is exactly one of each (anything else never verifies)."""
+    atts = [v for k, v in headers if k == HEADER_ATTESTATION]
+    seals = [v for k, v in headers if k == HEADER_SEAL]
+    if len(atts) != 1 or len(seals) != 1:
+        return None
+    return hashlib.sha256(len(atts[0]).to_bytes(4, "big") + atts[0] + seals[0]).digest()
+
+
+def check_audit_record(value: bytes | None, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes) -> CheckedAudit:
+    """Verify one audit record's seal and decode it."""
+    if value is None:
+        return CheckedAudit(None, None, False, "the record has no value")
+    why = ""
+    try:
+        att = verify_decision_record(value, headers, guard_public_key)
+        verified = True
+    except AttestationError as exc:
+        att, verified, why = None, False, str(exc)
+    digest = seal_digest(headers) if verified else None
+    try:
+        record: AuditRecord | None = audit_decoder.decode(value)
+    except msgspec.MsgspecError as exc:
+        return CheckedAudit(value, None, verified, f"not a decision or resolution: {exc}", digest)
+    if verified and att is not None and record is not None:
+        own = record.decision_id if isinstance(record, Decision) else record.resolution_id
+        if att.decision_id != own:
+            verified, why = False, f"the attestation names {att.decision_id}, the record is {own}"
+    return CheckedAudit(value, record, verified, why, digest)
+
+
+def _admitted_with_known_seal(value: bytes, headers: Sequence[tuple[str, bytes]]) -> Attestation:
+    """verify_admitted's checks after the seal itself (already verified):
+    forward outcome, the attestation names this receipt, the payload is the
+    one the receipt hashed. Kept equal to verify_admitted by a unit test."""
+    att = _attestation_decoder.decode(next(v for k, v in headers if k == HEADER_ATTESTATION))
+    if att.outcome != "forward":
+        raise AttestationError(f"outcome is {att.outcome!r}, not 'forward'")
+    receipts = [v for k, v in headers if k == HEADER_RECEIPT]
+    if len(receipts) != 1:
+        raise AttestationError("exactly one busguard-receipt header is required")
+    if receipt_id(receipts[0]) != att.receipt_id:
+        raise AttestationError("the attestation is for a different receipt")
+    try:
+        claimed = msgspec.json.decode(receipts[0], type=dict[str, object]).get("payload_hash")
+    except msgspec.DecodeError:
+        raise AttestationError("busguard-receipt is not JSON") from None
+    if claimed != payload_hash(value):
+        raise AttestationError("the payload is not the one the receipt hashed")
+    return att
+
+
+def check_forwarded(
+    topic: str,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes]],
+    guard_public_key: bytes,
+    known_seals: Container[bytes] = frozenset(),
+) -> CheckedForward:
+    """Verify one downstream record's attestation (`verify_admitted`)."""
+    ids = [v for k, v in headers if k == HEADER_DECISION_ID]
+    did = ids[0].decode("utf-8", "replace") if len(ids) == 1 else ""
+    body = value if value is not None else b""
+    try:
+        digest = seal_digest(headers)
+        if digest is not None and digest in known_seals:
+            att = _admitted_with_known_seal(body, headers)
+        else:
+            att = verify_admitted(body, headers, guard_public_key)
+    except (AttestationError, msgspec.MsgspecError):
+        return CheckedForward(topic, did, False, None)
+    return CheckedForward(topic, did, bool(did) and att.decision_id == did, att.decision_sha256)
+
+
+def apply_audit(ledger: Ledger, checked: CheckedAudit) -> None:
+    rec = checked.record
+    if rec is None:
+        ledger.add_unreadable(checked.value, checked.verified, checked.why)
+    elif isinstance(rec, Resolution):
+        ledger.add_resolution(checked.value or b"", rec, checked.verified, checked.why)
+    else:
+        ledger.add_decision(checked.value or b"", rec, checked.verified, checked.why)
+
+
+class SealCache:
+    """Digests of seals verified in this run, oldest forgotten first. Written
+    only from the event loop's thread; read from workers."""
+
+    def __init__(self, capacity: int = 262_144) -> None:
+        self.capacity = capacity
+        self._seen: dict[bytes, None] = {}
+
+    def __contains__(self, digest: object) -> bool:
+        return digest in self._seen
+
+    def add(self, digest: bytes) -> None:
+        self._seen[digest] = None
+        while len(self._seen) > self.capacity:
+            del self._seen[next(iter(self._seen))]
+
+
+# -- the consume loop ---------------------------------------------------------
+
+
+def _headers(record: Any) -> list[tuple[str, bytes]]:
+    return [(k, v if v is not None else b"") for k, v in record.headers]
+
+
+async def partitions_of(cfg: Config, topics: Sequence[str]) -> dict[str, list[int]]:
+    """Partition ids of those `topics` that exist (asks for all topics, so
+    nothing is auto-created by the question)."""
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=cfg.kafka.bootstrap_servers,
+        client_id=f"{cfg.kafka.client_id}-audit",
+        request_timeout_ms=cfg.kafka.request_timeout_ms,
+    )
+    await admin.start()
+    try:
+        described: list[dict[str, Any]] = await admin.describe_topics(None)
+    finally:
+        await admin.close()
+    found = {t["topic"]: sorted(p["partition"] for p in t["partitions"]) for t in described if t["error_code"] == 0 and t["partitions"]}
+    return {t: found[t] for t in topics if t in found}
+
+
+async def scan(
+    cfg: Config,
+    topics: Sequence[str],
+    offsets: Offsets | None,
+    idle_ms: int,
+    handle: Callable[[list[RawRecord]], Awaitable[None]],
+    progress: Progress | None = None,
+    required: str | None = None,
+) -> Offsets:
+    """Read `topics` from `offsets` (or the beginning) until `idle_ms` pass
+    without a new record, handing each poll's records to `handle` (in log
+    order per partition). Returns the offsets to resume from."""
+    parts = await partitions_of(cfg, topics)
+    if required is not None and required not in parts:
+        raise AuditReadError(f"topic {required!r} does not exist on {cfg.kafka.bootstrap_servers}")
+    position: Offsets = {t: {p: (offsets or {}).get(t, {}).get(p, 0) for p in ps} for t, ps in parts.items()}
+    for t, old in (offsets or {}).items():  # keep what we cannot see now (a topic deleted, a route removed)
+        for p, o in old.items():
+            position.setdefault(t, {}).setdefault(p, o)
+    tps = [TopicPartition(t, p) for t, ps in parts.items() for p in ps]
+    if not tps:
+        return position
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=cfg.kafka.bootstrap_servers,
+        client_id=f"{cfg.kafka.client_id}-audit",
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",  # an offset before the log start (retention) resumes at the start
+        request_timeout_ms=cfg.kafka.request_timeout_ms,
+        max_partition_fetch_bytes=max(4_194_304, cfg.batch.max_payload_bytes + 262_144),
+        fetch_max_bytes=52_428_800,
+    )
+    await consumer.start()
+    try:
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, position[tp.topic][tp.partition])
+        idle_s = idle_ms / 1000
+        last_new = time.monotonic()
+        # One batch is checked (in handle's worker threads) while the next is
+        # fetched and parsed on this thread; batches are handled in order.
+        in_hand: tuple[asyncio.Task[None], dict[TopicPartition, list[Any]], int] | None = None
+
+        async def settle() -> None:
+            nonlocal in_hand, last_new
+            if in_hand is None:
+                return
+            task, done, count = in_hand
+            in_hand = None
+            await task
+            for tp, recs in done.items():
+                if recs:
+                    position[tp.topic][tp.partition] = recs[-1].offset + 1
+            if progress is not None:
+                progress(count)
+            last_new = time.monotonic()  # silence is measured from when nothing is in hand
+
+        try:
+            while True:
+                batch = await consumer.getmany(timeout_ms=max(1, min(_POLL_MS, idle_ms)), max_records=MAX_RECORDS_PER_POLL)
+                records = [RawRecord(tp.topic, r.value, _headers(r)) for tp in sorted(batch, key=lambda t: (t.topic, t.partition)) for r in batch[tp]]
+                await settle()
+                if not records:
+                    if time.monotonic() - last_new >= idle_s:
+                        break
+                    continue
+                in_hand = (asyncio.ensure_future(handle(records)), batch, len(records))
+        finally:
+            if in_hand is not None:
+                in_hand[0].cancel()
+                await asyncio.gather(in_hand[0], return_exceptions=True)
+    finally:
+        await consumer.stop()
+    return position
+
+
+async def read_log(
+    cfg: Config,
+    guard_public_key: bytes,
+    ledger: Ledger,
+    offsets: Offsets | None,
+    idle_ms: int,
+    progress: Progress | None,
+) -> Offsets:
+    """Feed the audit topic and every route's downstream topic into `ledger`,
+    from `offsets` (None: from the beginning) to the end of the log. Returns
+    the offsets to resume from."""
+    audit = cfg.topics.audit
+    downstream = sorted({r.downstream for r in cfg.routes} - {audit})
+    pool = ThreadPoolExecutor(VERIFY_THREADS, thread_name_prefix="busguard-audit")
+    loop = asyncio.get_running_loop()
+
+    seals = SealCache()
+
+    async def in_threads(fn: Callable[[RawRecord], _R], raws: list[RawRecord]) -> list[_R]:
+        size = max(1, -(-len(raws) // VERIFY_THREADS))
+        chunks = [raws[i : i + size] for i in range(0, len(raws), size)]
+        parts = await asyncio.gather(*(loop.run_in_executor(pool, lambda c: [fn(r) for r in c], c) for c in chunks))
+        return [x for part in parts for x in part]
+
+    async def handle(raws: list[RawRecord]) -> None:
+        # audit records first, so their verified seals spare the downstream copies a second verify
+        for checked in await in_threads(lambda r: check_audit_record(r.value, r.headers, guard_public_key), [r for r in raws if r.topic == audit]):
+            if checked.seal is not None:
+                seals.add(checked.seal)
+            apply_audit(ledger, checked)
+        for f in await in_threads(lambda r: check_forwarded(r.topic, r.value, r.headers, guard_public_key, seals), [r for r in raws if r.topic != audit]):
+            ledger.add_forwarded(f.topic, f.decision_id, f.ok, f.decision_sha256)
+
+    try:
+        return await scan(cfg, [audit, *downstream], offsets, idle_ms, handle, progress, required=audit)
+    finally:
+        pool.shutdown(wait=True)
+
+
+class EscalationRecords(NamedTuple):
+    """Every audit record about one escalation, as found in the log."""
+
+    decisions: list[tuple[Decision, bool]]  # (decision, seal verified)
+    resolutions: list[tuple[Resolution, bool]]
+
+
+async def find_escalation(cfg: Config, guard_public_key: bytes, escalation_id: str, idle_ms: int, progress: Progress | None = None) -> EscalationRecords:
+    """Scan the whole audit topic for one escalation's decision and resolutions
+    (the Ledger keeps no receipts, so `escalations show` reads them here)."""
+    found = EscalationRecords([], [])
+    seen: set[tuple[bytes, bool]] = set()  # identical re-emissions are shown once
+
+    async def handle(raws: list[RawRecord]) -> None:
+        for r in raws:
+            if r.value is None:
+                continue
+            try:
+                rec = audit_decoder.decode(r.value)
+            except msgspec.MsgspecError:
+                continue
+            mine = rec.decision_id == escalation_id if isinstance(rec, Decision) else rec.escalation_id == escalation_id
+            if not mine:
+                continue
+            verified = check_audit_record(r.value, r.headers, guard_public_key).verified
+            if (r.value, verified) in seen:
+                continue
+            seen.add((r.value, verified))
+            if isinstance(rec, Decision):
+                found.decisions.append((rec, verified))
+            else:
+                found.resolutions.append((rec, verified))
+
+    await scan(cfg, [cfg.topics.audit], None, idle_ms, handle, progress, required=cfg.topics.audit)
+    return found
