@@ -114,26 +114,27 @@ def open_attestation(headers: Sequence[tuple[str, bytes]], guard_public_key: byt
         raise AttestationError(f"busguard-seal: {exc}") from None
     if not verify_signature(guard_public_key, ATTESTATION_CONTEXT + found[HEADER_ATTESTATION], signature):
         raise AttestationError("busguard-seal does not verify with the guard's public key")
-    try:
-        return _attestation_decoder.decode(found[HEADER_ATTESTATION])
-    except msgspec.MsgspecError as exc:
-        raise AttestationError(f"busguard-attestation is malformed: {exc}") from None
+    return decode_attestation(found[HEADER_ATTESTATION])
 
 
 def verify_admitted(value: bytes, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes) -> Attestation:
     """For downstream agents: prove a record was admitted by busguard.
 
-    Checks the guard's seal, that the outcome is `forward`, that the
-    `busguard-decision-id` header (what consumers dedupe on) is the attested
-    one, that the attestation names the receipt in this record, and that the
-    payload is the one the receipt hashed. Raises AttestationError otherwise.
+    Checks the guard's seal, then everything `check_admitted` checks.
+    Raises AttestationError otherwise.
     """
-    att = open_attestation(headers, guard_public_key)
+    return check_admitted(open_attestation(headers, guard_public_key), value, headers)
+
+
+def check_admitted(att: Attestation, value: bytes, headers: Sequence[tuple[str, bytes]]) -> Attestation:
+    """The checks after the seal (for callers that already verified it):
+    the outcome is `forward`, the `busguard-decision-id` header (what
+    consumers dedupe on) is the attested one, the attestation names the
+    receipt in this record, and the payload is the one the receipt hashed."""
     if att.outcome != "forward":
         raise AttestationError(f"outcome is {att.outcome!r}, not 'forward'")
     ids = [v for k, v in headers if k == HEADER_DECISION_ID]
     if ids != [att.decision_id.encode()]:
-        # consumers dedupe on this header, so it must be the attested one
         raise AttestationError("busguard-decision-id is missing, repeated, or not the attested decision id")
     receipts = [v for k, v in headers if k == HEADER_RECEIPT]
     if len(receipts) != 1:
@@ -147,6 +148,13 @@ def verify_admitted(value: bytes, headers: Sequence[tuple[str, bytes]], guard_pu
     if claimed != payload_hash(value):
         raise AttestationError("the payload is not the one the receipt hashed")
     return att
+
+
+def decode_attestation(raw: bytes) -> Attestation:
+    try:
+        return _attestation_decoder.decode(raw)
+    except msgspec.MsgspecError as exc:
+        raise AttestationError(f"busguard-attestation is malformed: {exc}") from None
 
 
 def verify_decision_record(value: bytes, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes) -> Attestation:
