@@ -1,0 +1,35 @@
+"""For agents downstream of busguard: accept only what busguard admitted.
+
+    admitted = open_admitted(record.value, record.headers, guard_public_key)
+    if admitted.decision_id in already_done: skip   # re-emissions share the id
+    work(admitted.receipt.task_id, admitted.payload)
+
+The guard's public key comes from the operator (e.g. `busguard keygen`'s
+output for the guard key); never from the record itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from busguard.protocol.attestation import Attestation, verify_admitted
+from busguard.protocol.envelope import HEADER_RECEIPT
+from busguard.protocol.receipt import Receipt, decode_receipt
+
+
+class Admitted(msgspec.Struct, frozen=True, kw_only=True):
+    decision_id: str
+    attestation: Attestation
+    receipt: Receipt
+    payload: bytes
+
+
+def open_admitted(value: bytes | None, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes) -> Admitted:
+    """Verify busguard's attestation on a forwarded record and return the
+    receipt it admitted. Raises AttestationError (a ValueError) otherwise."""
+    payload = value if value is not None else b""
+    att = verify_admitted(payload, list(headers), guard_public_key)
+    raw = next(v for k, v in headers if k == HEADER_RECEIPT)
+    return Admitted(decision_id=att.decision_id, attestation=att, receipt=decode_receipt(raw), payload=payload)
