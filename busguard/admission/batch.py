@@ -16,7 +16,7 @@ from typing import NamedTuple, Protocol
 import msgspec
 
 from busguard.admission.decide import Candidate, decide, precheck
-from busguard.admission.types import AdmissionPolicy, Coordinates, Decision, Effects, NonceRecord, TaskEntry, WindowRecord
+from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Coordinates, Decision, Effects, NonceRecord, TaskEntry, WindowRecord
 from busguard.admission.window import WindowState
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES
 from busguard.protocol.keys import KeyRegistry, KeyWindow
@@ -147,12 +147,19 @@ def admit_batch(
 
     def decide_all(snapshot: Snapshot) -> BatchState:
         state = BatchState(snapshot)
+        # Only a re-delivery after a crash (or a caller feeding one position
+        # twice) has an earlier decision; skip the lookups otherwise.
+        seen_before = bool(snapshot.decisions) or len({source_key(i.source) for i in inputs}) < len(inputs)
         for item, c in zip(inputs, checked, strict=True):
-            earlier = state.decision_at(item.source)
+            earlier = state.decision_at(item.source) if seen_before else None
+            if earlier is not None and earlier.receipt_id != (c.envelope.receipt_id if isinstance(c, Candidate) else c.receipt_id):
+                # Same position, different record: the topic was recreated or
+                # its log lost while this store was kept. Judge it afresh.
+                earlier = None
             if earlier is not None:
-                state.apply(earlier, Effects(), replayed=True)
+                state.apply(earlier, NO_EFFECTS, replayed=True)
             elif isinstance(c, Decision):
-                state.apply(c, Effects())
+                state.apply(c, NO_EFFECTS)
             else:
                 state.apply(*decide(c, keys_by_candidate[id(c)], state, now_ms, policy))
         if after_decide is not None:

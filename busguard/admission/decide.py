@@ -38,7 +38,7 @@ from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES, Envelope, open
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.keys import KeyRegistry, KeyWindow
 from busguard.protocol.reasons import Outcome, Reason
-from busguard.protocol.receipt import ReceiptError, payload_hash, signing_input
+from busguard.protocol.receipt import ReceiptError, payload_hash, payload_hash_problem, signing_input
 from busguard.protocol.signing import verify_signature
 from busguard.protocol.timestamps import parse_timestamp
 
@@ -151,6 +151,9 @@ def precheck(
         gap = f"{now_ms - issued} ms old" if issued <= now_ms else f"{issued - now_ms} ms ahead of the receiver clock"
         return reject(Reason(stale), f"issued_at {r.issued_at} is {gap}", env, principal)
     if payload_hash(env.payload) != r.payload_hash:
+        malformed = payload_hash_problem(r.payload_hash)
+        if malformed is not None:
+            return reject(Reason.MALFORMED_FIELD, malformed, env, principal)
         return reject(Reason.PAYLOAD_HASH_MISMATCH, "SHA-256 of the record value differs from payload_hash", env, principal)
     found = registry.lookup(principal, r.key_id, now_ms)
     if found.reason is not None:
@@ -220,7 +223,6 @@ def decide(
         window_record = WindowRecord(c.principal, r.session_id, top, bitmap, now_ms + policy.session_retention_ms)
 
     nonce_record = NonceRecord(scope, r.nonce, now_ms + policy.nonce_retention_ms)
-    consumed = Effects(nonce=nonce_record, window=window_record)
     if prior is None:
         entry = TaskEntry(
             kind=r.kind,
@@ -238,6 +240,7 @@ def decide(
             admitted_at=now_ms,
         )
         return made(Outcome.FORWARD, Reason.ADMITTED, ""), Effects(nonce=nonce_record, window=window_record, task=entry)
+    consumed = Effects(nonce=nonce_record, window=window_record)
     if prior.payload_hash != r.payload_hash:
         return made(
             Outcome.ESCALATE,

@@ -29,7 +29,7 @@ import msgspec
 from busguard.admission.types import Coordinates, Decision
 from busguard.protocol.envelope import HEADER_RECEIPT, b64url_decode_strict, b64url_encode
 from busguard.protocol.receipt import payload_hash, receipt_id
-from busguard.protocol.signing import sign, verify_signature
+from busguard.protocol.signing import Signer, verify_signature
 
 ATTESTATION_CONTEXT: Final = b"busguard/attestation/v1\x00"
 HEADER_ATTESTATION: Final = "busguard-attestation"
@@ -99,8 +99,8 @@ def attest_record(
     )
 
 
-def seal(seed: bytes, attestation: bytes) -> bytes:
-    return b64url_encode(sign(seed, ATTESTATION_CONTEXT + attestation)).encode("ascii")
+def seal(signer: Signer, attestation: bytes) -> bytes:
+    return b64url_encode(signer.sign(ATTESTATION_CONTEXT + attestation)).encode("ascii")
 
 
 def open_attestation(headers: Sequence[tuple[str, bytes]], guard_public_key: bytes) -> Attestation:

@@ -151,6 +151,21 @@ def _secret_key(seed_or_signing_key: bytes) -> bytes:
     return full
 
 
+class Signer:
+    """A key expanded once. `sign()` from a bare seed re-derives the key pair
+    every call, which doubles the cost; busguard seals every decision, so
+    the guard keeps one of these."""
+
+    __slots__ = ("_sk", "public_key")
+
+    def __init__(self, seed_or_signing_key: bytes) -> None:
+        self._sk = _secret_key(seed_or_signing_key)
+        self.public_key = self._sk[SEED_BYTES:]
+
+    def sign(self, message: bytes) -> bytes:
+        return bytes(nacl.bindings.crypto_sign(message, self._sk)[:SIGNATURE_BYTES])
+
+
 def sign(seed_or_signing_key: bytes, message: bytes) -> bytes:
     """Return the 64-byte detached Ed25519 signature of ``message``.
 

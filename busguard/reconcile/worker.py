@@ -34,7 +34,7 @@ from busguard.protocol.attestation import (
 )
 from busguard.protocol.envelope import b64url_decode_strict
 from busguard.protocol.keyfile import Identity
-from busguard.protocol.signing import verify_signature
+from busguard.protocol.signing import Signer, verify_signature
 from busguard.reconcile.policy import EscalationState, Item, Rejected, on_command, on_escalation
 from busguard.reconcile.records import COMMAND_CONTEXT, HEADER_COMMAND, Reply, ResolveCommand, Resolution
 from busguard.reconcile.store import Processed, ReconcileStore, States
@@ -100,6 +100,7 @@ class Reconciler:
     ) -> None:
         self.cfg = cfg
         self.identity = identity
+        self.signer = Signer(identity.seed)
         self.store = store
         self.metrics = metrics or Metrics(role="reconcile")
         self.clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
@@ -181,7 +182,7 @@ class Reconciler:
         headers = [
             (HEADER_DECISION_ID, record_id.encode()),
             (HEADER_ATTESTATION, att),
-            (HEADER_SEAL, seal(self.identity.seed, att)),
+            (HEADER_SEAL, seal(self.signer, att)),
             (HEADER_OUTCOME, outcome.encode()),
             (HEADER_REASON, reason.encode()),
         ]

@@ -23,6 +23,7 @@ from busguard.config import Config
 from busguard.protocol.attestation import attest, decision_bytes, seal
 from busguard.protocol.keyfile import Identity
 from busguard.protocol.keys import KeyRegistry, KeyWindow
+from busguard.protocol.signing import Signer
 from busguard.runtime.faults import Faults
 from busguard.runtime.loop import BatchLoop
 from busguard.runtime.ops import Metrics
@@ -52,6 +53,7 @@ class Guard:
         self.cfg = cfg
         self.registry = registry
         self.identity = identity
+        self.signer = Signer(identity.seed)
         self.store = store
         self.metrics = metrics or Metrics()
         self.clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
@@ -81,7 +83,7 @@ class Guard:
     def _seal_one(self, d: Decision) -> Sealed:
         body = decision_bytes(d)
         att = attest(d, body, self.identity.agent_id)
-        return Sealed(d, body, att, seal(self.identity.seed, att))
+        return Sealed(d, body, att, seal(self.signer, att))
 
     def _seal_many(self, decisions: Sequence[Decision]) -> list[Sealed]:
         parts = chunks(decisions, self.cfg.batch.verify_threads)

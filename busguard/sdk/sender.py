@@ -20,7 +20,7 @@ import msgspec
 from busguard.protocol.envelope import HEADER_RECEIPT, HEADER_SIGNATURE, b64url_encode
 from busguard.protocol.identity import agent_id_for_key
 from busguard.protocol.receipt import RECEIPT_VERSION, Receipt, encode_receipt, payload_hash, receipt_id, signing_input
-from busguard.protocol.signing import public_key_from_seed, sign
+from busguard.protocol.signing import Signer
 from busguard.protocol.timestamps import format_timestamp
 from busguard.sdk.session import SessionAllocator
 
@@ -49,8 +49,8 @@ class Sender:
         reserve_block: int = 64,
         clock_ms: Callable[[], int] | None = None,
     ) -> None:
-        self._seed = seed
-        self.public_key = public_key_from_seed(seed)
+        self._signer = Signer(seed)
+        self.public_key = self._signer.public_key
         self.agent_id = agent_id if agent_id is not None else agent_id_for_key(self.public_key)
         self.key_id = key_id
         self.session = SessionAllocator(session_path, reserve_block) if session_path is not None else None
@@ -88,7 +88,7 @@ class Sender:
     def sign_receipt(self, receipt: Receipt, payload: bytes, extra_headers: list[tuple[str, bytes]] | None = None) -> SignedRecord:
         """Sign an already-built receipt (e.g. one re-derived from a journal)."""
         raw = encode_receipt(receipt)
-        signature = sign(self._seed, signing_input(raw))
+        signature = self._signer.sign(signing_input(raw))
         headers = [(HEADER_RECEIPT, raw), (HEADER_SIGNATURE, b64url_encode(signature).encode("ascii"))]
         return SignedRecord(
             value=payload,

@@ -27,6 +27,7 @@ from busguard.audit.report import StderrProgress, render_json, render_pending, r
 from busguard.config import Config, Route, TopicsConfig
 from busguard.errors import ConfigError
 from busguard.protocol.attestation import attest, attest_record, decision_bytes, seal
+from busguard.protocol.signing import Signer
 from busguard.protocol.identity import agent_id_for_key, multikey_encode
 from busguard.protocol.signing import public_key_from_seed
 from busguard.reconcile.records import Resolution, resolution_id
@@ -53,7 +54,7 @@ Fwd = tuple[str, bytes | None, list[tuple[str, bytes]]]  # a downstream record: 
 def sealed_decision(d: Decision, seed: bytes = GUARD_SEED) -> Sealed:
     body = decision_bytes(d)
     att = attest(d, body, agent_id_for_key(public_key_from_seed(seed)))
-    return Sealed(d, body, att, seal(seed, att))
+    return Sealed(d, body, att, seal(Signer(seed), att))
 
 
 def audit_record(d: Decision, seed: bytes = GUARD_SEED) -> Record:
@@ -78,7 +79,7 @@ def forwarded(d: Decision, rec: SignedRecord, topic: str = DOWNSTREAM) -> Fwd:
 def resolution_record(r: Resolution, seed: bytes = GUARD_SEED) -> Record:
     body = msgspec.json.encode(r)
     att = attest_record(GUARD_ID, r.resolution_id, "resolved" if r.stage == "final" else "held", r.resolved_as or "held", r.receipt_id, r.source, r.resolved_at, body)
-    return body, [("busguard-decision-id", r.resolution_id.encode()), ("busguard-attestation", att), ("busguard-seal", seal(seed, att))]
+    return body, [("busguard-decision-id", r.resolution_id.encode()), ("busguard-attestation", att), ("busguard-seal", seal(Signer(seed), att))]
 
 
 def resolve(esc: Decision, stage: str = "final", resolved_as: str | None = "retransmission", **kw: object) -> Resolution:
@@ -424,14 +425,14 @@ def test_a_seal_for_another_record_id_is_forged(world: World) -> None:
     moved = msgspec.json.encode(msgspec.structs.replace(msgspec.json.decode(v1, type=Decision), decision_id=world.dup.decision_id))
     # re-seal the moved body with a valid attestation of the first decision's id
     att = attest_record(GUARD_ID, world.fwd.decision_id, "forward", "admitted", None, world.fwd.source, 0, moved)
-    report = feed(ledger(), (moved, [("busguard-attestation", att), ("busguard-seal", seal(GUARD_SEED, att))])).report()
+    report = feed(ledger(), (moved, [("busguard-attestation", att), ("busguard-seal", seal(Signer(GUARD_SEED), att))])).report()
     assert codes(report) == ["forged_record"] and "names" in report.violations[0].detail
 
 
 def test_unreadable_sealed_and_unsealed_records(world: World) -> None:
     body = b'{"type":"mystery"}'
     att = attest_record(GUARD_ID, "x", "?", "?", None, world.fwd.source, 0, body)
-    report = feed(ledger(), (body, [("busguard-attestation", att), ("busguard-seal", seal(GUARD_SEED, att))]), (b"junk", [])).report()
+    report = feed(ledger(), (body, [("busguard-attestation", att), ("busguard-seal", seal(Signer(GUARD_SEED), att))]), (b"junk", [])).report()
     assert sorted(codes(report)) == ["forged_record", "unreadable_record"]
     led = ledger()
     apply_audit(led, check_audit_record(None, [], GUARD_PK))

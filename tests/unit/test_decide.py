@@ -358,3 +358,14 @@ def test_open_enrollment_still_refuses_small_order_keys() -> None:
     identity_point = bytes([1]) + bytes(31)  # small order: anyone can "sign" for it
     s = sender("planner", agent_id=agent_id_for_key(identity_point))
     assert Harness(reg=reg).one(handoff(s)).reason == "unknown_sender"
+
+
+def test_a_different_record_at_a_known_position_is_judged_afresh() -> None:
+    """A recreated topic reuses offsets; its records are not re-deliveries."""
+    h = Harness()
+    first = handoff(sender("planner"), task="a")
+    assert h.one(first, offset=0).outcome == "forward"
+    other = handoff(sender("planner"), task="b")
+    d = h.one(other, offset=0)
+    assert (d.outcome, d.task_id, d.receipt_id) == ("forward", "b", other.receipt_id)
+    assert h.one(other, offset=0) == d  # and that decision now stands for re-deliveries

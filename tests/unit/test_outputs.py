@@ -10,6 +10,7 @@ from busguard.admission.types import Decision
 from busguard.config import TopicsConfig
 from busguard.protocol.attestation import attest, decision_bytes, seal, verify_decision_record
 from busguard.protocol.keyfile import new_identity
+from busguard.protocol.signing import Signer
 from busguard.runtime.outputs import Sealed, outputs_for
 
 from .harness import Harness, agent, sender
@@ -21,7 +22,7 @@ GUARD = new_identity()
 def _sealed(d: Decision) -> Sealed:
     body = decision_bytes(d)
     att = attest(d, body, GUARD.agent_id)
-    return Sealed(d, body, att, seal(GUARD.seed, att))
+    return Sealed(d, body, att, seal(Signer(GUARD.seed), att))
 
 
 def _route(d: Decision, value: bytes | None, headers: list[tuple[str, bytes]]):  # type: ignore[no-untyped-def]

@@ -1,0 +1,333 @@
+"""Config loading: defaults, environment overrides, every validation rule,
+errors that explain themselves, and a reference (docs/config.md) that
+cannot drift from the code."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from busguard.config import Config, Route, load_config
+from busguard.errors import ConfigError
+from busguard.protocol.keys import KeyRegistry
+
+REPO = Path(__file__).resolve().parents[2]
+DOC = REPO / "docs" / "config.md"
+ROUTE = '[[routes]]\nname = "handoffs"\ninputs = ["agents.handoffs"]\ndownstream = "agents.handoffs.admitted"\n'
+
+
+def write(tmp_path: Path, text: str, name: str = "busguard.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def load(tmp_path: Path, text: str, env: dict[str, str] | None = None) -> Config:
+    return load_config(write(tmp_path, text), env=env or {})
+
+
+def refused(tmp_path: Path, text: str, env: dict[str, str] | None = None) -> ConfigError:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env=env or {})
+    return info.value
+
+
+# -- the reference cannot rot ---------------------------------------------------
+
+
+def _sections() -> dict[str, type[msgspec.Struct]]:
+    """Config's tables: section name -> Struct (routes -> Route)."""
+    out: dict[str, type[msgspec.Struct]] = {}
+    for f in msgspec.structs.fields(Config):
+        if f.name == "source":
+            continue
+        t = Route if f.name == "routes" else f.type
+        assert isinstance(t, type) and issubclass(t, msgspec.Struct), f.name
+        out[f.name] = t
+    return out
+
+
+def _doc_section(doc: str, section: str) -> str:
+    heading = f"[[{section}]]" if section == "routes" else f"[{section}]"
+    m = re.search(rf"^### `{re.escape(heading)}`\n(.*?)(?=^### |^## )", doc, re.S | re.M)
+    assert m is not None, f"docs/config.md has no '### `{heading}`' section"
+    return m.group(1)
+
+
+def _toml_literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_literal(v) for v in value) + "]"
+    return str(value)
+
+
+def test_every_config_key_is_in_the_reference_with_its_default() -> None:
+    doc = DOC.read_text(encoding="utf-8")
+    missing, wrong = [], []
+    for section, struct in _sections().items():
+        body = _doc_section(doc, section)
+        rows = {m.group(1): m.group(2).strip() for m in re.finditer(r"^\| `(\w+)` \| [^|]+ \| ([^|]+) \|", body, re.M)}
+        for f in msgspec.structs.fields(struct):
+            if f.name not in rows:
+                missing.append(f"{section}.{f.name}")
+                continue
+            documented = rows[f.name]
+            if f.required:
+                if documented != "required":
+                    wrong.append(f"{section}.{f.name}: documented default {documented!r}, but it is required")
+            elif documented != f"`{_toml_literal(f.default)}`":
+                wrong.append(f"{section}.{f.name}: documented default {documented}, code default `{_toml_literal(f.default)}`")
+    assert not missing, f"keys missing from docs/config.md: {missing}"
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_reference_lists_no_keys_that_do_not_exist() -> None:
+    doc = DOC.read_text(encoding="utf-8")
+    for section, struct in _sections().items():
+        names = {f.name for f in msgspec.structs.fields(struct)}
+        documented = set(re.findall(r"^\| `(\w+)` \|", _doc_section(doc, section), re.M))
+        assert documented <= names, f"[{section}] documents unknown keys {sorted(documented - names)}"
+
+
+def test_the_reference_mentions_source_and_every_env_example_is_a_real_key(tmp_path: Path) -> None:
+    doc = DOC.read_text(encoding="utf-8")
+    assert "`source`" in doc
+    env = dict(re.findall(r"^\| `(BUSGUARD_\w+)` \| `([^`]+)` \|", doc, re.M))
+    assert len(env) >= 6
+    for name, value in env.items():
+        value = value.strip("'") if value.startswith("'") else value
+        cfg = load(tmp_path, ROUTE, {name: value})
+        section, key = name[len("BUSGUARD_") :].lower().split("__")
+        assert hasattr(getattr(cfg, section), key), name
+
+
+# -- defaults ---------------------------------------------------------------------
+
+
+def test_a_file_with_only_a_route_gets_every_default(tmp_path: Path) -> None:
+    cfg = load(tmp_path, ROUTE)
+    assert msgspec.structs.replace(cfg, routes=[], source="") == Config()
+    assert cfg.routes == [Route(name="handoffs", inputs=["agents.handoffs"], downstream="agents.handoffs.admitted")]
+    # production-safe defaults (the dev file flips these)
+    assert cfg.kafka.idempotence is True and cfg.kafka.create_topics is False and cfg.keys.create_guard_key is False
+    assert cfg.kafka.auto_offset_reset == "earliest" and cfg.state.backend == "sqlite" and cfg.state.synchronous == "full"
+    assert cfg.policy().namespace == "busguard"  # "" falls back to the group id
+    assert cfg.output_topics == sorted(["agents.handoffs.admitted", "busguard.reconciliation", "busguard.dead-letter", "busguard.audit", "busguard.replies"])
+
+
+def test_namespace_defaults_to_the_group_id_and_can_be_set(tmp_path: Path) -> None:
+    assert load(tmp_path, ROUTE + '[kafka]\ngroup_id = "g1"\n').policy().namespace == "g1"
+    assert load(tmp_path, ROUTE + '[kafka]\ngroup_id = "g1"\n[admission]\nnamespace = "ns"\n').policy().namespace == "ns"
+
+
+def test_relative_paths_resolve_against_the_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "etc").mkdir()
+    path = write(tmp_path / "etc", ROUTE + '[state]\npath = "../var/state.db"\n[keys]\nregistry = "keys.toml"\nguard_key = "/abs/guard.key"\n')
+    monkeypatch.chdir(tmp_path / "etc")  # wherever the command runs from
+    cfg = load_config(path, env={})
+    monkeypatch.chdir("/")
+    assert cfg.path(cfg.state.path) == (tmp_path / "var" / "state.db").resolve()
+    assert cfg.path(cfg.keys.registry) == (tmp_path / "etc" / "keys.toml").resolve()
+    assert cfg.path(cfg.keys.guard_key) == Path("/abs/guard.key")
+    assert cfg.path(cfg.reconcile.state_path) == (tmp_path / "var" / "busguard-reconcile.db").resolve()
+
+
+# -- environment overrides --------------------------------------------------------------
+
+
+def test_env_overrides_are_typed(tmp_path: Path) -> None:
+    cfg = load(
+        tmp_path,
+        ROUTE,
+        {
+            "BUSGUARD_KAFKA__BOOTSTRAP_SERVERS": "kafka:9092",
+            "BUSGUARD_KAFKA__IDEMPOTENCE": "true",
+            "BUSGUARD_KAFKA__SESSION_TIMEOUT_MS": "3000",
+            "BUSGUARD_KAFKA__HEARTBEAT_INTERVAL_MS": "300",
+            "BUSGUARD_OPS__HOST": "0.0.0.0",
+            "BUSGUARD_OPS__PORT": "9500",
+            "BUSGUARD_STATE__PATH": "/var/lib/busguard/state.db",
+            "BUSGUARD_RECONCILE__AUTO_RESOLVE_RETRANSMISSIONS": "false",
+            "BUSGUARD_BATCH__MAX_RECORDS": "1_000",
+            "BUSGUARD_LOG__FORMAT": "json",
+        },
+    )
+    assert cfg.kafka.bootstrap_servers == "kafka:9092"
+    assert cfg.kafka.idempotence is True
+    assert cfg.kafka.session_timeout_ms == 3000 and cfg.kafka.heartbeat_interval_ms == 300
+    assert cfg.ops.host == "0.0.0.0" and cfg.ops.port == 9500
+    assert cfg.state.path == "/var/lib/busguard/state.db"
+    assert cfg.reconcile.auto_resolve_retransmissions is False
+    assert cfg.batch.max_records == 1000
+    assert cfg.log.format == "json"
+
+
+def test_env_overrides_win_over_the_file_and_leave_the_rest(tmp_path: Path) -> None:
+    cfg = load(tmp_path, ROUTE + '[kafka]\nbootstrap_servers = "file:9092"\ngroup_id = "from-file"\n', {"BUSGUARD_KAFKA__BOOTSTRAP_SERVERS": "env:9092"})
+    assert cfg.kafka.bootstrap_servers == "env:9092" and cfg.kafka.group_id == "from-file"
+
+
+def test_env_names_are_case_insensitive_and_other_variables_are_ignored(tmp_path: Path) -> None:
+    cfg = load(tmp_path, ROUTE, {"busguard_kafka__group_id": "x", "BUSGUARD_FAULT": "persisted:3", "OTHER__KEY": "1", "BUSGUARD_KAFKA_GROUP_ID": "y"})
+    assert cfg.kafka.group_id == "busguard"  # lowercase prefix is not the prefix
+    cfg = load(tmp_path, ROUTE, {"BUSGUARD_Kafka__Group_Id": "x"})
+    assert cfg.kafka.group_id == "x"
+
+
+def test_a_numeric_looking_string_must_be_quoted(tmp_path: Path) -> None:
+    err = refused(tmp_path, ROUTE, {"BUSGUARD_KAFKA__GROUP_ID": "42"})
+    assert err.field == "kafka.group_id" and err.value == 42
+    assert load(tmp_path, ROUTE, {"BUSGUARD_KAFKA__GROUP_ID": '"42"'}).kafka.group_id == "42"
+
+
+def test_env_overrides_are_validated_like_the_file(tmp_path: Path) -> None:
+    err = refused(tmp_path, ROUTE, {"BUSGUARD_OPS__PORT": "abc"})
+    assert (err.field, err.value) == ("ops.port", "abc")
+    err = refused(tmp_path, ROUTE, {"BUSGUARD_KAFKA__HEARTBEAT_INTERVAL_MS": "20000"})
+    assert err.field == "kafka.heartbeat_interval_ms"
+    err = refused(tmp_path, ROUTE, {"BUSGUARD_KAFKA__BOOTSTRAP": "kafka:9092"})
+    assert "bootstrap" in str(err)
+    err = refused(tmp_path, ROUTE, {"BUSGUARD_NOSUCH__KEY": "1"})
+    assert "nosuch" in str(err)
+
+
+def test_routes_cannot_be_overridden_and_the_error_names_the_variable(tmp_path: Path) -> None:
+    err = refused(tmp_path, ROUTE, {"BUSGUARD_ROUTES__INPUTS": '["x"]'})
+    assert err.file == "$BUSGUARD_ROUTES__INPUTS" and "not a table" in str(err)
+
+
+# -- errors name the file, the field, the value and what is allowed --------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "value", "allowed"),
+    [
+        (ROUTE + "[kafka]\nsession_timeout_ms = 0\n", "kafka.session_timeout_ms", 0, ">= 1"),
+        (ROUTE + '[kafka]\nsession_timeout_ms = "3000"\n', "kafka.session_timeout_ms", "3000", "Expected `int`, got `str`"),
+        (ROUTE + '[kafka]\nacks = "0"\n', "kafka.acks", "0", "Invalid enum value '0'"),
+        (ROUTE + '[kafka]\nidempotence = "yes"\n', "kafka.idempotence", "yes", "Expected `bool`"),
+        (ROUTE + "[kafka]\ntopic_partitions = 10001\n", "kafka.topic_partitions", 10001, "<= 10000"),
+        (ROUTE + '[admission]\nnonce_scope = "sender"\n', "admission.nonce_scope", "sender", "Invalid enum value 'sender'"),
+        (ROUTE + "[admission]\nwindow_size = 65537\n", "admission.window_size", 65537, "<= 65536"),
+        (ROUTE + "[admission]\nmax_future_ms = -1\n", "admission.max_future_ms", -1, ">= 0"),
+        (ROUTE + '[state]\nbackend = "rocksdb"\n', "state.backend", "rocksdb", "Invalid enum value 'rocksdb'"),
+        (ROUTE + '[state]\nsynchronous = "off"\n', "state.synchronous", "off", "Invalid enum value 'off'"),
+        (ROUTE + "[batch]\nverify_threads = 0\n", "batch.verify_threads", 0, ">= 1"),
+        (ROUTE + "[batch]\nmax_payload_bytes = 67108865\n", "batch.max_payload_bytes", 67108865, "<= 67108864"),
+        (ROUTE + '[log]\nlevel = "trace"\n', "log.level", "trace", "Invalid enum value 'trace'"),
+        (ROUTE + "[ops]\nport = 70000\n", "ops.port", 70000, "<= 65535"),
+        (ROUTE + '[reconcile]\nauto_resolve_retransmissions = "no"\n', "reconcile.auto_resolve_retransmissions", "no", "Expected `bool`"),
+        ('[[routes]]\nname = "r"\ninputs = "agents.in"\ndownstream = "out"\n', "routes[0].inputs", "agents.in", "Expected `array`, got `str`"),
+    ],
+)
+def test_type_errors_name_file_field_value_and_what_is_allowed(tmp_path: Path, text: str, field: str, value: object, allowed: str) -> None:
+    err = refused(tmp_path, text)
+    path = str(tmp_path / "busguard.toml")
+    assert (err.file, err.field, err.value) == (path, field, value)
+    assert allowed in err.allowed
+    assert str(err).startswith(f"{path}: {field} = {value!r}: ")
+
+
+def test_an_unknown_key_is_named(tmp_path: Path) -> None:
+    err = refused(tmp_path, ROUTE + '[kafka]\nbootstrap = "kafka:9092"\n')
+    assert err.field == "kafka" and "unknown field `bootstrap`" in str(err)
+    err = refused(tmp_path, ROUTE.replace('downstream = "', 'extra = 1\ndownstream = "'))
+    assert err.field == "routes[0]" and "unknown field `extra`" in str(err)
+    err = refused(tmp_path, "[kafkaa]\ngroup_id = 'x'\n" + ROUTE)
+    assert "unknown field `kafkaa`" in str(err)
+
+
+def test_a_missing_route_field_is_named(tmp_path: Path) -> None:
+    err = refused(tmp_path, '[[routes]]\nname = "r"\ndownstream = "out"\n')
+    assert err.field == "routes[0]" and "missing required field `inputs`" in str(err)
+
+
+def test_a_missing_file_and_bad_toml_are_explained(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist") as info:
+        load_config(tmp_path / "nope.toml", env={})
+    assert info.value.file == str(tmp_path / "nope.toml")
+    err = refused(tmp_path, "[kafka\n")
+    assert "not valid TOML" in str(err) and err.file == str(tmp_path / "busguard.toml")
+
+
+# -- every cross-field rule of validate() -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "value", "allowed"),
+    [
+        (ROUTE + "[admission]\nnonce_retention_ms = 329999\n", "admission.nonce_retention_ms", 329999, "at least max_age_ms + max_future_ms (330000)"),
+        ("[kafka]\ngroup_id = 'g'\n", "routes", [], "at least one [[routes]] table"),
+        ('[[routes]]\nname = "r"\ninputs = []\ndownstream = "out"\n', "routes[0].inputs", [], "at least one input topic"),
+        ('[[routes]]\nname = "r"\ninputs = ["bad topic"]\ndownstream = "out"\n', "routes[0]", "bad topic", "1-249 characters of [A-Za-z0-9._-]"),
+        ('[[routes]]\nname = "r"\ninputs = ["in"]\ndownstream = "out/x"\n', "routes[0]", "out/x", "1-249 characters"),
+        ('[[routes]]\nname = "r"\ninputs = ["' + "t" * 250 + '"]\ndownstream = "out"\n', "routes[0]", "t" * 250, "1-249 characters"),
+        (
+            ROUTE + '[[routes]]\nname = "again"\ninputs = ["agents.handoffs"]\ndownstream = "other"\n',
+            "routes[1].inputs",
+            "agents.handoffs",
+            "each input topic belongs to one route (already in 'handoffs')",
+        ),
+        (ROUTE + '[topics]\ndead_letter = "dead letter"\n', "topics.dead_letter", "dead letter", "1-249 characters"),
+        (ROUTE + '[topics]\naudit = ""\n', "topics.audit", "", "1-249 characters"),
+        (ROUTE + '[topics]\nreplies = "agents.handoffs"\n', "routes", ["agents.handoffs"], "an input topic cannot also be an output topic"),
+        (
+            ROUTE + '[[routes]]\nname = "chain"\ninputs = ["agents.handoffs.admitted"]\ndownstream = "x"\n',
+            "routes",
+            ["agents.handoffs.admitted"],
+            "cannot also be an output topic",
+        ),
+        (ROUTE + "[kafka]\nrebalance_timeout_ms = 10000\n", "kafka.rebalance_timeout_ms", 10000, "more than batch.revoke_budget_ms (10000)"),
+        (ROUTE + "[batch]\nrevoke_budget_ms = 60000\n", "kafka.rebalance_timeout_ms", 60000, "more than batch.revoke_budget_ms (60000)"),
+        (ROUTE + "[kafka]\nheartbeat_interval_ms = 10000\n", "kafka.heartbeat_interval_ms", 10000, "less than kafka.session_timeout_ms"),
+    ],
+)
+def test_cross_field_rules(tmp_path: Path, text: str, field: str, value: object, allowed: str) -> None:
+    err = refused(tmp_path, text)
+    path = str(tmp_path / "busguard.toml")
+    assert (err.file, err.field, err.value) == (path, field, value)
+    assert allowed in err.allowed
+    assert str(err) == f"{path}: {field} = {value!r}: {err.allowed}"
+
+
+def test_the_boundaries_of_the_cross_field_rules_are_accepted(tmp_path: Path) -> None:
+    load(tmp_path, ROUTE + "[admission]\nnonce_retention_ms = 330000\n")  # exactly the sum
+    load(tmp_path, ROUTE + "[kafka]\nrebalance_timeout_ms = 10001\n")
+    load(tmp_path, ROUTE + "[kafka]\nheartbeat_interval_ms = 9999\n")
+    two = ROUTE + '[[routes]]\nname = "acks"\ninputs = ["agents.acks"]\ndownstream = "agents.handoffs.admitted"\n'
+    assert load(tmp_path, two).downstream_for("agents.acks") == "agents.handoffs.admitted"  # a shared downstream is fine
+
+
+# -- the shipped files ------------------------------------------------------------------------
+
+
+def test_the_shipped_config_and_registry_load() -> None:
+    cfg = load_config(REPO / "configs" / "busguard.toml", env={})
+    assert [r.name for r in cfg.routes] == ["handoffs", "acks"]
+    assert cfg.kafka.idempotence is False and cfg.kafka.create_topics is True  # the dev profile
+    assert cfg.path(cfg.keys.registry) == (REPO / "configs" / "keys.toml").resolve()
+    registry = KeyRegistry.load(cfg.path(cfg.keys.registry))
+    assert len(registry.principals) == 3 and registry.open_enrollment is False
+
+
+def test_the_shipped_compose_overrides_are_real_keys() -> None:
+    """Every BUSGUARD_<SECTION>__<KEY> in compose/docker-compose.yml loads."""
+    compose = REPO / "compose" / "docker-compose.yml"
+    text = compose.read_text(encoding="utf-8")
+    env = dict(re.findall(r'^\s+(BUSGUARD_\w+?__\w+):\s*"([^"]*)"', text, re.M))
+    assert len(env) == len(re.findall(r"^\s+BUSGUARD_\w+:", text, re.M)), "quote every BUSGUARD_ value in the compose file"
+    assert "BUSGUARD_KAFKA__BOOTSTRAP_SERVERS" in env and "BUSGUARD_OPS__HOST" in env
+    cfg = load_config(REPO / "configs" / "busguard.toml", env=env)
+    for name, value in env.items():
+        section, key = name[len("BUSGUARD_") :].lower().split("__")
+        assert hasattr(getattr(cfg, section), key), name
+    assert cfg.kafka.bootstrap_servers == "kafka:9092" and cfg.kafka.idempotence is True and cfg.ops.host == "0.0.0.0"
