@@ -3,7 +3,8 @@
 Runs the real `admit_batch` (parse, prechecks, policies, nonce/window/task
 index, decision building) over batches of signed records, with the signature
 step replaced by "the first candidate key", and reports the median per-record
-cost over many batches. In the same run it measures the verify itself, so the
+cost over many batches: for the pure core (a store that holds nothing), with
+the in-memory store, and with the SQLite store. In the same run it measures the verify itself, so the
 ratio is what to compare across machines. Also reports the same pipeline on
 the SQLite store (one transaction per batch), which is what `busguard run`
 pays.
@@ -38,6 +39,22 @@ from busguard.sdk.sender import Sender  # noqa: E402
 from busguard.state.memory import MemoryStore  # noqa: E402
 from busguard.runtime.tuning import tune_gc  # noqa: E402
 from busguard.state.sqlite import SqliteStore  # noqa: E402
+
+
+class CoreOnly:
+    """A store that holds nothing: what is left is the pure core (prechecks,
+    decide, the batch overlay), i.e. admission without state I/O."""
+
+    def __init__(self, created_at: int) -> None:
+        self.created_at = created_at
+
+    def run_batch(self, keys, now_ms, fn):  # type: ignore[no-untyped-def]
+        from busguard.admission.batch import Snapshot
+
+        return fn(Snapshot(created_at=self.created_at))
+
+    def close(self) -> None:
+        pass
 
 
 def skip_verify(cands: Sequence[Candidate]) -> list[KeyWindow | None]:
@@ -85,6 +102,7 @@ def main() -> None:
         inputs, registry, now = build(args.records, Path(tmp))
         default_gc = per_record_us(inputs, args.batch, lambda: MemoryStore(created_at=now - 3_600_000), registry, now)
         tune_gc()  # as `busguard run` does at start-up
+        core = per_record_us(inputs, args.batch, lambda: CoreOnly(now - 3_600_000), registry, now)
         memory = per_record_us(inputs, args.batch, lambda: MemoryStore(created_at=now - 3_600_000), registry, now)
         sqlite = per_record_us(inputs, args.batch, lambda: SqliteStore(Path(tmp) / "bench.db", now_ms=now - 3_600_000), registry, now)
         # the verify, measured in the same run for the ratio
@@ -102,13 +120,15 @@ def main() -> None:
                 "benchmark": "admission_cost",
                 "records": args.records,
                 "batch": args.batch,
+                "admission_us_per_record_median_core": round(core, 2),
                 "admission_us_per_record_median_memory": round(memory, 2),
                 "admission_us_per_record_median_memory_default_gc": round(default_gc, 2),
                 "admission_us_per_record_median_sqlite": round(sqlite, 2),
                 "ed25519_verify_us": round(verify_us, 2),
-                "admission_over_verify_ratio": round(memory / verify_us, 3),
+                "core_over_verify_ratio": round(core / verify_us, 3),
+                "memory_over_verify_ratio": round(memory / verify_us, 3),
                 "target_us": 15,
-                "meets_target": memory <= 15,
+                "target_ratio_at_58us_verify": round(15 / 58, 3),
             }
         )
     )

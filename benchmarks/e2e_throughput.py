@@ -190,6 +190,14 @@ async def produce_and_watch(bootstrap: str, records: list[tuple[str, bytes, Sign
 _SAMPLE = re.compile(r"^(busguard_batch_(?:seconds|records)_(?:bucket|sum|count))(?:\{le=\"([^\"]+)\"\})? ([0-9.e+-]+)$", re.M)
 
 
+_PHASE = re.compile(r'^busguard_batch_phase_seconds_sum\{phase="([a-z_]+)"\} ([0-9.e+-]+)$', re.M)
+
+
+def phase_sums(metrics: str) -> dict[str, float]:
+    """Total seconds per batch-protocol phase, from busguard_batch_phase_seconds."""
+    return {phase: float(v) for phase, v in _PHASE.findall(metrics)}
+
+
 def histogram(metrics: str, name: str) -> dict[str, Any]:
     buckets: list[tuple[float, float]] = []
     total = count = 0.0
@@ -284,6 +292,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             result["batch_ms_p99_est"] = round(seconds["p99_est"] * 1000, 1) if seconds["p99_est"] else None
             if seconds["mean"] and sizes["mean"]:
                 result["guard_us_per_record_in_batch"] = round(seconds["mean"] / sizes["mean"] * 1e6, 1)
+                result["phase_us_per_record"] = {
+                    phase: round(total / seconds["count"] / sizes["mean"] * 1e6, 1) for phase, total in phase_sums(metrics).items()
+                }
             if not args.no_relay:
                 rel = await relay(broker.bootstrap, args.records, args.payload_bytes, args.partitions)
                 result["relay_rps_send"] = rel["send"]

@@ -186,4 +186,4 @@ class Reconciler:
             (HEADER_OUTCOME, outcome.encode()),
             (HEADER_REASON, reason.encode()),
         ]
-        return Output(topic, key, body, headers)
+        return Output(topic, key, body, headers, at)

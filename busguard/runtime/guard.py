@@ -106,8 +106,12 @@ class Guard:
     async def process(self, records: Sequence[Any]) -> list[Output]:
         inputs = [Input(Coordinates(topic=r.topic, partition=r.partition, offset=r.offset), r.value, list(r.headers)) for r in records]
         # off the event loop, so heartbeats and /healthz keep flowing
+        t0 = time.perf_counter()
         decisions = await asyncio.to_thread(self._decide_and_persist, inputs, self.clock_ms())
+        t1 = time.perf_counter()
         sealed = await asyncio.to_thread(self._seal_many, decisions)
+        self.metrics.phase_seconds.labels("decide_persist").observe(t1 - t0)
+        self.metrics.phase_seconds.labels("seal").observe(time.perf_counter() - t1)
         outputs: list[Output] = []
         max_payload = self.cfg.batch.max_payload_bytes
         for record, s, item in zip(records, sealed, inputs, strict=True):

@@ -24,6 +24,7 @@ read from it is either committed or not emitted at all.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -31,6 +32,7 @@ from typing import Any, Protocol
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError
+from aiokafka.partitioner import murmur2
 
 from busguard.config import Config
 from busguard.runtime.faults import Faults
@@ -46,6 +48,14 @@ class Stage(Protocol):
     async def process(self, records: Sequence[Any]) -> list[Output]: ...
 
     async def housekeeping(self) -> None: ...
+
+
+@functools.lru_cache(maxsize=65_536)
+def key_partition(key: bytes, count: int) -> int:
+    """The Java client's partitioner (murmur2), so keyed outputs co-partition
+    with anything else producing by key. Cached: aiokafka's murmur2 is pure
+    Python and keys (sender ids) repeat."""
+    return int(murmur2(key) & 0x7FFFFFFF) % count
 
 
 def _names(tps: set[TopicPartition]) -> list[str]:
@@ -94,6 +104,7 @@ class BatchLoop:
         self.revoke_budget_s = cfg.batch.revoke_budget_ms / 1000
         self.liveness = Liveness(stall_after_s=max(30.0, cfg.kafka.max_poll_interval_ms / 1000))
         self._stop = asyncio.Event()
+        self._partitions: dict[str, list[int]] = {}
         self.ops_port: int | None = None
 
     def request_stop(self) -> None:
@@ -111,7 +122,7 @@ class BatchLoop:
             acks="all" if k.acks == "all" else 1,
             enable_idempotence=k.idempotence,
             linger_ms=5,
-            max_batch_size=1_048_576,
+            max_batch_size=self.cfg.batch.max_payload_bytes + 262_144,
             max_request_size=self.cfg.batch.max_payload_bytes + 262_144,
             request_timeout_ms=k.request_timeout_ms,
         )
@@ -180,10 +191,11 @@ class BatchLoop:
         # 1. decide and persist (the stage's transaction)
         outputs = await self.stage.process(records)
         self.faults.reached("persisted")
+        produced = time.perf_counter()
         # 2. produce everything, then await every delivery
-        deliveries = [await producer.send(o.topic, value=o.value, key=o.key, headers=o.headers) for o in outputs]
-        await asyncio.gather(*deliveries)
+        await self._publish(producer, outputs)
         self.faults.reached("produced")
+        committed = time.perf_counter()
         # 3. commit offsets: only now is every output of this batch durable
         offsets = {tp: recs[-1].offset + 1 for tp, recs in batch.items() if recs}
         try:
@@ -194,8 +206,40 @@ class BatchLoop:
             self.metrics.commit_failures.inc()
             log.warning("offset commit refused after rebalance; outputs will be re-emitted identically", error=str(exc))
         self.faults.reached("committed")
-        self.metrics.batch_seconds.observe(time.perf_counter() - started)
+        done = time.perf_counter()
+        self.metrics.phase_seconds.labels("process").observe(produced - started)
+        self.metrics.phase_seconds.labels("produce").observe(committed - produced)
+        self.metrics.phase_seconds.labels("commit").observe(done - committed)
+        self.metrics.batch_seconds.observe(done - started)
         self.metrics.batch_records.observe(len(records))
+
+    async def _publish(self, producer: AIOKafkaProducer, outputs: Sequence[Output]) -> None:
+        """Produce in per-partition batches (one request per partition, no
+        per-record futures), keeping each partition's order; raise if any
+        delivery fails."""
+        batches: dict[tuple[str, int], Any] = {}
+        deliveries = []
+        for o in outputs:
+            parts = self._partitions.get(o.topic)
+            if parts is None:
+                parts = self._partitions[o.topic] = sorted(await producer.partitions_for(o.topic))
+            if o.spread is not None:
+                partition = parts[o.spread % len(parts)]
+            else:
+                partition = parts[key_partition(o.key or b"", len(parts))]
+            slot = (o.topic, partition)
+            batch = batches.get(slot)
+            if batch is None:
+                batch = batches[slot] = producer.create_batch()
+            if batch.append(key=o.key, value=o.value, timestamp=o.timestamp_ms, headers=o.headers) is None:
+                deliveries.append(await producer.send_batch(batch, o.topic, partition=partition))
+                batch = batches[slot] = producer.create_batch()
+                if batch.append(key=o.key, value=o.value, timestamp=o.timestamp_ms, headers=o.headers) is None:
+                    raise RuntimeError(f"record for {o.topic} larger than the producer batch size")
+        for (topic, partition), batch in batches.items():
+            if batch.record_count():
+                deliveries.append(await producer.send_batch(batch, topic, partition=partition))
+        await asyncio.gather(*deliveries)
 
     async def _lag(self, consumer: AIOKafkaConsumer) -> None:
         for tp in consumer.assignment():

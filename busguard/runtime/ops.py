@@ -29,6 +29,13 @@ class Metrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=self.registry,
         )
+        self.phase_seconds = Histogram(
+            "busguard_batch_phase_seconds",
+            "Wall time of each step of the batch protocol",
+            ["phase"],
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=self.registry,
+        )
         self.batch_records = Histogram(
             "busguard_batch_records", "Records per batch", buckets=(1, 10, 50, 100, 250, 500, 1000, 5000), registry=self.registry
         )

@@ -36,10 +36,17 @@ HEADER_ORIGINAL_SHA256 = "busguard-original-sha256"
 
 
 class Output(NamedTuple):
+    """One record to produce. Placement and timestamp are part of the value
+    object so that a re-emission lands in the same partition with the same
+    record timestamp: `spread` (when set) picks the partition as
+    `spread mod partition count` instead of hashing the key."""
+
     topic: str
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes]]
+    timestamp_ms: int | None = None
+    spread: int | None = None
 
 
 class Sealed(NamedTuple):
@@ -64,14 +71,17 @@ def outputs_for(
     did = d.decision_id.encode()
     proof = [(HEADER_DECISION_ID, did), (HEADER_ATTESTATION, sealed.attestation), (HEADER_SEAL, sealed.seal)]
     task_key = d.task_id.encode() if d.task_id is not None else did
-    audit = Output(topics.audit, task_key, sealed.decision_json, [*proof, (HEADER_OUTCOME, d.outcome.encode()), (HEADER_REASON, d.reason.encode())])
+    at, part = d.decided_at, d.source.partition
+    # The audit topic is placed by input partition, not by hashing unique task ids.
+    audit = Output(topics.audit, task_key, sealed.decision_json, [*proof, (HEADER_OUTCOME, d.outcome.encode()), (HEADER_REASON, d.reason.encode())], at, part)
     if d.outcome == Outcome.FORWARD:
-        return Output(downstream, record_key, value, [*headers, *proof]), audit
+        return Output(downstream, record_key, value, [*headers, *proof], at, part if record_key is None else None), audit
     if d.outcome == Outcome.ESCALATE:
-        return Output(topics.reconciliation, task_key, sealed.decision_json, audit.headers), audit
+        # keyed by task id: operators' resolve commands follow it into the same partition
+        return Output(topics.reconciliation, task_key, sealed.decision_json, audit.headers, at), audit
     prior = d.prior.decision_id if d.prior is not None else None
     return dead_letter(
-        topics.dead_letter, record_key, value, headers, d.decision_id, d.reason, d.detail, d.source, d.outcome, prior, proof[1:], max_payload_bytes
+        topics.dead_letter, record_key, value, headers, d.decision_id, d.reason, d.detail, d.source, d.outcome, prior, proof[1:], max_payload_bytes, at
     ), audit
 
 
@@ -88,6 +98,7 @@ def dead_letter(
     prior_decision_id: str | None = None,
     proof: Sequence[tuple[str, bytes]] = (),
     max_payload_bytes: int | None = None,
+    timestamp_ms: int | None = None,
 ) -> Output:
     """The original value and headers untouched, followed by why."""
     extra = [
@@ -104,4 +115,8 @@ def dead_letter(
         # input topic at busguard-source) and identify it by hash instead.
         extra += [(HEADER_ORIGINAL_LENGTH, str(len(value)).encode()), (HEADER_ORIGINAL_SHA256, hashlib.sha256(value).hexdigest().encode())]
         value = None
-    return Output(topic, record_key, value, [*headers, *extra, *proof])
+    if record_key is None:  # place it deterministically; Kafka also needs a key or a value
+        record_key, spread = None if value is not None else decision_id.encode(), source.partition
+    else:
+        spread = None
+    return Output(topic, record_key, value, [*headers, *extra, *proof], timestamp_ms, spread)

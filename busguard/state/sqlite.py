@@ -16,7 +16,9 @@ Layout (schema version 1; every key is `key(parts…)`):
     tasks(k=kind,task_id) -> body, exp           first admission per task (insert-only)
 
 Lookups compare `+exp` so SQLite keeps using the primary key, not the expiry
-index (which exists for `expire`).
+index (which exists for `expire`). Decisions and tasks are ordinary rowid
+tables: their rows (≈1–1.5 KB) are far too big for WITHOUT ROWID, which
+stores rows in the key's B-tree and measured 1.6× slower per batch here.
 """
 
 from __future__ import annotations
@@ -36,10 +38,10 @@ SCHEMA_VERSION: Final = 1
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS decisions(k TEXT PRIMARY KEY, body BLOB NOT NULL, exp INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS decisions(k TEXT PRIMARY KEY, body BLOB NOT NULL, exp INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS nonces(k TEXT PRIMARY KEY, exp INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS windows(k TEXT PRIMARY KEY, top INTEGER NOT NULL, bitmap BLOB NOT NULL, exp INTEGER NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS tasks(k TEXT PRIMARY KEY, body BLOB NOT NULL, exp INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS tasks(k TEXT PRIMARY KEY, body BLOB NOT NULL, exp INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS decisions_exp ON decisions(exp);
 CREATE INDEX IF NOT EXISTS nonces_exp ON nonces(exp);
 CREATE INDEX IF NOT EXISTS windows_exp ON windows(exp);

@@ -54,6 +54,9 @@ async def test_every_route_and_every_malformed_input(broker: EmbeddedBroker, tmp
     # downstream: the clean handoff and the ack, values untouched, attested
     (fwd,) = got[s.downstream_handoffs]
     assert fwd.value == WORK
+    decided = {msgspec.json.decode(r.value, type=Decision).decision_id: msgspec.json.decode(r.value, type=Decision) for r in got[s.audit]}
+    # outputs carry the decision time as their record timestamp, so re-emissions are identical there too
+    assert fwd.timestamp == decided[header(fwd, "busguard-decision-id").decode()].decided_at  # type: ignore[union-attr]
     att = verify_admitted(fwd.value, list(fwd.headers), gk)
     assert att.receipt_id == clean.receipt_id and att.outcome == "forward"
     assert [(k, v) for k, v in fwd.headers][: len(clean.headers)] == clean.headers
