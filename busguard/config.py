@@ -162,20 +162,31 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
         )
 
 
-def _env_overrides(raw: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+def _env_overrides(raw: dict[str, Any], env: Mapping[str, str]) -> dict[str, str]:
+    """Apply BUSGUARD_<SECTION>__<KEY> to `raw`; returns {"section.key": variable name}.
+
+    A key whose default is a string takes the text as it is (so
+    `BUSGUARD_KAFKA__GROUP_ID=42` is the group "42"); others read the text as
+    a TOML value (numbers, booleans, arrays), falling back to the text.
+    """
+    applied: dict[str, str] = {}
+    defaults = Config()
     for name, text in env.items():
         if not name.startswith(ENV_PREFIX) or "__" not in name:
             continue
         section, _, key = name[len(ENV_PREFIX) :].lower().partition("__")
-        try:
-            value: Any = tomllib.loads(f"v = {text}")["v"]
-        except tomllib.TOMLDecodeError:
-            value = text
+        value: Any = text
+        if not isinstance(getattr(getattr(defaults, section, None), key, None), str):
+            try:
+                value = tomllib.loads(f"v = {text}")["v"]
+            except tomllib.TOMLDecodeError:
+                pass
         target = raw.setdefault(section, {})
         if not isinstance(target, dict):
             raise ConfigError(f"${name}", section, text, f"[{section}] is not a table and cannot be overridden by key")
         target[key] = value
-    return raw
+        applied[f"{section}.{key}"] = name
+    return applied
 
 
 def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Config:
@@ -186,11 +197,16 @@ def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Confi
         raise ConfigError(str(path), "", None, "the config file does not exist") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), "", None, f"not valid TOML: {exc}") from None
-    raw = _env_overrides(raw, os.environ if env is None else env)
+    if "source" in raw:
+        raise ConfigError(str(path), "source", raw["source"], "not a known key here (see docs/config.md)")
+    from_env = _env_overrides(raw, os.environ if env is None else env)
     try:
         cfg = msgspec.convert(raw, Config)
     except msgspec.ValidationError as exc:
-        raise ConfigError.from_validation(str(path), exc, raw) from None
+        err = ConfigError.from_validation(str(path), exc, raw)
+        if err.field in from_env:  # blame the variable, not the file
+            err = ConfigError(f"${from_env[err.field]}", err.field, err.value, err.allowed)
+        raise err from None
     cfg = msgspec.structs.replace(cfg, source=str(path))
     validate(cfg)
     return cfg

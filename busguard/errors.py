@@ -24,6 +24,10 @@ class ConfigError(ValueError):
         m = re.search(r" - at `\$\.?(.*)`$", message)
         path = m.group(1) if m else ""
         allowed = message[: m.start()] if m else message
+        unknown = re.match(r"Object contains unknown field `(.+)`$", allowed)
+        if unknown:  # name the key itself, not the table that holds it
+            path = f"{path}.{unknown.group(1)}" if path else unknown.group(1)
+            allowed = "not a known key here (see docs/config.md)"
         value = _lookup(data, path) if data is not None and path else None
         return cls(file, path, value, allowed)
 
