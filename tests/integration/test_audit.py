@@ -21,6 +21,7 @@ from busguard.audit.commands import load_checkpoint, run_audit
 from busguard.audit.lineage import AuditReport
 from busguard.audit.reader import read_log
 from busguard.config import Config, load_config
+from busguard.protocol.signing import Signer
 from busguard.protocol.attestation import attest, decision_bytes, seal
 from busguard.protocol.identity import multikey_encode
 from busguard.protocol.receipt import receipt_id
@@ -125,7 +126,7 @@ def _forged_audit_record(s: Setup) -> tuple[bytes, list[tuple[str, bytes]]]:
     )
     body = decision_bytes(d)
     att = attest(d, body, "tulpa:" + multikey_encode(public_key_from_seed(IMPOSTOR_SEED)))
-    return body, [("busguard-decision-id", d.decision_id.encode()), ("busguard-attestation", att), ("busguard-seal", seal(IMPOSTOR_SEED, att))]
+    return body, [("busguard-decision-id", d.decision_id.encode()), ("busguard-attestation", att), ("busguard-seal", seal(Signer(IMPOSTOR_SEED), att))]
 
 
 def _cli(s: Setup, *args: str) -> subprocess.CompletedProcess[bytes]:
