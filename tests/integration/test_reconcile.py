@@ -121,3 +121,39 @@ async def test_kill_9_mid_batch_resolves_every_escalation_exactly_once(broker: E
     # one reply per automatic resolution, re-emissions identical
     assert len({r.value for r in settled[s.replies]}) == 30
     del got
+
+
+async def test_two_workers_share_the_load_and_resolve_each_escalation_once(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    s = await make_setup(tmp_path, broker.bootstrap, max_records=5)
+    guard = GuardProcess(s)
+    a = GuardProcess(s, command="reconcile")
+    b: GuardProcess | None = None
+    try:
+        guard.wait_ready()
+        a.wait_ready()
+        planner = sender("planner")
+        receiver = identity("executor").agent_id
+        records = []
+        for i in range(40):  # 40 tasks with different keys spread over the partitions
+            first = planner.sign(kind="handoff", task_id=f"spread-{i}", receiver=receiver, payload=b"w")
+            records += [first, planner.sign(kind="handoff", task_id=f"spread-{i}", receiver=receiver, payload=b"w")]
+        await produce(s.bootstrap, s.handoffs, records[:40], key=b"planner")
+        b = GuardProcess(s, command="reconcile")  # joins mid-stream: the group splits the partitions
+        b.wait_ready()
+        await produce(s.bootstrap, s.handoffs, records[40:], key=b"planner")
+        got = await collect(s.bootstrap, [s.audit, s.reconciliation], lambda c: len(resolutions(s, c)) >= 40, timeout=90)
+    finally:
+        for p in (b, a, guard):
+            if p is not None:
+                assert p.terminate() == 0, p.tail()
+    settled = await collect_all(s.bootstrap, [s.audit, s.reconciliation, s.replies])
+    by_escalation: dict[str, set[bytes]] = defaultdict(set)
+    for r in settled[s.audit]:
+        rec = audit_decoder.decode(r.value)
+        if isinstance(rec, Resolution):
+            by_escalation[rec.escalation_id].add(r.value)
+    assert len(by_escalation) == 40 and all(len(v) == 1 for v in by_escalation.values())
+    assert len({r.value for r in settled[s.replies]}) == 40
+    # both workers resolved some of them
+    assert '"event": "resolution"' in a.log.read_text() and '"event": "resolution"' in b.log.read_text()  # type: ignore[union-attr]
+    del got
