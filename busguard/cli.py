@@ -10,12 +10,17 @@ import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from busguard.config import Config, load_config
 from busguard.errors import ConfigError
+
+if TYPE_CHECKING:
+    from busguard.protocol.keyfile import Identity
+    from busguard.protocol.keys import KeyRegistry
+    from busguard.state.base import StateStore
 
 log = structlog.get_logger("busguard.cli")
 
@@ -24,7 +29,7 @@ def _examples(text: str) -> str:
     return "examples:\n" + textwrap.indent(textwrap.dedent(text).strip(), "  ")
 
 
-def _open_runtime(cfg: Config):  # type: ignore[no-untyped-def]
+def _open_runtime(cfg: Config) -> tuple[KeyRegistry, Identity, StateStore]:
     """Everything `run` needs from disk, validated before touching Kafka."""
     import time
 

@@ -15,7 +15,7 @@ from typing import NamedTuple, Protocol
 
 import msgspec
 
-from busguard.admission.decide import Candidate, decide, precheck
+from busguard.admission.decide import Candidate, decide, precheck, verify
 from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Coordinates, Decision, Effects, NonceRecord, TaskEntry, WindowRecord
 from busguard.admission.window import WindowState
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES
@@ -107,8 +107,6 @@ VerifyMany = Callable[[Sequence[Candidate]], Iterable[KeyWindow | None]]
 
 
 def verify_serially(candidates: Sequence[Candidate]) -> list[KeyWindow | None]:
-    from busguard.admission.decide import verify
-
     return [verify(c) for c in candidates]
 
 

@@ -15,7 +15,7 @@ signature did not verify, so a forger cannot burn nonces or claim task ids.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 import msgspec
@@ -271,30 +271,3 @@ def decide(
         supersedes=prior.receipt_id,
         prior=prior,
     ), consumed
-
-
-Verifier = Callable[[Candidate], KeyWindow | None]
-
-
-def judge(
-    source: Coordinates,
-    value: bytes | None,
-    headers: Sequence[tuple[str, bytes]],
-    *,
-    registry: KeyRegistry,
-    view: StateView,
-    now_ms: int,
-    policy: AdmissionPolicy,
-    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-    verifier: Verifier = verify,
-) -> tuple[Decision, Effects]:
-    """All three stages for one record, preceded by the re-delivery check: a
-    record whose coordinates already have a decision gets that decision back,
-    unchanged, so a crash between persist and commit never re-judges it."""
-    earlier = view.decision_at(source)
-    if earlier is not None:
-        return earlier, NO_EFFECTS
-    checked = precheck(source, value, headers, registry, now_ms, policy, max_payload_bytes)
-    if isinstance(checked, Decision):
-        return checked, NO_EFFECTS
-    return decide(checked, verifier(checked), view, now_ms, policy)
