@@ -21,7 +21,7 @@ from typing import Protocol
 import msgspec
 
 from busguard.admission import window as win
-from busguard.admission.freshness import check_freshness, is_valid_nonce
+from busguard.admission.freshness import is_valid_nonce
 from busguard.admission.types import (
     NO_EFFECTS,
     AdmissionPolicy,
@@ -33,7 +33,7 @@ from busguard.admission.types import (
     WindowRecord,
     decision_id,
 )
-from busguard.policies import is_known_kind, run_policies
+from busguard.policies import KINDS, run_policies
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES, Envelope, open_envelope
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.keys import KeyRegistry, KeyWindow
@@ -124,40 +124,56 @@ def precheck(
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
 ) -> Candidate | Decision:
     """Stateless checks, cheapest first. Returns a reject decision or a candidate."""
+    checked = _precheck(source, value, headers, registry, now_ms, policy, max_payload_bytes)
+    if isinstance(checked, Candidate):
+        return checked
+    reason, detail, env, principal = checked
+    return _decision(source, Outcome.REJECT, reason, detail, now_ms, policy, env, principal)
 
-    def reject(reason: Reason, detail: str, env: Envelope | None = None, principal: str | None = None) -> Decision:
-        return _decision(source, Outcome.REJECT, reason, detail, now_ms, policy, env, principal)
 
+_Refusal = tuple[Reason, str, Envelope | None, str | None]
+
+
+def _precheck(
+    source: Coordinates,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes]],
+    registry: KeyRegistry,
+    now_ms: int,
+    policy: AdmissionPolicy,
+    max_payload_bytes: int,
+) -> Candidate | _Refusal:
     try:
         env = open_envelope(value, headers, max_payload_bytes)
     except ReceiptError as exc:
-        return reject(exc.reason, exc.detail)
+        return exc.reason, exc.detail, None, None
     r = env.receipt
-    if not is_known_kind(r.kind):
-        return reject(Reason.UNKNOWN_KIND, f"kind {r.kind[:64]!r} is not one busguard guards", env)
+    if r.kind not in KINDS:
+        return Reason.UNKNOWN_KIND, f"kind {r.kind[:64]!r} is not one busguard guards", env, None
     try:
         principal = canonical_principal(r.sender)
-        canonical_principal(r.receiver)
+        if len(r.receiver) > 256:  # only then can it pass 512 UTF-16 units (the parse capped code points)
+            canonical_principal(r.receiver)
     except ValueError as exc:
-        return reject(Reason.MALFORMED_AGENT_ID, str(exc), env)
+        return Reason.MALFORMED_AGENT_ID, str(exc), env, None
     if not is_valid_nonce(r.nonce):
-        return reject(Reason.MALFORMED_NONCE, "nonce must be 16-256 characters of [A-Za-z0-9_-]", env, principal)
+        return Reason.MALFORMED_NONCE, "nonce must be 16-256 characters of [A-Za-z0-9_-]", env, principal
     try:
         issued = parse_timestamp(r.issued_at)
     except ValueError as exc:
-        return reject(Reason.MALFORMED_TIMESTAMP, str(exc), env, principal)
-    stale = check_freshness(issued, now_ms, policy.max_age_ms, policy.max_future_ms)
-    if stale is not None:
-        gap = f"{now_ms - issued} ms old" if issued <= now_ms else f"{issued - now_ms} ms ahead of the receiver clock"
-        return reject(Reason(stale), f"issued_at {r.issued_at} is {gap}", env, principal)
+        return Reason.MALFORMED_TIMESTAMP, str(exc), env, principal
+    if now_ms - issued > policy.max_age_ms:  # both bounds inclusive (seed 001)
+        return Reason.TIMESTAMP_EXPIRED, f"issued_at {r.issued_at} is {now_ms - issued} ms old", env, principal
+    if issued - now_ms > policy.max_future_ms:
+        return Reason.TIMESTAMP_TOO_FAR_FUTURE, f"issued_at {r.issued_at} is {issued - now_ms} ms ahead of the receiver clock", env, principal
     if payload_hash(env.payload) != r.payload_hash:
         malformed = payload_hash_problem(r.payload_hash)
         if malformed is not None:
-            return reject(Reason.MALFORMED_FIELD, malformed, env, principal)
-        return reject(Reason.PAYLOAD_HASH_MISMATCH, "SHA-256 of the record value differs from payload_hash", env, principal)
+            return Reason.MALFORMED_FIELD, malformed, env, principal
+        return Reason.PAYLOAD_HASH_MISMATCH, "SHA-256 of the record value differs from payload_hash", env, principal
     found = registry.lookup(principal, r.key_id, now_ms)
     if found.reason is not None:
-        return reject(found.reason, found.detail, env, principal)
+        return found.reason, found.detail, env, principal
     return Candidate(source=source, envelope=env, principal=principal, keys=found.keys, issued_at_ms=issued)
 
 
@@ -188,7 +204,7 @@ def decide(
 
     if key is None:
         return made(Outcome.REJECT, Reason.BAD_SIGNATURE, "Ed25519 signature does not verify over the receipt bytes"), NO_EFFECTS
-    objection = run_policies(env)
+    objection = run_policies(env) if KINDS[r.kind] else None
     if objection is not None:
         return made(objection.outcome, objection.reason, objection.detail), NO_EFFECTS
     if c.issued_at_ms < view.created_at and now_ms < view.created_at + policy.max_age_ms:
