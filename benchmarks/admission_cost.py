@@ -9,9 +9,11 @@ ratio is what to compare across machines. Also reports the same pipeline on
 the SQLite store (one transaction per batch), which is what `busguard run`
 pays.
 
-Times are CPU time of the measuring thread (`time.thread_time_ns`), so a
-busy machine slows the numbers less than wall-clock timing would; the
-verify/admission ratio is the figure to compare across machines.
+Times are CPU time of the measuring thread (`time.thread_time_ns`). Each
+batch's cost is also divided by the verify cost measured right after it on
+the same records, and the median of those ratios times the issue's 58 µs
+verify is reported as `*_us_at_58us_verify`: this VM's speed wanders by
+±40% from minute to minute, and the ratio is what survives that.
 
     .venv/bin/python benchmarks/admission_cost.py [--records 20000] [--batch 500]
 """
@@ -30,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from busguard.admission.batch import Input, admit_batch  # noqa: E402
-from busguard.admission.decide import Candidate, verify  # noqa: E402
+from busguard.admission.decide import Candidate, precheck, verify  # noqa: E402
 from busguard.admission.types import AdmissionPolicy, Coordinates  # noqa: E402
 from busguard.protocol.identity import agent_id_for_key, canonical_principal  # noqa: E402
 from busguard.protocol.keys import KeyRegistry, KeyWindow  # noqa: E402
@@ -79,18 +81,33 @@ def build(records: int, session_dir: Path) -> tuple[list[Input], KeyRegistry, in
     return inputs, KeyRegistry(agents), now
 
 
-def per_record_us(inputs: list[Input], batch: int, store_factory, registry: KeyRegistry, now: int) -> float:  # type: ignore[no-untyped-def]
+def per_record_us(inputs: list[Input], batch: int, store_factory, registry: KeyRegistry, now: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """(median µs per record, median of admission/verify ratios per batch).
+
+    After each admission batch, 100 of its records are verified and timed:
+    both measurements see the same CPU conditions, so the ratio holds still
+    on a machine whose speed wanders (this one's does, by ±40%)."""
     store = store_factory()
     policy = AdmissionPolicy()
-    samples = []
+    samples, ratios = [], []
     for i in range(0, len(inputs), batch):
         chunk = inputs[i : i + batch]
         t0 = time.thread_time_ns()
         decisions = admit_batch(chunk, store=store, registry=registry, now_ms=now, policy=policy, verify_many=skip_verify)
-        samples.append((time.thread_time_ns() - t0) / len(chunk) / 1000)
+        admit = (time.thread_time_ns() - t0) / len(chunk) / 1000
         assert all(d.outcome == "forward" for d in decisions), {d.reason for d in decisions}
+        cands = [precheck(x.source, x.value, x.headers, registry, now, policy) for x in chunk[:100]]
+        t0 = time.thread_time_ns()
+        for c in cands:
+            assert isinstance(c, Candidate) and verify(c) is not None
+        verify_us = (time.thread_time_ns() - t0) / len(cands) / 1000
+        samples.append(admit)
+        ratios.append(admit / verify_us)
     store.close()
-    return statistics.median(samples)
+    return statistics.median(samples), statistics.median(ratios)
+
+
+VERIFY_REFERENCE_US = 58.0  # the issue's figure for this machine's Ed25519 verify
 
 
 def main() -> None:
@@ -102,36 +119,20 @@ def main() -> None:
         inputs, registry, now = build(args.records, Path(tmp))
         default_gc = per_record_us(inputs, args.batch, lambda: MemoryStore(created_at=now - 3_600_000), registry, now)
         tune_gc()  # as `busguard run` does at start-up
-        core = per_record_us(inputs, args.batch, lambda: CoreOnly(now - 3_600_000), registry, now)
-        memory = per_record_us(inputs, args.batch, lambda: MemoryStore(created_at=now - 3_600_000), registry, now)
-        sqlite = per_record_us(inputs, args.batch, lambda: SqliteStore(Path(tmp) / "bench.db", now_ms=now - 3_600_000), registry, now)
-        # the verify, measured in the same run for the ratio
-        policy = AdmissionPolicy()
-        from busguard.admission.decide import precheck
-
-        cands = [precheck(i.source, i.value, i.headers, registry, now, policy) for i in inputs[:2000]]
-        t0 = time.thread_time_ns()
-        for c in cands:
-            assert isinstance(c, Candidate) and verify(c) is not None
-        verify_us = (time.thread_time_ns() - t0) / len(cands) / 1000
-    print(
-        json.dumps(
-            {
-                "benchmark": "admission_cost",
-                "records": args.records,
-                "batch": args.batch,
-                "admission_us_per_record_median_core": round(core, 2),
-                "admission_us_per_record_median_memory": round(memory, 2),
-                "admission_us_per_record_median_memory_default_gc": round(default_gc, 2),
-                "admission_us_per_record_median_sqlite": round(sqlite, 2),
-                "ed25519_verify_us": round(verify_us, 2),
-                "core_over_verify_ratio": round(core / verify_us, 3),
-                "memory_over_verify_ratio": round(memory / verify_us, 3),
-                "target_us": 15,
-                "target_ratio_at_58us_verify": round(15 / 58, 3),
-            }
-        )
-    )
+        runs = {
+            "core": per_record_us(inputs, args.batch, lambda: CoreOnly(now - 3_600_000), registry, now),
+            "memory": per_record_us(inputs, args.batch, lambda: MemoryStore(created_at=now - 3_600_000), registry, now),
+            "sqlite": per_record_us(inputs, args.batch, lambda: SqliteStore(Path(tmp) / "bench.db", now_ms=now - 3_600_000), registry, now),
+            "memory_default_gc": default_gc,
+        }
+    result: dict[str, object] = {"benchmark": "admission_cost", "records": args.records, "batch": args.batch}
+    for name, (us, ratio) in runs.items():
+        result[f"{name}_us_median"] = round(us, 2)
+        result[f"{name}_over_verify_median"] = round(ratio, 3)
+        result[f"{name}_us_at_58us_verify"] = round(ratio * VERIFY_REFERENCE_US, 2)
+    result["target_us"] = 15
+    result["core_meets_target_at_58us_verify"] = runs["core"][1] * VERIFY_REFERENCE_US <= 15
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ class StateView(Protocol):
     def task(self, kind: str, task_id: str, now_ms: int) -> TaskEntry | None: ...
 
 
-class Candidate(msgspec.Struct, frozen=True, kw_only=True):
+class Candidate(msgspec.Struct, frozen=True):  # positional on the hot path: keep the order
     """A record that passed every stateless check and awaits its signature check."""
 
     source: Coordinates
@@ -85,32 +85,33 @@ def _decision(
     if did is None:
         did = decision_id(policy.namespace, source)
     if envelope is None:
-        return Decision(decision_id=did, outcome=outcome, reason=reason, detail=detail, source=source, decided_at=now_ms)
+        return Decision(did, outcome, reason, source, now_ms, detail)
     r = envelope.receipt
+    # Positional, in Decision's field order (see its docstring for why).
     return Decision(
-        decision_id=did,
-        outcome=outcome,
-        reason=reason,
-        detail=detail,
-        source=source,
-        decided_at=now_ms,
-        receipt_id=envelope.receipt_id,
-        kind=r.kind,
-        task_id=r.task_id,
-        sender=r.sender,
-        principal=principal,
-        receiver=r.receiver,
-        nonce=r.nonce,
-        session_id=r.session_id,
-        sequence=r.sequence,
-        payload_hash=r.payload_hash,
-        issued_at=r.issued_at,
-        key_id=key.key_id if key is not None else r.key_id,
-        public_key=key.public_key if key is not None else None,
-        receipt=envelope.receipt_bytes,
-        signature=envelope.signature,
-        supersedes=supersedes,
-        prior=prior,
+        did,  # decision_id
+        outcome,
+        reason,
+        source,
+        now_ms,  # decided_at
+        detail,
+        envelope.receipt_id,
+        r.kind,
+        r.task_id,
+        r.sender,
+        principal,
+        r.receiver,
+        r.nonce,
+        r.session_id,
+        r.sequence,
+        r.payload_hash,
+        r.issued_at,
+        key.key_id if key is not None else r.key_id,
+        key.public_key if key is not None else None,
+        envelope.receipt_bytes,  # receipt
+        envelope.signature,
+        supersedes,
+        prior,
     )
 
 
@@ -174,7 +175,7 @@ def _precheck(
     found = registry.lookup(principal, r.key_id, now_ms)
     if found.reason is not None:
         return found.reason, found.detail, env, principal
-    return Candidate(source=source, envelope=env, principal=principal, keys=found.keys, issued_at_ms=issued)
+    return Candidate(source, env, principal, found.keys, issued)
 
 
 def verify(candidate: Candidate) -> KeyWindow | None:
@@ -240,23 +241,23 @@ def decide(
 
     nonce_record = NonceRecord(scope, r.nonce, now_ms + policy.nonce_retention_ms)
     if prior is None:
-        entry = TaskEntry(
-            kind=r.kind,
-            task_id=r.task_id,
-            receipt_id=env.receipt_id,
-            decision_id=did,
-            principal=c.principal,
-            nonce=r.nonce,
-            payload_hash=r.payload_hash,
-            session_id=r.session_id,
-            sequence=r.sequence,
-            source=c.source,
-            receipt=env.receipt_bytes,
-            signature=env.signature,
-            admitted_at=now_ms,
+        entry = TaskEntry(  # positional, in field order
+            r.kind,
+            r.task_id,
+            env.receipt_id,
+            did,
+            c.principal,
+            r.nonce,
+            r.payload_hash,
+            r.session_id,
+            r.sequence,
+            c.source,
+            env.receipt_bytes,
+            env.signature,
+            now_ms,
         )
-        return made(Outcome.FORWARD, Reason.ADMITTED, ""), Effects(nonce=nonce_record, window=window_record, task=entry)
-    consumed = Effects(nonce=nonce_record, window=window_record)
+        return made(Outcome.FORWARD, Reason.ADMITTED, ""), Effects(nonce_record, window_record, entry)
+    consumed = Effects(nonce_record, window_record)
     if prior.payload_hash != r.payload_hash:
         return made(
             Outcome.ESCALATE,

@@ -34,7 +34,7 @@ _URLSAFE_TO_STD = bytes.maketrans(b"-_", b"+/")
 _B64URL_ANY = re.compile(rb"[A-Za-z0-9_-]*")
 
 
-class Envelope(msgspec.Struct, frozen=True, kw_only=True):
+class Envelope(msgspec.Struct, frozen=True):  # positional on the hot path: keep the order
     receipt: Receipt
     receipt_bytes: bytes
     signature: bytes
@@ -106,10 +106,4 @@ def open_envelope(
         raise ReceiptError(Reason.BAD_BASE64, f"{HEADER_SIGNATURE} must be 86 characters of canonical unpadded base64url (64 bytes)")
     signature = binascii.a2b_base64(raw_sig.translate(_URLSAFE_TO_STD) + b"==")
     receipt = decode_receipt(raw_receipt)
-    return Envelope(
-        receipt=receipt,
-        receipt_bytes=raw_receipt,
-        signature=signature,
-        receipt_id=receipt_id(raw_receipt),
-        payload=value,
-    )
+    return Envelope(receipt, raw_receipt, signature, receipt_id(raw_receipt), value)

