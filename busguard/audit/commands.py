@@ -235,15 +235,19 @@ def _guarded(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
     return run
 
 
-def cmd_audit(args: argparse.Namespace) -> int:
+def _report_for(args: argparse.Namespace) -> AuditReport:
     cfg = load_config(args.config)
-    report = run_audit(
+    return run_audit(
         cfg,
         guard_public_key=guard_key_for(cfg, args.guard_public_key),
         idle_ms=args.idle_ms,
         checkpoint=Path(args.checkpoint) if args.checkpoint else None,
         progress=_show_progress(args),
     )
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    report = _report_for(args)
     if args.json:
         sys.stdout.buffer.write(render_json(report) + b"\n")
         sys.stdout.flush()
@@ -253,14 +257,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_escalations_list(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config)
-    report = run_audit(
-        cfg,
-        guard_public_key=guard_key_for(cfg, args.guard_public_key),
-        idle_ms=args.idle_ms,
-        checkpoint=Path(args.checkpoint) if args.checkpoint else None,
-        progress=_show_progress(args),
-    )
+    report = _report_for(args)
     if args.json:
         sys.stdout.buffer.write(msgspec.json.encode(report.pending) + b"\n")
         sys.stdout.flush()

@@ -21,11 +21,10 @@ from busguard.audit.commands import load_checkpoint, run_audit
 from busguard.audit.lineage import AuditReport
 from busguard.audit.reader import read_log
 from busguard.config import Config, load_config
-from busguard.protocol.signing import Signer
 from busguard.protocol.attestation import attest, decision_bytes, seal
 from busguard.protocol.identity import multikey_encode
 from busguard.protocol.receipt import receipt_id
-from busguard.protocol.signing import public_key_from_seed
+from busguard.protocol.signing import Signer, public_key_from_seed
 from busguard.runtime.broker import EmbeddedBroker
 from busguard.sdk.sender import SignedRecord
 
