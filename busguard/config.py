@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from busguard.admission.types import AdmissionPolicy
-from busguard.errors import ConfigError
+from busguard.errors import ConfigError, read_toml
 
 ENV_PREFIX = "BUSGUARD_"
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -191,12 +191,7 @@ def _env_overrides(raw: dict[str, Any], env: Mapping[str, str]) -> dict[str, str
 
 def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Config:
     path = Path(path)
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(str(path), "", None, "the config file does not exist") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(str(path), "", None, f"not valid TOML: {exc}") from None
+    raw = read_toml(path, "config file")
     if "source" in raw:
         raise ConfigError(str(path), "source", raw["source"], "not a known key here (see docs/config.md)")
     from_env = _env_overrides(raw, os.environ if env is None else env)

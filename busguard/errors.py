@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+import tomllib
+from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -42,3 +45,13 @@ def _lookup(data: object, path: str) -> object:
         except (KeyError, IndexError, TypeError):
             return None
     return data
+
+
+def read_toml(path: Path, what: str) -> dict[str, Any]:
+    """A TOML file's contents, or a ConfigError naming the file and the problem."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(str(path), "", None, f"the {what} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), "", None, f"not valid TOML: {exc}") from None

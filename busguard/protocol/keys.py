@@ -19,12 +19,11 @@ against such keys in some protocols and no honest signer has one.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 import msgspec
 
-from busguard.errors import ConfigError
+from busguard.errors import ConfigError, read_toml
 from busguard.protocol.identity import canonical_principal, multikey_decode, public_key_from_agent_id
 from busguard.protocol.reasons import Reason
 from busguard.protocol.signing import is_acceptable_public_key
@@ -116,12 +115,7 @@ class KeyRegistry:
     @classmethod
     def load(cls, path: str | Path) -> KeyRegistry:
         path = Path(path)
-        try:
-            raw = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(str(path), "", None, "the key registry file does not exist") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(str(path), "", None, f"not valid TOML: {exc}") from None
+        raw = read_toml(path, "key registry file")
         try:
             parsed = msgspec.convert(raw, _RegistryFile)
         except msgspec.ValidationError as exc:
