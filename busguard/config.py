@@ -141,11 +141,13 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
         t = self.topics
         return sorted({r.downstream for r in self.routes} | {t.reconciliation, t.dead_letter, t.audit, t.replies})
 
+    @property
+    def downstreams(self) -> dict[str, str]:
+        """Input topic -> the downstream topic its admitted records go to."""
+        return {t: r.downstream for r in self.routes for t in r.inputs}
+
     def downstream_for(self, topic: str) -> str:
-        for r in self.routes:
-            if topic in r.inputs:
-                return r.downstream
-        raise KeyError(topic)
+        return self.downstreams[topic]
 
     def policy(self) -> AdmissionPolicy:
         a = self.admission

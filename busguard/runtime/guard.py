@@ -59,6 +59,7 @@ class Guard:
         self.clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self.faults = faults or Faults(None)
         self.policy = cfg.policy()
+        self.downstreams = cfg.downstreams
         self._pool = ThreadPoolExecutor(cfg.batch.verify_threads, thread_name_prefix="busguard-crypto")
         self.loop = BatchLoop(
             cfg, self, topics=cfg.input_topics, group_id=cfg.kafka.group_id, role="guard", metrics=self.metrics, faults=self.faults
@@ -115,7 +116,7 @@ class Guard:
         outputs: list[Output] = []
         max_payload = self.cfg.batch.max_payload_bytes
         for record, s, item in zip(records, sealed, inputs, strict=True):
-            outputs += outputs_for(s, record.key, record.value, item.headers, self.cfg.downstream_for(record.topic), self.cfg.topics, max_payload)
+            outputs += outputs_for(s, record.key, record.value, item.headers, self.downstreams[record.topic], self.cfg.topics, max_payload)
         self._account(decisions)
         return outputs
 
