@@ -9,6 +9,7 @@ record) and hand the outputs to the loop to produce and commit.
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -121,8 +122,10 @@ class Guard:
         return outputs
 
     def _account(self, decisions: Sequence[Decision]) -> None:
+        # one metric update per (outcome, reason) per batch, not per record
+        for (outcome, reason), n in collections.Counter((d.outcome, d.reason) for d in decisions).items():
+            self.metrics.decisions.labels(outcome, reason).inc(n)
         for d in decisions:
-            self.metrics.decisions.labels(d.outcome, d.reason).inc()
             if d.outcome != "forward":
                 log.info(
                     "decision",
