@@ -28,13 +28,14 @@ HEADER_SIGNATURE: Final = "busguard-signature"
 RESERVED_PREFIX: Final = "busguard-"
 DEFAULT_MAX_PAYLOAD_BYTES: Final = 1_048_576
 
-_B64URL_SIG = re.compile(rb"[A-Za-z0-9_-]{86}")
 _SIG_LAST_CHARS = frozenset(b"AQgw")
 _URLSAFE_TO_STD = bytes.maketrans(b"-_", b"+/")
+_SIG_SHAPE = f"{HEADER_SIGNATURE} must be 86 characters of canonical unpadded base64url (64 bytes)"
+_NOT_BASE64URL = b"+/="  # in the standard alphabet, not in ours: deleted, so the length check catches them
 _B64URL_ANY = re.compile(rb"[A-Za-z0-9_-]*")
 
 
-class Envelope(msgspec.Struct, frozen=True):  # positional on the hot path: keep the order
+class Envelope(msgspec.Struct, frozen=True, gc=False):  # positional on the hot path: keep the order
     receipt: Receipt
     receipt_bytes: bytes
     signature: bytes
@@ -102,8 +103,13 @@ def open_envelope(
         raise ReceiptError(Reason.OVERSIZED, f"payload is {len(value)} bytes; at most {max_payload_bytes} allowed")
     raw_receipt, raw_sig = _our_headers(headers)
     # 86 characters carry 516 bits for 512: the last one's low 4 bits must be zero.
-    if _B64URL_SIG.fullmatch(raw_sig) is None or raw_sig[85] not in _SIG_LAST_CHARS:
-        raise ReceiptError(Reason.BAD_BASE64, f"{HEADER_SIGNATURE} must be 86 characters of canonical unpadded base64url (64 bytes)")
-    signature = binascii.a2b_base64(raw_sig.translate(_URLSAFE_TO_STD) + b"==")
+    # Mapped to the standard alphabet, strict decoding refuses anything else.
+    std = raw_sig.translate(_URLSAFE_TO_STD, _NOT_BASE64URL)
+    if len(raw_sig) != 86 or len(std) != 86 or raw_sig[85] not in _SIG_LAST_CHARS:
+        raise ReceiptError(Reason.BAD_BASE64, _SIG_SHAPE)
+    try:
+        signature = binascii.a2b_base64(std + b"==", strict_mode=True)
+    except binascii.Error:
+        raise ReceiptError(Reason.BAD_BASE64, _SIG_SHAPE) from None
     receipt = decode_receipt(raw_receipt)
     return Envelope(receipt, raw_receipt, signature, receipt_id(raw_receipt), value)

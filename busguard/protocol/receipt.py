@@ -53,8 +53,9 @@ _Sequence = Annotated[int, msgspec.Meta(ge=0, le=MAX_SEQUENCE)]
 _KeyId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_KEY_ID_CHARS)]
 
 
-class Receipt(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """What a sender attests to. Field order here is the canonical emit order.
+class Receipt(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """What a sender attests to. Field order here is the canonical emit order,
+    and absent optional fields are omitted, so encoding one gives the SDK's form.
 
     Shape constraints live in the type so msgspec checks them while parsing
     (in C, on the hot path); `_CONSTRAINT_REASONS` maps a violation of each
@@ -103,8 +104,13 @@ def signing_input(receipt_bytes: bytes) -> bytes:
     return SIGNING_CONTEXT + receipt_bytes
 
 
+_CONTEXT_HASH: Final = hashlib.sha256(SIGNING_CONTEXT)  # copied per receipt: the prefix is hashed once
+
+
 def receipt_id(receipt_bytes: bytes) -> str:
-    return hashlib.sha256(SIGNING_CONTEXT + receipt_bytes).hexdigest()
+    h = _CONTEXT_HASH.copy()
+    h.update(receipt_bytes)
+    return h.hexdigest()
 
 
 def payload_hash(payload: bytes) -> str:
@@ -126,20 +132,22 @@ def encode_receipt(receipt: Receipt) -> bytes:
 
     Senders may emit any valid JSON; this is just the form our SDK emits.
     """
-    fields = {f: getattr(receipt, f) for f in receipt.__struct_fields__}
-    return _encoder.encode({k: v for k, v in fields.items() if v is not None})
+    return _encoder.encode(receipt)
 
 
 def _duplicate_key(raw: bytes, receipt: Receipt) -> str | None:
     """The first key that appears twice, or None.
 
-    Fast path: `present` distinct keys decoded to non-null values, so there
+    Fastest path: the bytes are exactly this receipt's canonical encoding
+    (what the SDK sends), which has each key once. Next: `present` distinct keys decoded to non-null values, so there
     are at least that many keys. In JSON without whitespace (what senders
     normally emit) every key is spelled `"…":`, so the count of `":` bounds
     the number of keys from above; if that bound is `present`, there is no
     room for a duplicate. Anything else (a duplicate, an explicit null,
     whitespace anywhere, `":` inside a value) takes the exact scan.
     """
+    if _encoder.encode(receipt) == raw:
+        return None
     present = _REQUIRED_FIELDS + (receipt.session_id is not None) + (receipt.sequence is not None) + (receipt.key_id is not None)
     if raw.count(b'":') <= present and len(raw.translate(None, _JSON_WHITESPACE)) == len(raw):
         return None

@@ -89,13 +89,12 @@ def _reject(ts: str, why: str) -> ValueError:
 
 # Hot-path design.  Whole timestamps are essentially unique, so caching
 # parse_timestamp itself would only thrash.  But its *components* repeat:
-# the date (YYYY-MM-DD) is shared by every record of a day, the time of day
-# (HH:MM:SS) by every record of a second, and the tail is almost always one
-# of a thousand ".mmmZ" spellings.  So the parse is: slice, two memoised
-# component lookups, one dict lookup.  Other tails (numeric offsets, other
+# the whole second (YYYY-MM-DDTHH:MM:SS) is shared by every record of that
+# second, and the tail is almost always one of a thousand ".mmmZ" spellings.
+# So the parse is: slice, one memoised lookup, one dict lookup.  Other tails (numeric offsets, other
 # fraction lengths) take _slow_tail_ms, still regex-free for the fraction;
 # the full tail regex and _explain run only on the error path.
-# Each memoised component fully validates its own slice (ASCII digits via
+# The memoised component fully validates its own slice (ASCII digits via
 # [0-9], field ranges), so a cache hit is as strict as a fresh parse.  The
 # caches are bounded: novel values chosen by an adversary cost a miss (about
 # the speed of an uncached parse), never unbounded memory.  Components return
@@ -121,7 +120,6 @@ def _days_in_month(year: int, month: int) -> int:
     return _MONTH_DAYS[month]
 
 
-@functools.lru_cache(maxsize=4096)
 def _date_days(date: str) -> int | None:
     """``YYYY-MM-DD`` -> days since the epoch, or None if malformed/out of range."""
     if _DATE.fullmatch(date) is None:
@@ -134,7 +132,6 @@ def _date_days(date: str) -> int | None:
     return _days_from_civil(year, month, day)
 
 
-@functools.lru_cache(maxsize=4096)
 def _time_seconds(hms: str) -> int | None:
     """``HH:MM:SS`` -> seconds into the day, or None (no leap second 60)."""
     if _TIME.fullmatch(hms) is None:
@@ -145,6 +142,19 @@ def _time_seconds(hms: str) -> int | None:
     if hour > 23 or minute > 59 or second > 59:
         return None
     return hour * 3600 + minute * 60 + second
+
+
+@functools.lru_cache(maxsize=4096)
+def _epoch_seconds(head: str) -> int | None:
+    """``YYYY-MM-DDTHH:MM:SS`` -> seconds since the epoch, or None.
+
+    Cached whole: a stream's timestamps share a handful of seconds, so one
+    probe replaces the date and time parses on almost every record."""
+    days = _date_days(head[:10])
+    secs = _time_seconds(head[11:19])
+    if days is None or secs is None or head[10:11] != "T":
+        return None
+    return days * 86400 + secs
 
 
 _ZONE = re.compile(r"[+-][0-9]{2}:[0-9]{2}")
@@ -238,9 +248,8 @@ def parse_timestamp(ts: str) -> int:
     """
     if len(ts) > MAX_TIMESTAMP_CHARS:
         raise _reject(ts, f"longer than {MAX_TIMESTAMP_CHARS} characters ({len(ts)})")
-    days = _date_days(ts[:10])
-    secs = _time_seconds(ts[11:19])
-    if days is None or secs is None or ts[10:11] != "T":
+    seconds = _epoch_seconds(ts[:19])
+    if seconds is None:
         raise _reject(ts, _explain(ts))
     tail = ts[19:]
     tail_ms = _FAST_TAILS.get(tail)
@@ -248,7 +257,7 @@ def parse_timestamp(ts: str) -> int:
         tail_ms = _slow_tail_ms(tail)
         if tail_ms is None:
             raise _reject(ts, _explain(ts))
-    return (days * 86400 + secs) * 1000 + tail_ms
+    return seconds * 1000 + tail_ms
 
 
 def format_timestamp(epoch_ms: int) -> str:
