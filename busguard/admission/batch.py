@@ -62,8 +62,8 @@ class BatchState:
     def created_at(self) -> int:
         return self._snap.created_at
 
-    def decision_at(self, source: Coordinates) -> Decision | None:
-        key = source_key(source)
+    def earlier(self, key: SourceKey) -> Decision | None:
+        """A decision already made for this input position, in this batch or before."""
         return self.new_decisions.get(key) or self._snap.decisions.get(key)
 
     def nonce_seen(self, scope: str, nonce: str, now_ms: int) -> bool:
@@ -72,17 +72,15 @@ class BatchState:
     def window(self, principal: str, session_id: str, now_ms: int) -> WindowState | None:
         pending = self.windows.get((principal, session_id))
         if pending is not None:
-            return WindowState(pending.top, pending.bitmap)
+            return pending.state
         return self._snap.windows.get((principal, session_id))
 
     def task(self, kind: str, task_id: str, now_ms: int) -> TaskEntry | None:
         return self.tasks.get((kind, task_id)) or self._snap.tasks.get((kind, task_id))
 
-    def apply(self, decision: Decision, effects: Effects, *, replayed: bool = False) -> None:
+    def apply(self, key: SourceKey, decision: Decision, effects: Effects) -> None:
         self.decisions.append(decision)
-        if replayed:
-            return
-        self.new_decisions[source_key(decision.source)] = decision
+        self.new_decisions[key] = decision
         if effects.nonce is not None:
             self.nonces[(effects.nonce.scope, effects.nonce.nonce)] = effects.nonce
         if effects.window is not None:
@@ -111,15 +109,16 @@ def verify_serially(candidates: Sequence[Candidate]) -> list[KeyWindow | None]:
 
 
 def keys_for(inputs: Sequence[Input], checked: Sequence[Candidate | Decision], policy: AdmissionPolicy) -> KeySet:
-    keys = KeySet(sources=[source_key(i.source) for i in inputs])
+    per_principal = policy.nonce_scope != "global"
+    nonces, windows, tasks = set(), set(), set()
     for c in checked:
         if isinstance(c, Candidate):
             r = c.envelope.receipt
-            keys.nonces.add(("" if policy.nonce_scope == "global" else c.principal, r.nonce))
-            keys.tasks.add((r.kind, r.task_id))
+            nonces.add((c.principal if per_principal else "", r.nonce))
+            tasks.add((r.kind, r.task_id))
             if r.session_id is not None:
-                keys.windows.add((c.principal, r.session_id))
-    return keys
+                windows.add((c.principal, r.session_id))
+    return KeySet(sources=[source_key(i.source) for i in inputs], nonces=nonces, windows=windows, tasks=tasks)
 
 
 def admit_batch(
@@ -143,25 +142,26 @@ def admit_batch(
     candidates = [c for c in checked if isinstance(c, Candidate)]
     keys_by_candidate = dict(zip(map(id, candidates), verify_many(candidates), strict=True))
 
+    keys = keys_for(inputs, checked, policy)
+    sources = keys.sources
+
     def decide_all(snapshot: Snapshot) -> BatchState:
         state = BatchState(snapshot)
         # Only a re-delivery after a crash (or a caller feeding one position
         # twice) has an earlier decision; skip the lookups otherwise.
-        seen_before = bool(snapshot.decisions) or len({source_key(i.source) for i in inputs}) < len(inputs)
-        for item, c in zip(inputs, checked, strict=True):
-            earlier = state.decision_at(item.source) if seen_before else None
-            if earlier is not None and earlier.receipt_id != (c.envelope.receipt_id if isinstance(c, Candidate) else c.receipt_id):
-                # Same position, different record: the topic was recreated or
-                # its log lost while this store was kept. Judge it afresh.
-                earlier = None
-            if earlier is not None:
-                state.apply(earlier, NO_EFFECTS, replayed=True)
+        seen_before = bool(snapshot.decisions) or len(set(sources)) < len(sources)
+        for sk, c in zip(sources, checked, strict=True):
+            earlier = state.earlier(sk) if seen_before else None
+            # Same position, different record: the topic was recreated or its
+            # log lost while this store was kept. Judge it afresh.
+            if earlier is not None and earlier.receipt_id == (c.envelope.receipt_id if isinstance(c, Candidate) else c.receipt_id):
+                state.decisions.append(earlier)
             elif isinstance(c, Decision):
-                state.apply(c, NO_EFFECTS)
+                state.apply(sk, c, NO_EFFECTS)
             else:
-                state.apply(*decide(c, keys_by_candidate[id(c)], state, now_ms, policy))
+                state.apply(sk, *decide(c, keys_by_candidate[id(c)], state, now_ms, policy))
         if after_decide is not None:
             after_decide()  # a test hook: crash here and the transaction never commits
         return state
 
-    return store.run_batch(keys_for(inputs, checked, policy), now_ms, decide_all).decisions
+    return store.run_batch(keys, now_ms, decide_all).decisions

@@ -49,8 +49,6 @@ class StateView(Protocol):
     @property
     def created_at(self) -> int: ...
 
-    def decision_at(self, source: Coordinates) -> Decision | None: ...
-
     def nonce_seen(self, scope: str, nonce: str, now_ms: int) -> bool: ...
 
     def window(self, principal: str, session_id: str, now_ms: int) -> win.WindowState | None: ...
@@ -58,7 +56,7 @@ class StateView(Protocol):
     def task(self, kind: str, task_id: str, now_ms: int) -> TaskEntry | None: ...
 
 
-class Candidate(msgspec.Struct, frozen=True):  # positional on the hot path: keep the order
+class Candidate(msgspec.Struct, frozen=True, gc=False):  # positional on the hot path: keep the order
     """A record that passed every stateless check and awaits its signature check."""
 
     source: Coordinates
@@ -69,21 +67,18 @@ class Candidate(msgspec.Struct, frozen=True):  # positional on the hot path: kee
 
 
 def _decision(
+    did: str,
     source: Coordinates,
+    now_ms: int,
     outcome: Outcome,
     reason: Reason,
     detail: str,
-    now_ms: int,
-    policy: AdmissionPolicy,
     envelope: Envelope | None = None,
     principal: str | None = None,
     key: KeyWindow | None = None,
     supersedes: str | None = None,
     prior: TaskEntry | None = None,
-    did: str | None = None,
 ) -> Decision:
-    if did is None:
-        did = decision_id(policy.namespace, source)
     if envelope is None:
         return Decision(did, outcome, reason, source, now_ms, detail)
     r = envelope.receipt
@@ -129,7 +124,7 @@ def precheck(
     if isinstance(checked, Candidate):
         return checked
     reason, detail, env, principal = checked
-    return _decision(source, Outcome.REJECT, reason, detail, now_ms, policy, env, principal)
+    return _decision(decision_id(policy.namespace, source), source, now_ms, Outcome.REJECT, reason, detail, env, principal)
 
 
 _Refusal = tuple[Reason, str, Envelope | None, str | None]
@@ -198,46 +193,42 @@ def decide(
     """The stateful part of the admission table (docs/protocol.md, "Decisions")."""
     env = c.envelope
     r = env.receipt
-    did = decision_id(policy.namespace, c.source)
-
-    def made(outcome: Outcome, reason: Reason, detail: str, supersedes: str | None = None, prior: TaskEntry | None = None) -> Decision:
-        return _decision(c.source, outcome, reason, detail, now_ms, policy, env, c.principal, key, supersedes, prior, did)
+    # Every decision below shares this head and `env, principal, key` tail;
+    # spelled out rather than a closure, which would cost an object per record.
+    did, src, principal = decision_id(policy.namespace, c.source), c.source, c.principal
 
     if key is None:
-        return made(Outcome.REJECT, Reason.BAD_SIGNATURE, "Ed25519 signature does not verify over the receipt bytes"), NO_EFFECTS
+        detail = "Ed25519 signature does not verify over the receipt bytes"
+        return _decision(did, src, now_ms, Outcome.REJECT, Reason.BAD_SIGNATURE, detail, env, principal), NO_EFFECTS
     objection = run_policies(env) if KINDS[r.kind] else None
     if objection is not None:
-        return made(objection.outcome, objection.reason, objection.detail), NO_EFFECTS
+        return _decision(did, src, now_ms, objection.outcome, objection.reason, objection.detail, env, principal, key), NO_EFFECTS
     if c.issued_at_ms < view.created_at and now_ms < view.created_at + policy.max_age_ms:
-        return made(
-            Outcome.REJECT,
-            Reason.STORE_WARMING,
-            "issued before this state store existed; refused until one freshness window has passed",
-        ), NO_EFFECTS
+        detail = "issued before this state store existed; refused until one freshness window has passed"
+        return _decision(did, src, now_ms, Outcome.REJECT, Reason.STORE_WARMING, detail, env, principal, key), NO_EFFECTS
 
-    scope = "" if policy.nonce_scope == "global" else c.principal
+    scope = "" if policy.nonce_scope == "global" else principal
     prior = view.task(r.kind, r.task_id, now_ms)
     # The task index outlives the nonce store, so an exact resend is
     # recognised even after its nonce has aged out.
-    if prior is not None and prior.nonce == r.nonce and prior.payload_hash == r.payload_hash and prior.principal == c.principal:
-        return made(Outcome.DUPLICATE, Reason.EXACT_DUPLICATE, "already admitted; not forwarded again", prior=prior), NO_EFFECTS
+    if prior is not None and prior.nonce == r.nonce and prior.payload_hash == r.payload_hash and prior.principal == principal:
+        detail = "already admitted; not forwarded again"
+        return _decision(did, src, now_ms, Outcome.DUPLICATE, Reason.EXACT_DUPLICATE, detail, env, principal, key, None, prior), NO_EFFECTS
     if view.nonce_seen(scope, r.nonce, now_ms):
-        return made(Outcome.REJECT, Reason.NONCE_REPLAY, "nonce already used inside the retention window"), NO_EFFECTS
+        detail = "nonce already used inside the retention window"
+        return _decision(did, src, now_ms, Outcome.REJECT, Reason.NONCE_REPLAY, detail, env, principal, key), NO_EFFECTS
 
     window_record: WindowRecord | None = None
     if r.session_id is not None and r.sequence is not None:
-        state = view.window(c.principal, r.session_id, now_ms)
+        state = view.window(principal, r.session_id, now_ms)
         verdict = win.check(state, r.sequence, policy.window_size)
         if verdict is win.Verdict.REPLAY:
-            return made(Outcome.REJECT, Reason.SEQUENCE_REPLAY, f"sequence {r.sequence} already seen in session"), NO_EFFECTS
+            detail = f"sequence {r.sequence} already seen in session"
+            return _decision(did, src, now_ms, Outcome.REJECT, Reason.SEQUENCE_REPLAY, detail, env, principal, key), NO_EFFECTS
         if verdict is win.Verdict.TOO_OLD:
-            return made(
-                Outcome.REJECT,
-                Reason.SEQUENCE_TOO_OLD,
-                f"sequence {r.sequence} is left of the {policy.window_size}-wide window (highest {state.top if state else None})",
-            ), NO_EFFECTS
-        top, bitmap = win.record(state, r.sequence, policy.window_size)
-        window_record = WindowRecord(c.principal, r.session_id, top, bitmap, now_ms + policy.session_retention_ms)
+            detail = f"sequence {r.sequence} is left of the {policy.window_size}-wide window (highest {state.top if state else None})"
+            return _decision(did, src, now_ms, Outcome.REJECT, Reason.SEQUENCE_TOO_OLD, detail, env, principal, key), NO_EFFECTS
+        window_record = WindowRecord(principal, r.session_id, win.record(state, r.sequence, policy.window_size), now_ms + policy.session_retention_ms)
 
     nonce_record = NonceRecord(scope, r.nonce, now_ms + policy.nonce_retention_ms)
     if prior is None:
@@ -246,45 +237,33 @@ def decide(
             r.task_id,
             env.receipt_id,
             did,
-            c.principal,
+            principal,
             r.nonce,
             r.payload_hash,
             r.session_id,
             r.sequence,
-            c.source,
+            src,
             env.receipt_bytes,
             env.signature,
             now_ms,
         )
-        return made(Outcome.FORWARD, Reason.ADMITTED, ""), Effects(nonce_record, window_record, entry)
+        return _decision(did, src, now_ms, Outcome.FORWARD, Reason.ADMITTED, "", env, principal, key), Effects(nonce_record, window_record, entry)
     consumed = Effects(nonce_record, window_record)
     if prior.payload_hash != r.payload_hash:
-        return made(
-            Outcome.ESCALATE,
-            Reason.TASK_CONFLICT,
-            f"task {r.task_id!r} was admitted with a different payload_hash",
-            prior=prior,
-        ), consumed
+        detail = f"task {r.task_id!r} was admitted with a different payload_hash"
+        return _decision(did, src, now_ms, Outcome.ESCALATE, Reason.TASK_CONFLICT, detail, env, principal, key, None, prior), consumed
     if (
         r.session_id is not None
         and r.sequence is not None
-        and prior.principal == c.principal
+        and prior.principal == principal
         and prior.session_id == r.session_id
         and prior.sequence is not None
         and r.sequence > prior.sequence
     ):
-        return made(
-            Outcome.DUPLICATE,
-            Reason.RETRANSMISSION,
-            f"crash-recovery retransmission in session {r.session_id!r} (sequence {prior.sequence} -> {r.sequence})",
-            supersedes=prior.receipt_id,
-            prior=prior,
-        ), consumed
-    return made(
-        Outcome.ESCALATE,
-        Reason.AMBIGUOUS_RETRANSMISSION,
+        detail = f"crash-recovery retransmission in session {r.session_id!r} (sequence {prior.sequence} -> {r.sequence})"
+        return _decision(did, src, now_ms, Outcome.DUPLICATE, Reason.RETRANSMISSION, detail, env, principal, key, prior.receipt_id, prior), consumed
+    detail = (
         f"task {r.task_id!r} already admitted under nonce {prior.nonce!r}; "
-        "same payload, new nonce, and no session/sequence to tell a retransmission from a second witness",
-        supersedes=prior.receipt_id,
-        prior=prior,
-    ), consumed
+        "same payload, new nonce, and no session/sequence to tell a retransmission from a second witness"
+    )
+    return _decision(did, src, now_ms, Outcome.ESCALATE, Reason.AMBIGUOUS_RETRANSMISSION, detail, env, principal, key, prior.receipt_id, prior), consumed

@@ -2,6 +2,9 @@
 
 Everything here is a frozen msgspec Struct so it can be persisted, put on the
 audit topic and compared byte for byte after a crash without custom code.
+The per-record ones are `gc=False`: frozen and holding only immutable values,
+they cannot form a reference cycle, so the cyclic collector has no reason to
+walk the thousands of them a batch keeps alive.
 `bytes` fields encode as standard base64 in JSON (msgspec's convention).
 """
 
@@ -13,7 +16,7 @@ from typing import Final, Literal
 
 import msgspec
 
-from busguard.admission.window import DEFAULT_WINDOW_SIZE
+from busguard.admission.window import DEFAULT_WINDOW_SIZE, WindowState
 
 NonceScope = Literal["global", "principal"]
 DECISION_ID_CONTEXT: Final = b"busguard/decision/v1\x00"
@@ -39,7 +42,7 @@ def decision_id(namespace: str, source: Coordinates) -> str:
     First 16 hex of SHA-256(context || namespace NUL topic NUL partition),
     then the offset as 16 hex digits: one hash per partition, not per record.
     """
-    return f"{_partition_prefix(namespace, source.topic, source.partition)}{source.offset:016x}"
+    return _partition_prefix(namespace, source.topic, source.partition) + source.offset.to_bytes(8).hex()
 
 
 class AdmissionPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -56,7 +59,7 @@ class AdmissionPolicy(msgspec.Struct, frozen=True, kw_only=True):
     decision_retention_ms: int = 7 * 24 * 3600 * 1000
 
 
-class TaskEntry(msgspec.Struct, frozen=True):
+class TaskEntry(msgspec.Struct, frozen=True, gc=False):
     """The first admitted receipt for a (kind, task_id): the task's witness.
 
     Not kw_only, like `Decision`: msgspec builds a struct from positional
@@ -78,7 +81,7 @@ class TaskEntry(msgspec.Struct, frozen=True):
     admitted_at: int
 
 
-class Decision(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="type", tag="decision"):
+class Decision(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, tag_field="type", tag="decision"):
     """One per input record. Everything reconciliation and audit need is here,
     so neither has to consult busguard's private state. Tagged (`"type":
     "decision"`) because the audit topic also carries resolutions. Built
@@ -115,15 +118,14 @@ class NonceRecord(msgspec.Struct, frozen=True):
     expires_at: int
 
 
-class WindowRecord(msgspec.Struct, frozen=True):
+class WindowRecord(msgspec.Struct, frozen=True, gc=False):
     principal: str
     session_id: str
-    top: int
-    bitmap: int
+    state: WindowState
     expires_at: int
 
 
-class Effects(msgspec.Struct, frozen=True):  # positional on the hot path: keep the order
+class Effects(msgspec.Struct, frozen=True, gc=False):  # positional on the hot path: keep the order
     """State changes one decision asks for; applied by the shell, atomically
     with the decision itself."""
 

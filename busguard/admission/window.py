@@ -14,12 +14,17 @@ refused, because its bit has been forgotten.
 from __future__ import annotations
 
 import enum
-from typing import Final, NamedTuple
+from typing import Final
+
+import msgspec
 
 DEFAULT_WINDOW_SIZE: Final = 1024
 
 
-class WindowState(NamedTuple):
+class WindowState(msgspec.Struct, frozen=True):
+    """A Struct, not a NamedTuple: msgspec builds one in C, and one is built
+    for every session-carrying record."""
+
     top: int
     bitmap: int
 

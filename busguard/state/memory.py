@@ -7,7 +7,6 @@ from collections.abc import Callable
 
 from busguard.admission.batch import BatchState, KeySet, Snapshot, SourceKey, source_key
 from busguard.admission.types import Coordinates, Decision, TaskEntry, WindowRecord
-from busguard.admission.window import WindowState
 
 
 class MemoryStore:
@@ -36,7 +35,7 @@ class MemoryStore:
             for wk in keys.windows:
                 w = self.windows.get(wk)
                 if w is not None and w.expires_at > now_ms:
-                    snap.windows[wk] = WindowState(w.top, w.bitmap)
+                    snap.windows[wk] = w.state
             for tk in keys.tasks:
                 current = self.tasks.get(tk)
                 if current is not None and current[1] > now_ms:

@@ -128,7 +128,7 @@ class SqliteStore:
         db.executemany("INSERT OR REPLACE INTO nonces VALUES (?,?)", [(key(n.scope, n.nonce), n.expires_at) for n in state.nonces.values()])
         db.executemany(
             "INSERT OR REPLACE INTO windows VALUES (?,?,?,?)",
-            [(key(w.principal, w.session_id), w.top, _bitmap_bytes(w.bitmap), w.expires_at) for w in state.windows.values()],
+            [(key(w.principal, w.session_id), w.state.top, _bitmap_bytes(w.state.bitmap), w.expires_at) for w in state.windows.values()],
         )
         # Insert-only, except over an expired row: the first admission stays the witness.
         db.executemany(
