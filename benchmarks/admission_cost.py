@@ -17,6 +17,8 @@ configuration runs `--repeats` times, interleaved; the figure is the median
 run and `*_range` the slowest and fastest.
 
     .venv/bin/python benchmarks/admission_cost.py [--records 20000] [--batch 500] [--repeats 5]
+
+Exits 1 when the core misses the target.
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ def per_record_us(inputs: list[Input], batch: int, store_factory, registry: KeyR
 
 
 VERIFY_REFERENCE_US = 58.0  # the issue's figure for this machine's Ed25519 verify
+TARGET_US = 15.0  # issue 2: median admission cost per record, excluding the verify
 
 
 def main() -> None:
@@ -139,9 +142,11 @@ def main() -> None:
         result[f"{name}_over_verify_median"] = round(statistics.median(ratio for _, ratio in runs), 3)
         result[f"{name}_us_at_58us_verify"] = round(statistics.median(at_reference), 2)
         result[f"{name}_us_at_58us_verify_range"] = [round(at_reference[0], 2), round(at_reference[-1], 2)]
-    result["target_us"] = 15
-    result["core_meets_target_at_58us_verify"] = result["core_us_at_58us_verify"] <= 15  # type: ignore[operator]
+    result["target_us"] = TARGET_US
+    meets = statistics.median(ratio for _, ratio in results["core"]) * VERIFY_REFERENCE_US <= TARGET_US
+    result["core_meets_target_at_58us_verify"] = meets
     print(json.dumps(result))
+    sys.exit(0 if meets else 1)  # a missed target fails `make bench`
 
 
 if __name__ == "__main__":
