@@ -44,59 +44,28 @@ sys.path.insert(0, str(REPO))
 import structlog  # noqa: E402
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
 
+from busguard.devconfig import Topics, embedded_config  # noqa: E402
 from busguard.protocol.attestation import HEADER_DECISION_ID, HEADER_OUTCOME, HEADER_REASON  # noqa: E402
 from busguard.protocol.keyfile import new_identity, write_key  # noqa: E402
 from busguard.runtime.broker import EmbeddedBroker, create_topics, free_port  # noqa: E402
 from busguard.sdk.sender import Sender, SignedRecord  # noqa: E402
 
-TOPICS = {
-    "handoffs": "bench.handoffs",
-    "acks": "bench.acks",
-    "handoffs_out": "bench.handoffs.admitted",
-    "acks_out": "bench.acks.admitted",
-    "reconciliation": "bench.reconciliation",
-    "dead_letter": "bench.dead-letter",
-    "audit": "bench.audit",
-    "replies": "bench.replies",
-}
+TOPICS = Topics.under("bench")
 
 
 def write_config(tmp: Path, bootstrap: str, args: argparse.Namespace) -> Path:
     config = tmp / "busguard.toml"
     config.write_text(
-        f"""
-[kafka]
-bootstrap_servers = "{bootstrap}"
-group_id = "bench-guard"
-idempotence = false            # tansu
-create_topics = false
-session_timeout_ms = 3000
-heartbeat_interval_ms = 300
-[[routes]]
-name = "handoffs"
-inputs = ["{TOPICS['handoffs']}"]
-downstream = "{TOPICS['handoffs_out']}"
-[[routes]]
-name = "acks"
-inputs = ["{TOPICS['acks']}"]
-downstream = "{TOPICS['acks_out']}"
-[topics]
-reconciliation = "{TOPICS['reconciliation']}"
-dead_letter = "{TOPICS['dead_letter']}"
-audit = "{TOPICS['audit']}"
-replies = "{TOPICS['replies']}"
-[state]
-path = "state.db"
-synchronous = "{args.synchronous}"
-[keys]
-registry = "keys.toml"
-guard_key = "guard.key"
-[batch]
-max_records = {args.max_records}
-verify_threads = {args.verify_threads}
-[log]
-level = "warning"
-"""
+        embedded_config(
+            bootstrap,
+            group_id="bench-guard",
+            topics=TOPICS,
+            comment="Written by benchmarks/e2e_throughput.py.",
+            kafka={"create_topics": False},
+            state={"synchronous": args.synchronous},
+            batch={"max_records": args.max_records, "verify_threads": args.verify_threads},
+            log={"level": "warning"},
+        )
     )
     return config
 
@@ -142,7 +111,7 @@ async def produce_and_watch(bootstrap: str, records: list[tuple[str, bytes, Sign
     watcher = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=50)
     await watcher.start()
     await watcher._client.force_metadata_update()
-    tps = [TopicPartition(TOPICS["audit"], p) for p in sorted(watcher.partitions_for_topic(TOPICS["audit"]) or ())]
+    tps = [TopicPartition(TOPICS.audit, p) for p in sorted(watcher.partitions_for_topic(TOPICS.audit) or ())]
     watcher.assign(tps)
     await watcher.seek_to_beginning(*tps)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False, acks="all", linger_ms=5, max_batch_size=256 * 1024)
@@ -252,7 +221,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="busguard-e2e-") as tmpdir:
         tmp = Path(tmpdir)
         async with EmbeddedBroker(log_dir=tmp) as broker:
-            await create_topics(broker.bootstrap, list(TOPICS.values()), partitions=args.partitions)
+            await create_topics(broker.bootstrap, TOPICS.all(), partitions=args.partitions)
             config = write_config(tmp, broker.bootstrap, args)
             write_key(tmp / "guard.key", new_identity())
             # The senders are enrolled before the guard starts; their records are
@@ -338,7 +307,7 @@ def sign_with(
             kind = "ack" if t % 3 == 0 else "handoff"
             payload = json.dumps({"op": "transform", "task": t, "pad": filler}).encode()
             rec = signers[(s, kind)].sign(kind=kind, task_id=f"task-{t}", receiver="executor", payload=payload)
-            item = (TOPICS["acks" if kind == "ack" else "handoffs"], senders[s].agent_id.encode(), rec)
+            item = (TOPICS.acks if kind == "ack" else TOPICS.handoffs, senders[s].agent_id.encode(), rec)
             out.append(item)
             history[s].append(item)
         t += 1

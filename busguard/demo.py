@@ -42,6 +42,7 @@ import msgspec
 
 from busguard.admission.types import Decision
 from busguard.config import Config, load_config
+from busguard.devconfig import Topics, embedded_config
 from busguard.protocol.attestation import HEADER_DECISION_ID, AttestationError, verify_admitted
 from busguard.protocol.envelope import HEADER_RECEIPT, HEADER_SIGNATURE
 from busguard.protocol.identity import multikey_encode
@@ -90,54 +91,31 @@ DOWNSTREAM, RECONCILIATION, DEAD_LETTER = "downstream", "reconciliation", "dead-
 # -- the deployment the demo writes -------------------------------------------------
 
 
+DEMO_TOPICS: Final = Topics(
+    handoffs="agents.handoffs",
+    acks="agents.acks",
+    handoffs_admitted="agents.handoffs.admitted",
+    acks_admitted="agents.acks.admitted",
+    reconciliation="busguard.reconciliation",
+    dead_letter="busguard.dead-letter",
+    audit="busguard.audit",
+    replies="busguard.replies",
+)
+
+
 def _config_text(bootstrap: str) -> str:
-    return f"""\
-# Written by `busguard demo` for an embedded tansu broker. Reference: docs/config.md.
-[kafka]
-bootstrap_servers = "{bootstrap}"
-group_id = "busguard-demo"
-client_id = "busguard-demo"
-idempotence = false            # tansu refuses the idempotent producer
-session_timeout_ms = 3000      # tansu holds each JoinGroup max(1 s, session/2): keep it short
-heartbeat_interval_ms = 300
-create_topics = true
-topic_partitions = 4
-
-[[routes]]
-name = "handoffs"
-inputs = ["agents.handoffs"]
-downstream = "agents.handoffs.admitted"
-
-[[routes]]
-name = "acks"
-inputs = ["agents.acks"]
-downstream = "agents.acks.admitted"
-
-[topics]
-reconciliation = "busguard.reconciliation"
-dead_letter = "busguard.dead-letter"
-audit = "busguard.audit"
-replies = "busguard.replies"
-
-[state]
-path = "state.db"
-synchronous = "normal"
-
-[keys]
-registry = "keys.toml"
-guard_key = "guard.key"
-create_guard_key = false
-
-[log]
-level = "warning"
-
-[ops]
-port = 0                       # in-process: readiness is read from the loops directly
-
-[reconcile]
-group_id = "busguard-demo-reconcile"
-state_path = "reconcile.db"
-"""
+    return embedded_config(
+        bootstrap,
+        group_id="busguard-demo",
+        topics=DEMO_TOPICS,
+        comment="Written by `busguard demo`. ops.port = 0: in-process, readiness is read from the loops directly.",
+        kafka={"client_id": "busguard-demo", "create_topics": True, "topic_partitions": 4},
+        state={"synchronous": "normal"},
+        keys={"create_guard_key": False},
+        log={"level": "warning"},
+        ops={"port": 0},
+        reconcile={"group_id": "busguard-demo-reconcile", "state_path": "reconcile.db"},
+    )
 
 
 def _registry_text(planner: Identity, executor: Identity) -> str:

@@ -39,6 +39,7 @@ try:
 except ModuleNotFoundError:  # a checkout without `pip install -e .`: use the repository's copy
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from busguard.devconfig import Topics, embedded_config
 from busguard.protocol.attestation import HEADER_DECISION_ID, AttestationError, verify_admitted
 from busguard.protocol.envelope import HEADER_RECEIPT, open_envelope
 from busguard.protocol.identity import multikey_decode, multikey_encode, public_key_from_agent_id
@@ -90,27 +91,27 @@ async def create_pipeline(directory: Path, bootstrap: str, *, guarded: bool) -> 
     """Keys, topics, and (guarded) busguard's config and key registry, in `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
     tag = f"seed000.{uuid.uuid4().hex[:8]}"
-    t = {n: f"{tag}.{n}" for n in ("handoffs", "acks", "handoffs.admitted", "acks.admitted", "reconciliation", "dead-letter", "audit", "replies")}
+    t = Topics.under(tag)
     ids = {}
     for agent in ("planner", "executor", *(("guard",) if guarded else ())):
         ident = new_identity()
         write_key(directory / f"{agent}.key", ident)
         ids[agent] = ident
     if not guarded:
-        await create_topics(bootstrap, [t["handoffs"], t["acks"]], partitions=1)
+        await create_topics(bootstrap, [t.handoffs, t.acks], partitions=1)
         pipeline = Pipeline(
             dir=str(directory),
             bootstrap=bootstrap,
             guarded=False,
             planner=ids["planner"].agent_id,
             executor=ids["executor"].agent_id,
-            handoffs=t["handoffs"],
-            acks=t["acks"],
-            executor_inbox=t["handoffs"],
-            planner_inbox=t["acks"],
+            handoffs=t.handoffs,
+            acks=t.acks,
+            executor_inbox=t.handoffs,
+            planner_inbox=t.acks,
         )
     else:
-        await create_topics(bootstrap, list(t.values()), partitions=1)
+        await create_topics(bootstrap, t.all(), partitions=1)
         guard_port, reconcile_port = free_port(), free_port()
         (directory / "keys.toml").write_text("".join(f'[[agent]]\nid = "{ids[a].agent_id}"\n\n' for a in ("planner", "executor")))
         config = directory / "busguard.toml"
@@ -121,10 +122,10 @@ async def create_pipeline(directory: Path, bootstrap: str, *, guarded: bool) -> 
             guarded=True,
             planner=ids["planner"].agent_id,
             executor=ids["executor"].agent_id,
-            handoffs=t["handoffs"],
-            acks=t["acks"],
-            executor_inbox=t["handoffs.admitted"],
-            planner_inbox=t["acks.admitted"],
+            handoffs=t.handoffs,
+            acks=t.acks,
+            executor_inbox=t.handoffs_admitted,
+            planner_inbox=t.acks_admitted,
             guard_public_key=multikey_encode(ids["guard"].public_key),
             busguard_config=str(config),
             guard_port=guard_port,
@@ -134,52 +135,17 @@ async def create_pipeline(directory: Path, bootstrap: str, *, guarded: bool) -> 
     return pipeline
 
 
-def _busguard_toml(bootstrap: str, tag: str, t: dict[str, str], port: int) -> str:
-    return f"""\
-# busguard for the seed 000 example (written by examples/seed000/common.py)
-[kafka]
-bootstrap_servers = "{bootstrap}"
-group_id = "{tag}.guard"
-idempotence = false              # the embedded tansu broker has no idempotent producer
-session_timeout_ms = 3000
-heartbeat_interval_ms = 300
-
-[[routes]]
-name = "handoffs"
-inputs = ["{t['handoffs']}"]
-downstream = "{t['handoffs.admitted']}"
-
-[[routes]]
-name = "acks"
-inputs = ["{t['acks']}"]
-downstream = "{t['acks.admitted']}"
-
-[topics]
-reconciliation = "{t['reconciliation']}"
-dead_letter = "{t['dead-letter']}"
-audit = "{t['audit']}"
-replies = "{t['replies']}"
-
-[state]
-path = "state.db"
-
-[keys]
-registry = "keys.toml"
-guard_key = "guard.key"
-
-[batch]
-linger_ms = 20
-
-[log]
-format = "json"
-
-[ops]
-port = {port}                   # GET /healthz: 200 once the guard is ready
-
-[reconcile]
-group_id = "{tag}.reconcile"
-state_path = "reconcile.db"
-"""
+def _busguard_toml(bootstrap: str, tag: str, t: Topics, port: int) -> str:
+    return embedded_config(
+        bootstrap,
+        group_id=f"{tag}.guard",
+        topics=t,
+        comment="busguard for the seed 000 example (written by examples/seed000/common.py); GET :<ops.port>/healthz is 200 once the guard is ready.",
+        batch={"linger_ms": 20},
+        log={"format": "json"},
+        ops={"port": port},
+        reconcile={"group_id": f"{tag}.reconcile", "state_path": "reconcile.db"},
+    )
 
 
 def identity(pipeline: Pipeline, agent: str) -> Identity:

@@ -23,6 +23,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from busguard.devconfig import Topics, embedded_config
 from busguard.protocol.identity import agent_id_for_key
 from busguard.protocol.keyfile import Identity, read_key, write_key
 from busguard.protocol.signing import public_key_from_seed
@@ -76,11 +77,10 @@ async def make_setup(
     partitions: int = 4,
     max_records: int = 100,
     max_payload_bytes: int = 1_048_576,
-    extra: str = "",
 ) -> Setup:
     tag = uuid.uuid4().hex[:8]
-    t = {n: f"it.{tag}.{n}" for n in ("handoffs", "acks", "handoffs-admitted", "acks-admitted", "reconciliation", "dead-letter", "audit", "replies")}
-    await create_topics(bootstrap, list(t.values()), partitions=partitions)
+    t = Topics.under(f"it.{tag}")
+    await create_topics(bootstrap, t.all(), partitions=partitions)
     guard_key = tmp / "guard.key"
     write_key(guard_key, identity(f"guard-{tag}"))
     registry = "\n".join(f'[[agent]]\nid = "{identity(a).agent_id}"\n' for a in agents)
@@ -88,60 +88,31 @@ async def make_setup(
     state = tmp / "state.db"
     config = tmp / "busguard.toml"
     config.write_text(
-        f"""
-[kafka]
-bootstrap_servers = "{bootstrap}"
-group_id = "guard-{tag}"
-idempotence = false
-session_timeout_ms = 3000
-heartbeat_interval_ms = 300
-[[routes]]
-name = "handoffs"
-inputs = ["{t['handoffs']}"]
-downstream = "{t['handoffs-admitted']}"
-[[routes]]
-name = "acks"
-inputs = ["{t['acks']}"]
-downstream = "{t['acks-admitted']}"
-[topics]
-reconciliation = "{t['reconciliation']}"
-dead_letter = "{t['dead-letter']}"
-audit = "{t['audit']}"
-replies = "{t['replies']}"
-[state]
-path = "{state}"
-synchronous = "normal"
-expire_interval_s = 5
-[keys]
-registry = "keys.toml"
-guard_key = "{guard_key}"
-[batch]
-max_records = {max_records}
-max_payload_bytes = {max_payload_bytes}
-linger_ms = 20
-[log]
-format = "json"
-level = "info"
-[ops]
-port = 0
-[reconcile]
-group_id = "reconcile-{tag}"
-state_path = "{tmp / 'reconcile.db'}"
-{extra}
-"""
+        embedded_config(
+            bootstrap,
+            group_id=f"guard-{tag}",
+            topics=t,
+            comment="Written by tests/integration/guardkit.py.",
+            state={"path": str(state), "synchronous": "normal", "expire_interval_s": 5},
+            keys={"guard_key": str(guard_key)},
+            batch={"max_records": max_records, "max_payload_bytes": max_payload_bytes, "linger_ms": 20},
+            log={"format": "json", "level": "info"},
+            ops={"port": 0},
+            reconcile={"group_id": f"reconcile-{tag}", "state_path": str(tmp / "reconcile.db")},
+        )
     )
     return Setup(
         dir=tmp,
         bootstrap=bootstrap,
         config=config,
-        handoffs=t["handoffs"],
-        acks=t["acks"],
-        downstream_handoffs=t["handoffs-admitted"],
-        downstream_acks=t["acks-admitted"],
-        reconciliation=t["reconciliation"],
-        dead_letter=t["dead-letter"],
-        audit=t["audit"],
-        replies=t["replies"],
+        handoffs=t.handoffs,
+        acks=t.acks,
+        downstream_handoffs=t.handoffs_admitted,
+        downstream_acks=t.acks_admitted,
+        reconciliation=t.reconciliation,
+        dead_letter=t.dead_letter,
+        audit=t.audit,
+        replies=t.replies,
         group=f"guard-{tag}",
         guard_key=guard_key,
         state_path=state,

@@ -351,3 +351,29 @@ def test_errors_name_the_unknown_key_and_the_environment_variable(tmp_path: Path
     with pytest.raises(ConfigError) as err:
         load_config(cfg, env={})
     assert err.value.field == "source"
+
+
+def test_the_embedded_broker_config_loads_with_its_overrides_and_any_path(tmp_path: Path) -> None:
+    from busguard.devconfig import Topics, embedded_config
+
+    odd = tmp_path / 'dir with "quotes" and \\ backslash' / "state.db"
+    text = embedded_config(
+        "127.0.0.1:9092",
+        group_id="g",
+        topics=Topics.under("it.x"),
+        comment="two\nlines",
+        kafka={"create_topics": True},
+        state={"path": str(odd)},
+        batch={"max_records": 7},
+    )
+    (tmp_path / "busguard.toml").write_text(text)
+    cfg = load_config(tmp_path / "busguard.toml", env={})
+    assert text.startswith("# two\n# lines\n")
+    assert (cfg.kafka.group_id, cfg.kafka.idempotence, cfg.kafka.create_topics, cfg.kafka.session_timeout_ms) == ("g", False, True, 3000)
+    assert [(r.name, r.inputs, r.downstream) for r in cfg.routes] == [
+        ("handoffs", ["it.x.handoffs"], "it.x.handoffs-admitted"),
+        ("acks", ["it.x.acks"], "it.x.acks-admitted"),
+    ]
+    assert cfg.topics.dead_letter == "it.x.dead-letter"
+    assert Path(cfg.state.path) == odd
+    assert cfg.batch.max_records == 7

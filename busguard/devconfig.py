@@ -1,0 +1,66 @@
+"""The `busguard.toml` of a two-route deployment on the embedded broker.
+
+The demo, the seed-000 example, the integration-test kit and the end-to-end
+benchmark all run busguard against an embedded tansu broker and differ only
+in names and a few knobs, so they render their config here: what the broker
+needs, and why, is written down once. The file is generated with
+`msgspec.toml.encode`, so quoting is never hand-made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import msgspec
+
+#: tansu refuses the idempotent producer, and holds each JoinGroup for
+#: max(1 s, session timeout / 2): a short session keeps rebalances quick.
+EMBEDDED_BROKER_KAFKA: Final[Mapping[str, object]] = {"idempotence": False, "session_timeout_ms": 3000, "heartbeat_interval_ms": 300}
+
+
+class Topics(msgspec.Struct, frozen=True, kw_only=True):
+    """Every topic of a deployment with a handoffs route and an acks route."""
+
+    handoffs: str
+    acks: str
+    handoffs_admitted: str
+    acks_admitted: str
+    reconciliation: str
+    dead_letter: str
+    audit: str
+    replies: str
+
+    @classmethod
+    def under(cls, prefix: str) -> Topics:
+        """`<prefix>.handoffs`, `<prefix>.handoffs-admitted`, ...: for throwaway deployments."""
+        return cls(**{f: f"{prefix}.{f.replace('_', '-')}" for f in cls.__struct_fields__})
+
+    def all(self) -> list[str]:
+        return [getattr(self, f) for f in self.__struct_fields__]
+
+
+def embedded_config(
+    bootstrap: str,
+    *,
+    group_id: str,
+    topics: Topics,
+    comment: str,
+    **sections: Mapping[str, object],
+) -> str:
+    """The config text; `sections` add to (or override keys of) its tables,
+    e.g. `batch={"max_records": 100}` or `state={"path": "/tmp/x.db"}`."""
+    doc: dict[str, Any] = {
+        "kafka": {"bootstrap_servers": bootstrap, "group_id": group_id, **EMBEDDED_BROKER_KAFKA},
+        "routes": [
+            {"name": "handoffs", "inputs": [topics.handoffs], "downstream": topics.handoffs_admitted},
+            {"name": "acks", "inputs": [topics.acks], "downstream": topics.acks_admitted},
+        ],
+        "topics": {"reconciliation": topics.reconciliation, "dead_letter": topics.dead_letter, "audit": topics.audit, "replies": topics.replies},
+        "state": {"path": "state.db"},
+        "keys": {"registry": "keys.toml", "guard_key": "guard.key"},
+    }
+    for name, values in sections.items():
+        doc[name] = {**doc.get(name, {}), **values}
+    header = "".join(f"# {line}\n" for line in comment.splitlines())
+    return f"{header}# For the embedded broker (no idempotent producer, short sessions). Reference: docs/config.md.\n\n" + msgspec.toml.encode(doc).decode()
