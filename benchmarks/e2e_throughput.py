@@ -9,7 +9,9 @@ produces them keyed by sender, and times from the first record produced to
 the last audit record observed. Also reads the guard's own batch latency
 from its /metrics (busguard_batch_seconds), and runs the plain aiokafka relay
 of benchmarks/relay_baseline.py on the same broker with the same records'
-size, for the ratio.
+size, for the ratio. Then runs `busguard audit` over the log the guard
+wrote and reports its read rate (`audit_rps`, input records judged per
+second).
 
 Prints one JSON line on stdout (logs go to stderr):
 
@@ -44,9 +46,11 @@ sys.path.insert(0, str(REPO))
 import structlog  # noqa: E402
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
 
+from busguard.audit.commands import run_audit  # noqa: E402
+from busguard.config import load_config  # noqa: E402
 from busguard.devconfig import Topics, embedded_config  # noqa: E402
 from busguard.protocol.attestation import HEADER_DECISION_ID, HEADER_OUTCOME, HEADER_REASON  # noqa: E402
-from busguard.protocol.keyfile import new_identity, write_key  # noqa: E402
+from busguard.protocol.keyfile import new_identity, read_key, write_key  # noqa: E402
 from busguard.runtime.broker import EmbeddedBroker, create_topics, free_port  # noqa: E402
 from busguard.sdk.sender import Sender, SignedRecord  # noqa: E402
 
@@ -264,6 +268,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 result["phase_us_per_record"] = {
                     phase: round(total / seconds["count"] / sizes["mean"] * 1e6, 1) for phase, total in phase_sums(metrics).items()
                 }
+            result.update(await audit_rate(config, tmp / "guard.key", args.records))
             if not args.no_relay:
                 rel = await relay(broker.bootstrap, args.records, args.payload_bytes, args.partitions)
                 result["relay_rps_send"] = rel["send"]
@@ -274,6 +279,22 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     result["python"] = platform.python_version()
     result["cpus"] = os.cpu_count()
     return result
+
+
+async def audit_rate(config: Path, guard_key: Path, records: int) -> dict[str, Any]:
+    """`busguard audit` over the log the guard just wrote (audit + downstream
+    topics), in input records judged per second. The auditor detects the end
+    of the log by an idle period (tansu's end offsets are unreliable), which
+    is subtracted; the report must be clean."""
+    idle_ms = 1500
+    t0 = time.perf_counter()
+    report = await asyncio.to_thread(
+        run_audit, load_config(config, env={}), guard_public_key=read_key(guard_key).public_key, idle_ms=idle_ms
+    )
+    reading_s = time.perf_counter() - t0 - idle_ms / 1000
+    if not report.ok:
+        raise RuntimeError(f"audit of the benchmark's log is not clean: {report.violations[:3]}")
+    return {"audit_rps": round(records / reading_s), "audit_s": round(reading_s, 2)}
 
 
 def sign_with(
