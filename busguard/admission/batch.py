@@ -152,8 +152,9 @@ def admit_batch(
         seen_before = bool(snapshot.decisions) or len(set(sources)) < len(sources)
         for sk, c in zip(sources, checked, strict=True):
             earlier = state.earlier(sk) if seen_before else None
-            # Same position, different record: the topic was recreated or its
-            # log lost while this store was kept. Judge it afresh.
+            # The same record at a decided position is re-emitted as decided.
+            # A different one there (the topic was recreated, or its log lost
+            # while this store was kept) is judged afresh.
             if earlier is not None and earlier.receipt_id == (c.envelope.receipt_id if isinstance(c, Candidate) else c.receipt_id):
                 state.decisions.append(earlier)
             elif isinstance(c, Decision):

@@ -139,12 +139,13 @@ def _duplicate_key(raw: bytes, receipt: Receipt) -> str | None:
     """The first key that appears twice, or None.
 
     Fastest path: the bytes are exactly this receipt's canonical encoding
-    (what the SDK sends), which has each key once. Next: `present` distinct keys decoded to non-null values, so there
-    are at least that many keys. In JSON without whitespace (what senders
-    normally emit) every key is spelled `"…":`, so the count of `":` bounds
-    the number of keys from above; if that bound is `present`, there is no
-    room for a duplicate. Anything else (a duplicate, an explicit null,
-    whitespace anywhere, `":` inside a value) takes the exact scan.
+    (what the SDK sends), which has each key once. Next: `present` distinct
+    keys decoded to non-null values, so there are at least that many keys.
+    In JSON without whitespace (what senders normally emit) every key is
+    spelled `"…":`, so the count of `":` bounds the number of keys from
+    above; if that bound is `present`, there is no room for a duplicate.
+    Anything else (a duplicate, an explicit null, whitespace anywhere, `":`
+    inside a value) takes the exact scan.
     """
     if _encoder.encode(receipt) == raw:
         return None

@@ -91,9 +91,10 @@ def _reject(ts: str, why: str) -> ValueError:
 # parse_timestamp itself would only thrash.  But its *components* repeat:
 # the whole second (YYYY-MM-DDTHH:MM:SS) is shared by every record of that
 # second, and the tail is almost always one of a thousand ".mmmZ" spellings.
-# So the parse is: slice, one memoised lookup, one dict lookup.  Other tails (numeric offsets, other
-# fraction lengths) take _slow_tail_ms, still regex-free for the fraction;
-# the full tail regex and _explain run only on the error path.
+# So the parse is: slice, one memoised lookup, one dict lookup.  Other
+# tails (numeric offsets, other fraction lengths) take _slow_tail_ms, still
+# regex-free for the fraction; the full tail regex and _explain run only on
+# the error path.
 # The memoised component fully validates its own slice (ASCII digits via
 # [0-9], field ranges), so a cache hit is as strict as a fresh parse.  The
 # caches are bounded: novel values chosen by an adversary cost a miss (about
