@@ -19,7 +19,7 @@ from busguard.errors import ConfigError
 
 if TYPE_CHECKING:
     from busguard.protocol.keyfile import Identity
-    from busguard.protocol.keys import KeyRegistry
+    from busguard.runtime.keywatch import RegistryFile
     from busguard.state.base import StateStore
 
 log = structlog.get_logger("busguard.cli")
@@ -29,16 +29,17 @@ def _examples(text: str) -> str:
     return "examples:\n" + textwrap.indent(textwrap.dedent(text).strip(), "  ")
 
 
-def _open_runtime(cfg: Config) -> tuple[KeyRegistry, Identity, StateStore]:
-    """Everything `run` needs from disk, validated before touching Kafka."""
+def _open_runtime(cfg: Config) -> tuple[RegistryFile, Identity, StateStore]:
+    """Everything `run` needs from disk, validated before touching Kafka (and
+    the key registry before the state store, whose creation starts its warm-up)."""
     import time
 
     from busguard.protocol.keyfile import load_or_create
-    from busguard.protocol.keys import KeyRegistry
+    from busguard.runtime.keywatch import RegistryFile
     from busguard.state.memory import MemoryStore
     from busguard.state.sqlite import SqliteStore
 
-    registry = KeyRegistry.load(cfg.path(cfg.keys.registry))
+    keys = RegistryFile(cfg.path(cfg.keys.registry), watch=cfg.keys.watch_registry)
     identity = load_or_create(cfg.path(cfg.keys.guard_key), cfg.keys.create_guard_key)
     now = time.time_ns() // 1_000_000
     a = cfg.admission
@@ -53,7 +54,7 @@ def _open_runtime(cfg: Config) -> tuple[KeyRegistry, Identity, StateStore]:
             task_retention_ms=a.task_retention_ms,
             decision_retention_ms=a.decision_retention_ms,
         )
-    return registry, identity, store
+    return keys, identity, store
 
 
 def _install_stop(stop: Callable[[], None]) -> None:
@@ -77,12 +78,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     configure(cfg.log.format, cfg.log.level)
-    registry, identity, store = _open_runtime(cfg)
+    keys, identity, store = _open_runtime(cfg)
     tune_gc()
 
     async def main() -> None:
         await _ensure_topics(cfg, cfg.input_topics + cfg.output_topics)
-        guard = Guard(cfg, registry=registry, identity=identity, store=store, faults=Faults.from_env())
+        guard = Guard(cfg, keys=keys, identity=identity, store=store, faults=Faults.from_env())
         _install_stop(guard.request_stop)
         await guard.run()
 

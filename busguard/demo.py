@@ -375,14 +375,13 @@ class Services:
 
 
 def _services(cfg: Config, guard_identity: Identity) -> Services:
-    from busguard.protocol.keys import KeyRegistry
+    from busguard.runtime.keywatch import RegistryFile
     from busguard.reconcile.store import ReconcileStore
     from busguard.reconcile.worker import Reconciler
     from busguard.runtime.guard import Guard
     from busguard.state.sqlite import SqliteStore
 
     a = cfg.admission
-    registry = KeyRegistry.load(cfg.path(cfg.keys.registry))
     store = SqliteStore(
         cfg.path(cfg.state.path),
         now_ms=time.time_ns() // 1_000_000,
@@ -391,7 +390,7 @@ def _services(cfg: Config, guard_identity: Identity) -> Services:
         decision_retention_ms=a.decision_retention_ms,
     )
     rstore = ReconcileStore(cfg.path(cfg.reconcile.state_path), synchronous=cfg.state.synchronous.upper())
-    guard = Guard(cfg, registry=registry, identity=guard_identity, store=store)
+    guard = Guard(cfg, keys=RegistryFile(cfg.path(cfg.keys.registry), watch=cfg.keys.watch_registry), identity=guard_identity, store=store)
     reconciler = Reconciler(cfg, identity=guard_identity, store=rstore)
     return Services(cfg, guard, reconciler, store, rstore)
 

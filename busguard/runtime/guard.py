@@ -23,9 +23,10 @@ from busguard.admission.types import Coordinates, Decision
 from busguard.config import Config
 from busguard.protocol.attestation import attest, decision_bytes, seal
 from busguard.protocol.keyfile import Identity
-from busguard.protocol.keys import KeyRegistry, KeyWindow
+from busguard.protocol.keys import KeyWindow
 from busguard.protocol.signing import Signer
 from busguard.runtime.faults import Faults
+from busguard.runtime.keywatch import RegistryFile
 from busguard.runtime.loop import BatchLoop
 from busguard.runtime.ops import Metrics
 from busguard.runtime.outputs import Output, Sealed, outputs_for
@@ -44,7 +45,7 @@ class Guard:
         self,
         cfg: Config,
         *,
-        registry: KeyRegistry,
+        keys: RegistryFile,
         identity: Identity,
         store: StateStore,
         metrics: Metrics | None = None,
@@ -52,11 +53,12 @@ class Guard:
         faults: Faults | None = None,
     ) -> None:
         self.cfg = cfg
-        self.registry = registry
         self.identity = identity
         self.signer = Signer(identity.seed)
         self.store = store
         self.metrics = metrics or Metrics()
+        self.keys = keys
+        keys.on_reload = self._count_reload
         self.clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self.faults = faults or Faults(None)
         self.policy = cfg.policy()
@@ -65,6 +67,9 @@ class Guard:
         self.loop = BatchLoop(
             cfg, self, topics=cfg.input_topics, group_id=cfg.kafka.group_id, role="guard", metrics=self.metrics, faults=self.faults
         )
+
+    def _count_reload(self, result: str) -> None:
+        self.metrics.registry_reloads.labels(result).inc()
 
     def request_stop(self) -> None:
         self.loop.request_stop()
@@ -95,7 +100,7 @@ class Guard:
         return admit_batch(
             inputs,
             store=self.store,
-            registry=self.registry,
+            registry=self.keys.current(),
             now_ms=now_ms,
             policy=self.policy,
             max_payload_bytes=self.cfg.batch.max_payload_bytes,

@@ -44,6 +44,12 @@ class Metrics:
         self.commit_failures = Counter(
             "busguard_commit_failures_total", "Offset commits refused because the group rebalanced", registry=self.registry
         )
+        self.registry_reloads = Counter(
+            "busguard_key_registry_reloads_total",
+            "Key registry file changes picked up (result=reloaded) or refused, the previous registry staying in force (result=error)",
+            ["result"],
+            registry=self.registry,
+        )
         self.role = role
 
     def render(self) -> bytes:

@@ -1,0 +1,99 @@
+"""The guard's key registry follows its file: a change is picked up before the
+next batch, and a file that does not load leaves the previous one in force."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from busguard.errors import ConfigError
+from busguard.protocol.identity import canonical_principal
+from busguard.protocol.reasons import Reason
+from busguard.runtime.keywatch import RegistryFile
+from tests.unit.harness import NOW, agent
+
+
+def _agents(*names: str, revoked_at: str | None = None) -> str:
+    extra = f'revoked_at = "{revoked_at}"\n' if revoked_at else ""
+    return "".join(f'[[agent]]\nid = "{agent(n)}"\n{extra}\n' for n in names)
+
+
+def _write(path: Path, text: str) -> None:
+    """Replace the file the way editors and config managers do (new inode)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+@pytest.fixture
+def keys(tmp_path: Path) -> tuple[RegistryFile, list[str]]:
+    path = tmp_path / "keys.toml"
+    path.write_text(_agents("alice"))
+    watched = RegistryFile(path)
+    results: list[str] = []
+    watched.on_reload = results.append
+    return watched, results
+
+
+def _who(watched: RegistryFile) -> set[str]:
+    return set(watched.current().principals)
+
+
+def test_an_unchanged_file_is_not_read_again(keys: tuple[RegistryFile, list[str]]) -> None:
+    watched, results = keys
+    first = watched.current()
+    assert watched.current() is first and results == []
+
+
+def test_an_enrolment_and_a_revocation_take_effect_without_a_restart(keys: tuple[RegistryFile, list[str]]) -> None:
+    watched, results = keys
+    _write(watched.path, _agents("alice", "bob"))
+    assert _who(watched) == {canonical_principal(agent("alice")), canonical_principal(agent("bob"))}
+    _write(watched.path, _agents("alice", "bob", revoked_at="2026-11-29T11:00:00Z"))
+    lookup = watched.current().lookup(canonical_principal(agent("bob")), None, NOW)
+    assert lookup.reason is Reason.REVOKED_KEY
+    assert results == ["reloaded", "reloaded"]
+
+
+def test_an_in_place_edit_is_seen_too(keys: tuple[RegistryFile, list[str]]) -> None:
+    watched, results = keys
+    watched.path.write_text(_agents("alice", "carol"))  # same inode; size and mtime change
+    assert canonical_principal(agent("carol")) in _who(watched)
+    assert results == ["reloaded"]
+
+
+def test_a_bad_file_keeps_the_previous_registry_and_is_reported_once(keys: tuple[RegistryFile, list[str]]) -> None:
+    watched, results = keys
+    before = watched.current()
+    _write(watched.path, _agents("alice") + '[[agent]]\nid = ""\n')
+    assert watched.current() is before
+    assert watched.current() is before
+    assert results == ["error"]
+    _write(watched.path, _agents("alice", "dave"))
+    assert canonical_principal(agent("dave")) in _who(watched)
+    assert results == ["error", "reloaded"]
+
+
+def test_a_deleted_file_keeps_the_previous_registry(keys: tuple[RegistryFile, list[str]]) -> None:
+    watched, results = keys
+    before = watched.current()
+    watched.path.unlink()
+    assert watched.current() is before and results == ["error"]
+
+
+def test_watching_can_be_switched_off(tmp_path: Path) -> None:
+    path = tmp_path / "keys.toml"
+    path.write_text(_agents("alice"))
+    watched = RegistryFile(path, watch=False)
+    _write(path, _agents("alice", "bob"))
+    assert _who(watched) == {canonical_principal(agent("alice"))}
+
+
+def test_a_bad_file_at_start_is_a_config_error_naming_the_field(tmp_path: Path) -> None:
+    path = tmp_path / "keys.toml"
+    path.write_text('[[agent]]\nid = ""\n')
+    with pytest.raises(ConfigError) as info:
+        RegistryFile(path)
+    assert "agent[0].id" in str(info.value) and str(path) in str(info.value)
