@@ -19,7 +19,8 @@ from busguard.errors import ConfigError
 
 if TYPE_CHECKING:
     from busguard.protocol.keyfile import Identity
-    from busguard.runtime.keywatch import RegistryFile
+    from busguard.protocol.keys import KeyRegistry
+    from busguard.runtime.watched import WatchedFile
     from busguard.state.base import StateStore
 
 log = structlog.get_logger("busguard.cli")
@@ -29,17 +30,18 @@ def _examples(text: str) -> str:
     return "examples:\n" + textwrap.indent(textwrap.dedent(text).strip(), "  ")
 
 
-def _open_runtime(cfg: Config) -> tuple[RegistryFile, Identity, StateStore]:
+def _open_runtime(cfg: Config) -> tuple[WatchedFile[KeyRegistry], Identity, StateStore]:
     """Everything `run` needs from disk, validated before touching Kafka (and
     the key registry before the state store, whose creation starts its warm-up)."""
     import time
 
     from busguard.protocol.keyfile import load_or_create
-    from busguard.runtime.keywatch import RegistryFile
+    from busguard.protocol.keys import KeyRegistry
+    from busguard.runtime.watched import WatchedFile
     from busguard.state.memory import MemoryStore
     from busguard.state.sqlite import SqliteStore
 
-    keys = RegistryFile(cfg.path(cfg.keys.registry), watch=cfg.keys.watch_registry)
+    keys = WatchedFile(cfg.path(cfg.keys.registry), KeyRegistry.load, what="key registry", watch=cfg.keys.watch)
     identity = load_or_create(cfg.path(cfg.keys.guard_key), cfg.keys.create_guard_key)
     now = time.time_ns() // 1_000_000
     a = cfg.admission
@@ -97,18 +99,19 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_reconcile(args: argparse.Namespace) -> int:
     from busguard.protocol.keyfile import load_or_create
     from busguard.reconcile.store import ReconcileStore
-    from busguard.reconcile.worker import Reconciler
+    from busguard.reconcile.worker import Reconciler, operators_file
     from busguard.runtime.faults import Faults
     from busguard.runtime.logs import configure
 
     cfg = load_config(args.config)
     configure(cfg.log.format, cfg.log.level)
+    operators = operators_file(cfg)
     identity = load_or_create(cfg.path(cfg.keys.guard_key), cfg.keys.create_guard_key)
     store = ReconcileStore(cfg.path(cfg.reconcile.state_path), synchronous=cfg.state.synchronous.upper())
 
     async def main() -> None:
         await _ensure_topics(cfg, [cfg.topics.reconciliation, cfg.topics.audit, cfg.topics.dead_letter, cfg.topics.replies])
-        worker = Reconciler(cfg, identity=identity, store=store, faults=Faults.from_env())
+        worker = Reconciler(cfg, identity=identity, store=store, operators=operators, faults=Faults.from_env())
         _install_stop(worker.request_stop)
         await worker.run()
 
@@ -123,14 +126,16 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     from busguard.reconcile.operator import resolve
 
     cfg = load_config(args.config)
-    return resolve(cfg, args.escalation_id, args.resolve_as, args.note, args.operator, wait_s=args.wait)
+    return resolve(cfg, args.escalation_id, args.resolve_as, args.note, args.operator, key_file=args.key, wait_s=args.wait)
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     from busguard.protocol.keys import KeyRegistry
+    from busguard.reconcile.operators import Operators
 
     registry = KeyRegistry.load(cfg.path(cfg.keys.registry))
+    operators = Operators.load(cfg.path(cfg.keys.operators)) if cfg.keys.operators is not None else None
     print(f"{args.config}: ok")
     routes = ", ".join(f"{r.name} ({' + '.join(r.inputs)} -> {r.downstream})" for r in cfg.routes)
     print(f"  routes:        {routes}")
@@ -138,6 +143,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     print(f"  state:         {cfg.state.backend} {cfg.path(cfg.state.path) if cfg.state.backend == 'sqlite' else ''}")
     print(f"  key registry:  {cfg.path(cfg.keys.registry)} ({len(registry.principals)} agents, open_enrollment={registry.open_enrollment})")
     print(f"  guard key:     {cfg.path(cfg.keys.guard_key)}")
+    if operators is not None:
+        print(f"  operators:     {cfg.path(cfg.keys.operators or '')} ({len(operators)} with their own keys)")
     return 0
 
 
@@ -307,11 +314,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add_esc("resolve", cmd_resolve, "Settle an escalation by hand; the resolution is sealed and audited like automatic ones.", """
         busguard escalations resolve 3f2a... --as retransmission --note "executor restarted at 12:04, one execution" --config configs/busguard.toml
         busguard escalations resolve 3f2a... --as reject --note "payload differs; sender asked to re-issue" --config configs/busguard.toml
+        busguard escalations resolve 3f2a... --as replay --note "second witness" --operator alice --key ~/.busguard/alice.key --config configs/busguard.toml
         """)
     sp.add_argument("escalation_id", help="the escalation's decision id (see `busguard escalations list`)")
     sp.add_argument("--as", dest="resolve_as", required=True, choices=["retransmission", "replay", "reject"])
     sp.add_argument("--note", required=True, help="why; kept in the audit log")
-    sp.add_argument("--operator", default=os.environ.get("USER", "operator"), help="who is resolving (default: $USER)")
+    sp.add_argument("--operator", default=os.environ.get("USER", "operator"), help="who is resolving (default: $USER); with --key, the name the operators file gives that key")
+    sp.add_argument("--key", help="sign with this operator key file (listed in keys.operators) instead of the deployment key")
     sp.add_argument("--wait", type=float, default=30.0, help="seconds to wait for the reconciler's resolution (0: don't wait)")
     sp.add_argument("--config", required=True)
     _register_audit(sub, add, add_esc)

@@ -85,7 +85,8 @@ class KeysConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froze
     registry: str = "keys.toml"
     guard_key: str = "../var/guard.key"
     create_guard_key: bool = False
-    watch_registry: bool = True
+    operators: str | None = None
+    watch: bool = True
 
 
 class BatchConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):

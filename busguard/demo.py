@@ -375,7 +375,8 @@ class Services:
 
 
 def _services(cfg: Config, guard_identity: Identity) -> Services:
-    from busguard.runtime.keywatch import RegistryFile
+    from busguard.protocol.keys import KeyRegistry
+    from busguard.runtime.watched import WatchedFile
     from busguard.reconcile.store import ReconcileStore
     from busguard.reconcile.worker import Reconciler
     from busguard.runtime.guard import Guard
@@ -390,7 +391,8 @@ def _services(cfg: Config, guard_identity: Identity) -> Services:
         decision_retention_ms=a.decision_retention_ms,
     )
     rstore = ReconcileStore(cfg.path(cfg.reconcile.state_path), synchronous=cfg.state.synchronous.upper())
-    guard = Guard(cfg, keys=RegistryFile(cfg.path(cfg.keys.registry), watch=cfg.keys.watch_registry), identity=guard_identity, store=store)
+    keys = WatchedFile(cfg.path(cfg.keys.registry), KeyRegistry.load, what="key registry", watch=cfg.keys.watch)
+    guard = Guard(cfg, keys=keys, identity=guard_identity, store=store)
     reconciler = Reconciler(cfg, identity=guard_identity, store=rstore)
     return Services(cfg, guard, reconciler, store, rstore)
 

@@ -1,6 +1,8 @@
 """`busguard escalations resolve`: an operator's decision, delivered like any other input.
 
-The command is sealed with the deployment's key and produced to the
+The command is sealed with the deployment's key, or with an operator's own
+key listed in `keys.operators` (then the name it carries must be the one
+listed for that key), and produced to the
 reconciliation topic under the escalation's own key, so it lands in the
 same partition, after the escalation, and the reconciler applies it exactly
 once with the same crash-safe protocol. The operator's tool never writes
@@ -21,9 +23,10 @@ from busguard.config import Config
 from busguard.errors import ConfigError
 from busguard.protocol.attestation import HEADER_DECISION_ID, HEADER_SEAL
 from busguard.protocol.envelope import b64url_encode
+from busguard.protocol.identity import multikey_encode
 from busguard.protocol.keyfile import read_key
 from busguard.protocol.signing import sign
-from busguard.reconcile.records import COMMAND_CONTEXT, HEADER_COMMAND, ResolveCommand, Resolution, ResolvedAs, audit_decoder
+from busguard.reconcile.records import COMMAND_CONTEXT, HEADER_COMMAND, HEADER_SIGNER, ResolveCommand, Resolution, ResolvedAs, audit_decoder
 
 
 async def _find_key(cfg: Config, topic: str, record_id: str, idle_ms: int = 1500) -> bytes | None:
@@ -73,8 +76,20 @@ async def _wait_for_resolution(cfg: Config, escalation_id: str, deadline: float)
         await consumer.stop()
 
 
-def resolve(cfg: Config, escalation_id: str, resolve_as: ResolvedAs, note: str, operator: str, *, wait_s: float = 30.0) -> int:
-    identity = read_key(cfg.path(cfg.keys.guard_key))
+def resolve(
+    cfg: Config,
+    escalation_id: str,
+    resolve_as: ResolvedAs,
+    note: str,
+    operator: str,
+    *,
+    key_file: str | None = None,
+    wait_s: float = 30.0,
+) -> int:
+    """With `key_file`: sign as that operator (the reconciler checks the key is
+    listed in `keys.operators` under `operator`); else with the deployment key."""
+    identity = read_key(key_file if key_file is not None else cfg.path(cfg.keys.guard_key))
+    signer = [] if key_file is None else [(HEADER_SIGNER, multikey_encode(identity.public_key).encode())]
 
     async def main() -> int:
         key = await _find_key(cfg, cfg.topics.reconciliation, escalation_id)
@@ -82,7 +97,7 @@ def resolve(cfg: Config, escalation_id: str, resolve_as: ResolvedAs, note: str, 
             raise ConfigError(cfg.topics.reconciliation, "escalation_id", escalation_id, "the decision id of an escalation on the reconciliation topic")
         command = ResolveCommand(escalation_id=escalation_id, resolve_as=resolve_as, operator=operator, note=note, issued_at=time.time_ns() // 1_000_000)
         body = msgspec.json.encode(command)
-        headers = [(HEADER_COMMAND, b"resolve"), (HEADER_SEAL, b64url_encode(sign(identity.seed, COMMAND_CONTEXT + body)).encode())]
+        headers = [(HEADER_COMMAND, b"resolve"), (HEADER_SEAL, b64url_encode(sign(identity.seed, COMMAND_CONTEXT + body)).encode()), *signer]
         producer = AIOKafkaProducer(bootstrap_servers=cfg.kafka.bootstrap_servers, enable_idempotence=cfg.kafka.idempotence, acks="all")
         await producer.start()
         try:

@@ -24,6 +24,9 @@ from busguard.admission.types import Coordinates, Decision, TaskEntry
 RESOLUTION_ID_CONTEXT: Final = b"busguard/resolution/v1\x00"
 COMMAND_CONTEXT: Final = b"busguard/command/v1\x00"
 HEADER_COMMAND: Final = "busguard-command"
+#: On a command signed with an operator's key: that key, as a multikey.
+#: Absent: the command is signed with the deployment key.
+HEADER_SIGNER: Final = "busguard-signer"
 
 ResolvedAs = Literal["retransmission", "replay", "reject"]
 Stage = Literal["held", "final"]
@@ -59,7 +62,8 @@ audit_decoder: Final = msgspec.json.Decoder(AuditRecord)
 class ResolveCommand(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """What `busguard escalations resolve` sends to the reconciliation topic
     (keyed by task id, so it follows its escalation in the same partition).
-    Sealed with the deployment's key: an unsealed command is dead-lettered."""
+    Sealed with the deployment's key or an operator's (busguard.reconcile.
+    operators); an unsealed command is dead-lettered."""
 
     v: int = 1
     escalation_id: str

@@ -33,15 +33,18 @@ from busguard.protocol.attestation import (
     verify_decision_record,
 )
 from busguard.protocol.envelope import b64url_decode_strict
+from busguard.protocol.identity import multikey_decode
 from busguard.protocol.keyfile import Identity
 from busguard.protocol.signing import Signer, verify_signature
 from busguard.reconcile.policy import EscalationState, Item, Rejected, on_command, on_escalation
-from busguard.reconcile.records import COMMAND_CONTEXT, HEADER_COMMAND, Reply, ResolveCommand, Resolution
+from busguard.reconcile.operators import Operators
+from busguard.reconcile.records import COMMAND_CONTEXT, HEADER_COMMAND, HEADER_SIGNER, Reply, ResolveCommand, Resolution
 from busguard.reconcile.store import Processed, ReconcileStore, States
 from busguard.runtime.faults import Faults
 from busguard.runtime.loop import BatchLoop
 from busguard.runtime.ops import Metrics
 from busguard.runtime.outputs import Output, dead_letter
+from busguard.runtime.watched import WatchedFile
 
 log = structlog.get_logger(__name__)
 _decision = msgspec.json.Decoder(Decision)
@@ -61,22 +64,48 @@ class _Parsed(msgspec.Struct, frozen=True):
         return self.command.escalation_id if self.command is not None else None
 
 
-def parse(value: bytes | None, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes) -> _Parsed:
+def _command_signer(headers: Sequence[tuple[str, bytes]], guard_public_key: bytes, operators: Operators) -> tuple[bytes, str | None] | Rejected:
+    """The key a command must verify under, and the operator it belongs to
+    (None: the deployment key, which may resolve under any name)."""
+    named = [v for k, v in headers if k == HEADER_SIGNER]
+    if not named:
+        return guard_public_key, None
+    try:
+        if len(named) != 1:
+            raise ValueError(f"{len(named)} {HEADER_SIGNER} headers")
+        key = multikey_decode(named[0].decode("ascii"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        return Rejected("bad_seal", f"{HEADER_SIGNER} must be one Ed25519 multikey ({exc})")
+    name = operators.name_for(key)
+    if name is None:
+        return Rejected("bad_seal", f"resolve command signed with {named[0].decode('ascii')}, which is not an operator's key (keys.operators)")
+    return key, name
+
+
+def parse(value: bytes | None, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes, operators: Operators) -> _Parsed:
     """Authenticate and decode one reconciliation-topic record."""
     if value is None:
         return _Parsed(problem=Rejected("missing_field", "null value"))
     if any(k == HEADER_COMMAND for k, _ in headers):
+        signer = _command_signer(headers, guard_public_key, operators)
+        if isinstance(signer, Rejected):
+            return _Parsed(problem=signer)
+        key, operator = signer
         seals = [v for k, v in headers if k == HEADER_SEAL]
         try:
-            ok = len(seals) == 1 and verify_signature(guard_public_key, COMMAND_CONTEXT + value, b64url_decode_strict(seals[0], 64))
+            ok = len(seals) == 1 and verify_signature(key, COMMAND_CONTEXT + value, b64url_decode_strict(seals[0], 64))
         except ValueError:
             ok = False
         if not ok:
-            return _Parsed(problem=Rejected("bad_seal", "resolve command is not sealed with the deployment's key"))
+            whose = "the deployment's key" if operator is None else f"operator {operator!r}'s key"
+            return _Parsed(problem=Rejected("bad_seal", f"resolve command is not sealed with {whose}"))
         try:
-            return _Parsed(command=_command.decode(value))
+            command = _command.decode(value)
         except msgspec.MsgspecError as exc:
             return _Parsed(problem=Rejected("wrong_type", f"resolve command: {exc}"))
+        if operator is not None and command.operator != operator:
+            return _Parsed(problem=Rejected("bad_seal", f"signed with operator {operator!r}'s key but names operator {command.operator!r}"))
+        return _Parsed(command=command)
     try:
         verify_decision_record(value, headers, guard_public_key)
     except AttestationError as exc:
@@ -87,6 +116,14 @@ def parse(value: bytes | None, headers: Sequence[tuple[str, bytes]], guard_publi
         return _Parsed(problem=Rejected("wrong_type", f"escalation record: {exc}"))
 
 
+def operators_file(cfg: Config) -> WatchedFile[Operators] | None:
+    """`keys.operators`, loaded now (a bad file stops the start) and followed
+    while running; None when only the deployment key may resolve."""
+    if cfg.keys.operators is None:
+        return None
+    return WatchedFile(cfg.path(cfg.keys.operators), Operators.load, what="operators file", watch=cfg.keys.watch)
+
+
 class Reconciler:
     def __init__(
         self,
@@ -94,6 +131,7 @@ class Reconciler:
         *,
         identity: Identity,
         store: ReconcileStore,
+        operators: WatchedFile[Operators] | None = None,
         metrics: Metrics | None = None,
         clock_ms: Callable[[], int] | None = None,
         faults: Faults | None = None,
@@ -103,6 +141,9 @@ class Reconciler:
         self.signer = Signer(identity.seed)
         self.store = store
         self.metrics = metrics or Metrics(role="reconcile")
+        self.operators = operators
+        if operators is not None:
+            operators.on_reload = lambda result: self.metrics.reloads.labels("operators", result).inc()
         self.clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self.namespace = f"reconcile:{cfg.reconcile.group_id}"
         self.loop = BatchLoop(
@@ -125,7 +166,8 @@ class Reconciler:
         pass
 
     async def process(self, records: Sequence[Any]) -> list[Output]:
-        parsed = [parse(r.value, list(r.headers), self.identity.public_key) for r in records]
+        operators = self.operators.current() if self.operators is not None else Operators.none()
+        parsed = [parse(r.value, list(r.headers), self.identity.public_key, operators) for r in records]
         now = self.clock_ms()
         sources = [(r.topic, r.partition, r.offset) for r in records]
         ids = {p.escalation_id for p in parsed if p.escalation_id is not None}

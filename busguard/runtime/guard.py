@@ -23,10 +23,10 @@ from busguard.admission.types import Coordinates, Decision
 from busguard.config import Config
 from busguard.protocol.attestation import attest, decision_bytes, seal
 from busguard.protocol.keyfile import Identity
-from busguard.protocol.keys import KeyWindow
+from busguard.protocol.keys import KeyRegistry, KeyWindow
 from busguard.protocol.signing import Signer
 from busguard.runtime.faults import Faults
-from busguard.runtime.keywatch import RegistryFile
+from busguard.runtime.watched import WatchedFile
 from busguard.runtime.loop import BatchLoop
 from busguard.runtime.ops import Metrics
 from busguard.runtime.outputs import Output, Sealed, outputs_for
@@ -45,7 +45,7 @@ class Guard:
         self,
         cfg: Config,
         *,
-        keys: RegistryFile,
+        keys: WatchedFile[KeyRegistry],
         identity: Identity,
         store: StateStore,
         metrics: Metrics | None = None,
@@ -58,7 +58,7 @@ class Guard:
         self.store = store
         self.metrics = metrics or Metrics()
         self.keys = keys
-        keys.on_reload = self._count_reload
+        keys.on_reload = lambda result: self.metrics.reloads.labels("key_registry", result).inc()
         self.clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self.faults = faults or Faults(None)
         self.policy = cfg.policy()
@@ -67,9 +67,6 @@ class Guard:
         self.loop = BatchLoop(
             cfg, self, topics=cfg.input_topics, group_id=cfg.kafka.group_id, role="guard", metrics=self.metrics, faults=self.faults
         )
-
-    def _count_reload(self, result: str) -> None:
-        self.metrics.registry_reloads.labels(result).inc()
 
     def request_stop(self) -> None:
         self.loop.request_stop()

@@ -44,10 +44,10 @@ class Metrics:
         self.commit_failures = Counter(
             "busguard_commit_failures_total", "Offset commits refused because the group rebalanced", registry=self.registry
         )
-        self.registry_reloads = Counter(
-            "busguard_key_registry_reloads_total",
-            "Key registry file changes picked up (result=reloaded) or refused, the previous registry staying in force (result=error)",
-            ["result"],
+        self.reloads = Counter(
+            "busguard_config_reloads_total",
+            "Changes of a followed file (key registry, operators) picked up (result=reloaded) or refused, the previous contents staying in force (result=error)",
+            ["file", "result"],
             registry=self.registry,
         )
         self.role = role

@@ -24,7 +24,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from busguard.devconfig import Topics, embedded_config
-from busguard.protocol.identity import agent_id_for_key
+from busguard.protocol.identity import agent_id_for_key, multikey_encode
 from busguard.protocol.keyfile import Identity, read_key, write_key
 from busguard.protocol.signing import public_key_from_seed
 from busguard.runtime.broker import create_topics, free_port
@@ -77,6 +77,7 @@ async def make_setup(
     partitions: int = 4,
     max_records: int = 100,
     max_payload_bytes: int = 1_048_576,
+    operators: Sequence[tuple[str, Identity]] = (),
 ) -> Setup:
     tag = uuid.uuid4().hex[:8]
     t = Topics.under(f"it.{tag}")
@@ -85,6 +86,9 @@ async def make_setup(
     write_key(guard_key, identity(f"guard-{tag}"))
     registry = "\n".join(f'[[agent]]\nid = "{identity(a).agent_id}"\n' for a in agents)
     (tmp / "keys.toml").write_text(registry)
+    operator_list = "".join(f'[[operator]]\nname = "{name}"\npublic_key = "{multikey_encode(op.public_key)}"\n' for name, op in operators)
+    if operator_list:
+        (tmp / "operators.toml").write_text(operator_list)
     state = tmp / "state.db"
     config = tmp / "busguard.toml"
     config.write_text(
@@ -94,7 +98,7 @@ async def make_setup(
             topics=t,
             comment="Written by tests/integration/guardkit.py.",
             state={"path": str(state), "synchronous": "normal", "expire_interval_s": 5},
-            keys={"guard_key": str(guard_key)},
+            keys={"guard_key": str(guard_key), **({"operators": "operators.toml"} if operators else {})},
             batch={"max_records": max_records, "max_payload_bytes": max_payload_bytes, "linger_ms": 20},
             log={"format": "json", "level": "info"},
             ops={"port": 0},

@@ -199,3 +199,19 @@ def test_help_from_a_real_process() -> None:
     result = busguard("--help")
     assert result.returncode == 0 and "examples:" in result.stdout and "busguard demo" in result.stdout
     assert busguard().returncode == 2  # a command is required
+
+
+def test_check_config_reads_the_operators_file(tmp_path: Path) -> None:
+    config = tmp_path / "busguard.toml"
+    config.write_text('[[routes]]\nname = "r"\ninputs = ["in"]\ndownstream = "out"\n[keys]\nregistry = "keys.toml"\noperators = "operators.toml"\n')
+    (tmp_path / "keys.toml").write_text("")
+    (tmp_path / "operators.toml").write_text('[[operator]]\nname = "alice"\npublic_key = "z6Mkxyz"\n')
+    result = busguard("check-config", "--config", str(config))
+    assert result.returncode == 2
+    assert f"{tmp_path / 'operators.toml'}: operator[0].public_key = 'z6Mkxyz'" in result.stderr
+    alice = busguard("keygen", "--out", str(tmp_path / "alice.key"))
+    multikey = next(word for word in (alice.stdout + alice.stderr).split() if word.startswith("z6Mk"))
+    (tmp_path / "operators.toml").write_text(f'[[operator]]\nname = "alice"\npublic_key = "{multikey}"\n')
+    result = busguard("check-config", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    assert "(1 with their own keys)" in result.stdout

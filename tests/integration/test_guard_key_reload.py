@@ -37,7 +37,7 @@ def _agents(*names: str, revoked: str | None = None) -> str:
 
 
 def _reloads(metrics: str, result: str) -> float:
-    m = re.search(rf'busguard_key_registry_reloads_total{{result="{result}"}} (\S+)', metrics)
+    m = re.search(rf'busguard_config_reloads_total{{file="key_registry",result="{result}"}} (\S+)', metrics)
     return float(m.group(1)) if m else 0.0
 
 

@@ -1,5 +1,6 @@
-"""The guard's key registry follows its file: a change is picked up before the
-next batch, and a file that does not load leaves the previous one in force."""
+"""A followed file (here the guard's key registry): a change is picked up
+before the next batch, and a file that does not load leaves the previous
+contents in force."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 from busguard.errors import ConfigError
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.reasons import Reason
-from busguard.runtime.keywatch import RegistryFile
+from busguard.protocol.keys import KeyRegistry
+from busguard.runtime.watched import WatchedFile
 from tests.unit.harness import NOW, agent
 
 
@@ -28,26 +30,26 @@ def _write(path: Path, text: str) -> None:
 
 
 @pytest.fixture
-def keys(tmp_path: Path) -> tuple[RegistryFile, list[str]]:
+def keys(tmp_path: Path) -> tuple[WatchedFile[KeyRegistry], list[str]]:
     path = tmp_path / "keys.toml"
     path.write_text(_agents("alice"))
-    watched = RegistryFile(path)
+    watched = WatchedFile(path, KeyRegistry.load, what="key registry")
     results: list[str] = []
     watched.on_reload = results.append
     return watched, results
 
 
-def _who(watched: RegistryFile) -> set[str]:
+def _who(watched: WatchedFile[KeyRegistry]) -> set[str]:
     return set(watched.current().principals)
 
 
-def test_an_unchanged_file_is_not_read_again(keys: tuple[RegistryFile, list[str]]) -> None:
+def test_an_unchanged_file_is_not_read_again(keys: tuple[WatchedFile[KeyRegistry], list[str]]) -> None:
     watched, results = keys
     first = watched.current()
     assert watched.current() is first and results == []
 
 
-def test_an_enrolment_and_a_revocation_take_effect_without_a_restart(keys: tuple[RegistryFile, list[str]]) -> None:
+def test_an_enrolment_and_a_revocation_take_effect_without_a_restart(keys: tuple[WatchedFile[KeyRegistry], list[str]]) -> None:
     watched, results = keys
     _write(watched.path, _agents("alice", "bob"))
     assert _who(watched) == {canonical_principal(agent("alice")), canonical_principal(agent("bob"))}
@@ -57,14 +59,14 @@ def test_an_enrolment_and_a_revocation_take_effect_without_a_restart(keys: tuple
     assert results == ["reloaded", "reloaded"]
 
 
-def test_an_in_place_edit_is_seen_too(keys: tuple[RegistryFile, list[str]]) -> None:
+def test_an_in_place_edit_is_seen_too(keys: tuple[WatchedFile[KeyRegistry], list[str]]) -> None:
     watched, results = keys
     watched.path.write_text(_agents("alice", "carol"))  # same inode; size and mtime change
     assert canonical_principal(agent("carol")) in _who(watched)
     assert results == ["reloaded"]
 
 
-def test_a_bad_file_keeps_the_previous_registry_and_is_reported_once(keys: tuple[RegistryFile, list[str]]) -> None:
+def test_a_bad_file_keeps_the_previous_registry_and_is_reported_once(keys: tuple[WatchedFile[KeyRegistry], list[str]]) -> None:
     watched, results = keys
     before = watched.current()
     _write(watched.path, _agents("alice") + '[[agent]]\nid = ""\n')
@@ -76,7 +78,7 @@ def test_a_bad_file_keeps_the_previous_registry_and_is_reported_once(keys: tuple
     assert results == ["error", "reloaded"]
 
 
-def test_a_deleted_file_keeps_the_previous_registry(keys: tuple[RegistryFile, list[str]]) -> None:
+def test_a_deleted_file_keeps_the_previous_registry(keys: tuple[WatchedFile[KeyRegistry], list[str]]) -> None:
     watched, results = keys
     before = watched.current()
     watched.path.unlink()
@@ -86,7 +88,7 @@ def test_a_deleted_file_keeps_the_previous_registry(keys: tuple[RegistryFile, li
 def test_watching_can_be_switched_off(tmp_path: Path) -> None:
     path = tmp_path / "keys.toml"
     path.write_text(_agents("alice"))
-    watched = RegistryFile(path, watch=False)
+    watched = WatchedFile(path, KeyRegistry.load, what="key registry", watch=False)
     _write(path, _agents("alice", "bob"))
     assert _who(watched) == {canonical_principal(agent("alice"))}
 
@@ -95,5 +97,5 @@ def test_a_bad_file_at_start_is_a_config_error_naming_the_field(tmp_path: Path) 
     path = tmp_path / "keys.toml"
     path.write_text('[[agent]]\nid = ""\n')
     with pytest.raises(ConfigError) as info:
-        RegistryFile(path)
+        WatchedFile(path, KeyRegistry.load, what="key registry")
     assert "agent[0].id" in str(info.value) and str(path) in str(info.value)

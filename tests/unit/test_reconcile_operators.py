@@ -1,0 +1,103 @@
+"""Operators resolve with their own keys: the operators file, and how the
+reconciler authenticates a resolve command with it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from busguard.errors import ConfigError
+from busguard.protocol.envelope import b64url_encode
+from busguard.protocol.identity import multikey_encode
+from busguard.protocol.signing import public_key_from_seed, sign
+from busguard.reconcile.operators import Operators
+from busguard.reconcile.records import COMMAND_CONTEXT, HEADER_COMMAND, HEADER_SIGNER, ResolveCommand
+from busguard.reconcile.worker import parse
+from tests.unit.harness import seed
+
+GUARD, ALICE, BOB = seed("guard"), seed("alice"), seed("bob")
+
+
+def _mk(s: bytes) -> str:
+    return multikey_encode(public_key_from_seed(s))
+
+
+def _operators(tmp_path: Path, text: str) -> Operators:
+    path = tmp_path / "operators.toml"
+    path.write_text(text)
+    return Operators.load(path)
+
+
+def _command(operator: str, signing_seed: bytes, signer: str | None) -> tuple[bytes, list[tuple[str, bytes]]]:
+    body = msgspec.json.encode(ResolveCommand(escalation_id="e" * 32, resolve_as="reject", operator=operator, issued_at=1))
+    headers = [(HEADER_COMMAND, b"resolve"), ("busguard-seal", b64url_encode(sign(signing_seed, COMMAND_CONTEXT + body)).encode())]
+    if signer is not None:
+        headers.append((HEADER_SIGNER, signer.encode()))
+    return body, headers
+
+
+@pytest.fixture
+def ops(tmp_path: Path) -> Operators:
+    return _operators(tmp_path, f'[[operator]]\nname = "alice"\npublic_key = "{_mk(ALICE)}"\n')
+
+
+def _problem(body: bytes, headers: list[tuple[str, bytes]], ops: Operators) -> str | None:
+    parsed = parse(body, headers, public_key_from_seed(GUARD), ops)
+    if parsed.problem is None:
+        assert parsed.command is not None
+        return None
+    return f"{parsed.problem.reason}: {parsed.problem.detail}"
+
+
+def test_the_deployment_key_resolves_under_any_name(ops: Operators) -> None:
+    assert _problem(*_command("anyone", GUARD, None), ops) is None
+
+
+def test_an_operator_resolves_under_their_own_name(ops: Operators) -> None:
+    assert _problem(*_command("alice", ALICE, _mk(ALICE)), ops) is None
+
+
+def test_an_operator_cannot_resolve_under_another_name(ops: Operators) -> None:
+    problem = _problem(*_command("bob", ALICE, _mk(ALICE)), ops)
+    assert problem is not None and problem.startswith("bad_seal") and "'alice'" in problem and "'bob'" in problem
+
+
+@pytest.mark.parametrize(
+    ("operator", "signing_seed", "signer", "why"),
+    [
+        ("bob", BOB, _mk(BOB), "not an operator's key"),  # a key nobody listed
+        ("alice", GUARD, _mk(ALICE), "not sealed with operator 'alice'"),  # names alice, sealed by someone else
+        ("alice", ALICE, None, "not sealed with the deployment's key"),  # alice's seal without saying so
+        ("alice", ALICE, "z6Mk-not-a-key", "must be one Ed25519 multikey"),
+    ],
+)
+def test_every_other_command_is_refused_as_bad_seal(ops: Operators, operator: str, signing_seed: bytes, signer: str | None, why: str) -> None:
+    problem = _problem(*_command(operator, signing_seed, signer), ops)
+    assert problem is not None and problem.startswith("bad_seal") and why in problem, problem
+
+
+def test_two_signer_headers_are_refused(ops: Operators) -> None:
+    body, headers = _command("alice", ALICE, _mk(ALICE))
+    problem = _problem(body, [*headers, (HEADER_SIGNER, _mk(ALICE).encode())], ops)
+    assert problem is not None and problem.startswith("bad_seal")
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ('[[operator]]\nname = "al ice"\npublic_key = "{a}"\n', "operator[0].name"),
+        ('[[operator]]\nname = "alice"\npublic_key = "{a}"\n[[operator]]\nname = "alice"\npublic_key = "{b}"\n', "operator[1].name"),
+        ('[[operator]]\nname = "alice"\npublic_key = "{a}"\n[[operator]]\nname = "bob"\npublic_key = "{a}"\n', "operator[1].public_key"),
+        ('[[operator]]\nname = "alice"\npublic_key = "z6Mkxyz"\n', "operator[0].public_key"),
+        ('[[operator]]\nname = "alice"\npublic_key = "{small}"\n', "operator[0].public_key"),
+        ('[[operator]]\nname = "alice"\n', "operator[0]"),
+        ('[[operator]]\nname = "alice"\npublic_key = "{a}"\nrole = "admin"\n', "operator[0].role"),
+    ],
+)
+def test_a_bad_operators_file_names_the_field(tmp_path: Path, text: str, field: str) -> None:
+    small_order = multikey_encode(bytes([1]) + bytes(31))  # the identity point
+    with pytest.raises(ConfigError) as info:
+        _operators(tmp_path, text.format(a=_mk(ALICE), b=_mk(BOB), small=small_order))
+    assert info.value.field.startswith(field) and str(tmp_path / "operators.toml") in str(info.value), str(info.value)
