@@ -16,7 +16,19 @@ from typing import NamedTuple, Protocol
 import msgspec
 
 from busguard.admission.decide import Candidate, decide, precheck, verify
-from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Coordinates, Decision, Effects, NonceRecord, TaskEntry, WindowRecord
+from busguard.admission.types import (
+    NO_EFFECTS,
+    AdmissionPolicy,
+    Coordinates,
+    Decision,
+    Effects,
+    NonceKey,
+    NonceRecord,
+    TaskEntry,
+    TaskKey,
+    WindowKey,
+    WindowRecord,
+)
 from busguard.admission.window import WindowState
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES
 from busguard.protocol.keys import KeyRegistry, KeyWindow
@@ -32,9 +44,9 @@ class KeySet(msgspec.Struct, kw_only=True):
     """Every state key a batch may read."""
 
     sources: list[SourceKey] = msgspec.field(default_factory=list)
-    nonces: set[tuple[str, str]] = msgspec.field(default_factory=set)
-    windows: set[tuple[str, str]] = msgspec.field(default_factory=set)
-    tasks: set[tuple[str, str]] = msgspec.field(default_factory=set)
+    nonces: set[NonceKey] = msgspec.field(default_factory=set)
+    windows: set[WindowKey] = msgspec.field(default_factory=set)
+    tasks: set[TaskKey] = msgspec.field(default_factory=set)
 
 
 class Snapshot(msgspec.Struct, kw_only=True):
@@ -42,9 +54,9 @@ class Snapshot(msgspec.Struct, kw_only=True):
 
     created_at: int
     decisions: dict[SourceKey, Decision] = msgspec.field(default_factory=dict)
-    nonces: set[tuple[str, str]] = msgspec.field(default_factory=set)
-    windows: dict[tuple[str, str], WindowState] = msgspec.field(default_factory=dict)
-    tasks: dict[tuple[str, str], TaskEntry] = msgspec.field(default_factory=dict)
+    nonces: set[NonceKey] = msgspec.field(default_factory=set)
+    windows: dict[WindowKey, WindowState] = msgspec.field(default_factory=dict)
+    tasks: dict[TaskKey, TaskEntry] = msgspec.field(default_factory=dict)
 
 
 class BatchState:
@@ -52,39 +64,36 @@ class BatchState:
 
     def __init__(self, snapshot: Snapshot) -> None:
         self._snap = snapshot
+        self.created_at = snapshot.created_at
         self.decisions: list[Decision] = []
         self.new_decisions: dict[SourceKey, Decision] = {}
-        self.nonces: dict[tuple[str, str], NonceRecord] = {}
-        self.windows: dict[tuple[str, str], WindowRecord] = {}
-        self.tasks: dict[tuple[str, str], TaskEntry] = {}
-
-    @property
-    def created_at(self) -> int:
-        return self._snap.created_at
+        self.nonces: dict[NonceKey, NonceRecord] = {}
+        self.windows: dict[WindowKey, WindowRecord] = {}
+        self.tasks: dict[TaskKey, TaskEntry] = {}
 
     def earlier(self, key: SourceKey) -> Decision | None:
         """A decision already made for this input position, in this batch or before."""
         return self.new_decisions.get(key) or self._snap.decisions.get(key)
 
-    def nonce_seen(self, scope: str, nonce: str, now_ms: int) -> bool:
-        return (scope, nonce) in self.nonces or (scope, nonce) in self._snap.nonces
+    def nonce_seen(self, key: NonceKey) -> bool:
+        return key in self.nonces or key in self._snap.nonces
 
-    def window(self, principal: str, session_id: str, now_ms: int) -> WindowState | None:
-        pending = self.windows.get((principal, session_id))
+    def window(self, key: WindowKey) -> WindowState | None:
+        pending = self.windows.get(key)
         if pending is not None:
             return pending.state
-        return self._snap.windows.get((principal, session_id))
+        return self._snap.windows.get(key)
 
-    def task(self, kind: str, task_id: str, now_ms: int) -> TaskEntry | None:
-        return self.tasks.get((kind, task_id)) or self._snap.tasks.get((kind, task_id))
+    def task(self, key: TaskKey) -> TaskEntry | None:
+        return self.tasks.get(key) or self._snap.tasks.get(key)
 
     def apply(self, key: SourceKey, decision: Decision, effects: Effects) -> None:
         self.decisions.append(decision)
         self.new_decisions[key] = decision
         if effects.nonce is not None:
-            self.nonces[(effects.nonce.scope, effects.nonce.nonce)] = effects.nonce
+            self.nonces[effects.nonce.key] = effects.nonce
         if effects.window is not None:
-            self.windows[(effects.window.principal, effects.window.session_id)] = effects.window
+            self.windows[effects.window.key] = effects.window
         if effects.task is not None:
             self.tasks[(effects.task.kind, effects.task.task_id)] = effects.task
 
@@ -108,16 +117,13 @@ def verify_serially(candidates: Sequence[Candidate]) -> list[KeyWindow | None]:
     return [verify(c) for c in candidates]
 
 
-def keys_for(inputs: Sequence[Input], checked: Sequence[Candidate | Decision], policy: AdmissionPolicy) -> KeySet:
-    per_principal = policy.nonce_scope != "global"
+def keys_for(inputs: Sequence[Input], candidates: Sequence[Candidate]) -> KeySet:
     nonces, windows, tasks = set(), set(), set()
-    for c in checked:
-        if isinstance(c, Candidate):
-            r = c.envelope.receipt
-            nonces.add((c.principal if per_principal else "", r.nonce))
-            tasks.add((r.kind, r.task_id))
-            if r.session_id is not None:
-                windows.add((c.principal, r.session_id))
+    for c in candidates:
+        nonces.add(c.nonce_key)
+        tasks.add(c.task_key)
+        if c.window_key is not None:
+            windows.add(c.window_key)
     return KeySet(sources=[source_key(i.source) for i in inputs], nonces=nonces, windows=windows, tasks=tasks)
 
 
@@ -142,7 +148,7 @@ def admit_batch(
     candidates = [c for c in checked if isinstance(c, Candidate)]
     keys_by_candidate = dict(zip(map(id, candidates), verify_many(candidates), strict=True))
 
-    keys = keys_for(inputs, checked, policy)
+    keys = keys_for(inputs, candidates)
     sources = keys.sources
 
     def decide_all(snapshot: Snapshot) -> BatchState:

@@ -15,8 +15,9 @@ signature did not verify, so a forger cannot burn nonces or claim task ids.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Final, Protocol
 
 import msgspec
 
@@ -28,8 +29,11 @@ from busguard.admission.types import (
     Coordinates,
     Decision,
     Effects,
+    NonceKey,
     NonceRecord,
     TaskEntry,
+    TaskKey,
+    WindowKey,
     WindowRecord,
     decision_id,
 )
@@ -49,11 +53,11 @@ class StateView(Protocol):
     @property
     def created_at(self) -> int: ...
 
-    def nonce_seen(self, scope: str, nonce: str, now_ms: int) -> bool: ...
+    def nonce_seen(self, key: NonceKey) -> bool: ...
 
-    def window(self, principal: str, session_id: str, now_ms: int) -> win.WindowState | None: ...
+    def window(self, key: WindowKey) -> win.WindowState | None: ...
 
-    def task(self, kind: str, task_id: str, now_ms: int) -> TaskEntry | None: ...
+    def task(self, key: TaskKey) -> TaskEntry | None: ...
 
 
 class Candidate(msgspec.Struct, frozen=True, gc=False):  # positional on the hot path: keep the order
@@ -64,6 +68,9 @@ class Candidate(msgspec.Struct, frozen=True, gc=False):  # positional on the hot
     principal: str
     keys: tuple[KeyWindow, ...]
     issued_at_ms: int
+    nonce_key: NonceKey
+    task_key: TaskKey
+    window_key: WindowKey | None
 
 
 def _decision(
@@ -129,6 +136,10 @@ def precheck(
 
 _Refusal = tuple[Reason, str, Envelope | None, str | None]
 
+#: A stream has few senders and every record names one: memoise the mapping
+#: (pure, bounded; a malformed id raises every time, errors are not cached).
+_principal_of: Final = functools.lru_cache(maxsize=4096)(canonical_principal)
+
 
 def _precheck(
     source: Coordinates,
@@ -147,7 +158,7 @@ def _precheck(
     if r.kind not in KINDS:
         return Reason.UNKNOWN_KIND, f"kind {r.kind[:64]!r} is not one busguard guards", env, None
     try:
-        principal = canonical_principal(r.sender)
+        principal = _principal_of(r.sender)
         if len(r.receiver) > 256:  # only then can it pass 512 UTF-16 units (the parse capped code points)
             canonical_principal(r.receiver)
     except ValueError as exc:
@@ -170,7 +181,9 @@ def _precheck(
     found = registry.lookup(principal, r.key_id, now_ms)
     if found.reason is not None:
         return found.reason, found.detail, env, principal
-    return Candidate(source, env, principal, found.keys, issued)
+    nonce_key = (principal if policy.nonce_scope == "principal" else "", r.nonce)
+    window_key = None if r.session_id is None else (principal, r.session_id)
+    return Candidate(source, env, principal, found.keys, issued, nonce_key, (r.kind, r.task_id), window_key)
 
 
 def verify(candidate: Candidate) -> KeyWindow | None:
@@ -207,30 +220,29 @@ def decide(
         detail = "issued before this state store existed; refused until one freshness window has passed"
         return _decision(did, src, now_ms, Outcome.REJECT, Reason.STORE_WARMING, detail, env, principal, key), NO_EFFECTS
 
-    scope = "" if policy.nonce_scope == "global" else principal
-    prior = view.task(r.kind, r.task_id, now_ms)
+    prior = view.task(c.task_key)
     # The task index outlives the nonce store, so an exact resend is
     # recognised even after its nonce has aged out.
     if prior is not None and prior.nonce == r.nonce and prior.payload_hash == r.payload_hash and prior.principal == principal:
         detail = "already admitted; not forwarded again"
         return _decision(did, src, now_ms, Outcome.DUPLICATE, Reason.EXACT_DUPLICATE, detail, env, principal, key, None, prior), NO_EFFECTS
-    if view.nonce_seen(scope, r.nonce, now_ms):
+    if view.nonce_seen(c.nonce_key):
         detail = "nonce already used inside the retention window"
         return _decision(did, src, now_ms, Outcome.REJECT, Reason.NONCE_REPLAY, detail, env, principal, key), NO_EFFECTS
 
     window_record: WindowRecord | None = None
-    if r.session_id is not None and r.sequence is not None:
-        state = view.window(principal, r.session_id, now_ms)
-        verdict = win.check(state, r.sequence, policy.window_size)
-        if verdict is win.Verdict.REPLAY:
+    if c.window_key is not None and r.sequence is not None:
+        state = view.window(c.window_key)
+        after = win.slide(state, r.sequence, policy.window_size)
+        if after is win.Verdict.REPLAY:
             detail = f"sequence {r.sequence} already seen in session"
             return _decision(did, src, now_ms, Outcome.REJECT, Reason.SEQUENCE_REPLAY, detail, env, principal, key), NO_EFFECTS
-        if verdict is win.Verdict.TOO_OLD:
+        if isinstance(after, win.Verdict):  # TOO_OLD
             detail = f"sequence {r.sequence} is left of the {policy.window_size}-wide window (highest {state.top if state else None})"
             return _decision(did, src, now_ms, Outcome.REJECT, Reason.SEQUENCE_TOO_OLD, detail, env, principal, key), NO_EFFECTS
-        window_record = WindowRecord(principal, r.session_id, win.record(state, r.sequence, policy.window_size), now_ms + policy.session_retention_ms)
+        window_record = WindowRecord(c.window_key, after, now_ms + policy.session_retention_ms)
 
-    nonce_record = NonceRecord(scope, r.nonce, now_ms + policy.nonce_retention_ms)
+    nonce_record = NonceRecord(c.nonce_key, now_ms + policy.nonce_retention_ms)
     if prior is None:
         entry = TaskEntry(  # positional, in field order
             r.kind,

@@ -19,6 +19,14 @@ import msgspec
 from busguard.admission.window import DEFAULT_WINDOW_SIZE, WindowState
 
 NonceScope = Literal["global", "principal"]
+#: State keys. Built once per record (on its Candidate) and used as they are
+#: by the batch's key set, its overlay and the stores.
+NonceKey = tuple[str, str]
+"""(scope, nonce): scope is "" (global) or the canonical principal."""
+WindowKey = tuple[str, str]
+"""(principal, session_id)"""
+TaskKey = tuple[str, str]
+"""(kind, task_id)"""
 DECISION_ID_CONTEXT: Final = b"busguard/decision/v1\x00"
 
 
@@ -112,15 +120,13 @@ class Decision(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, tag_fi
     prior: TaskEntry | None = None
 
 
-class NonceRecord(msgspec.Struct, frozen=True):
-    scope: str
-    nonce: str
+class NonceRecord(msgspec.Struct, frozen=True, gc=False):
+    key: NonceKey
     expires_at: int
 
 
 class WindowRecord(msgspec.Struct, frozen=True, gc=False):
-    principal: str
-    session_id: str
+    key: WindowKey
     state: WindowState
     expires_at: int
 

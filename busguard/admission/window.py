@@ -35,23 +35,31 @@ class Verdict(enum.Enum):
     TOO_OLD = "too_old"
 
 
-def check(state: WindowState | None, seq: int, size: int = DEFAULT_WINDOW_SIZE) -> Verdict:
-    if state is None or seq > state.top:
-        return Verdict.NEW
-    offset = state.top - seq
+def slide(state: WindowState | None, seq: int, size: int = DEFAULT_WINDOW_SIZE) -> WindowState | Verdict:
+    """The window after accepting `seq`, or why it cannot be accepted
+    (`Verdict.REPLAY` / `Verdict.TOO_OLD`): one call on the hot path."""
+    if state is None:
+        return WindowState(seq, 1)
+    top = state.top
+    if seq > top:
+        shift = seq - top
+        return WindowState(seq, 1 if shift >= size else ((state.bitmap << shift) | 1) & ((1 << size) - 1))
+    offset = top - seq
     if offset >= size:
         return Verdict.TOO_OLD
     if (state.bitmap >> offset) & 1:
         return Verdict.REPLAY
-    return Verdict.NEW
+    return WindowState(top, state.bitmap | (1 << offset))
+
+
+def check(state: WindowState | None, seq: int, size: int = DEFAULT_WINDOW_SIZE) -> Verdict:
+    after = slide(state, seq, size)
+    return after if isinstance(after, Verdict) else Verdict.NEW
 
 
 def record(state: WindowState | None, seq: int, size: int = DEFAULT_WINDOW_SIZE) -> WindowState:
     """Mark `seq` seen. Call only after `check` returned NEW."""
-    if state is None:
-        return WindowState(seq, 1)
-    if seq > state.top:
-        shift = seq - state.top
-        bitmap = 1 if shift >= size else ((state.bitmap << shift) | 1) & ((1 << size) - 1)
-        return WindowState(seq, bitmap)
-    return WindowState(state.top, state.bitmap | (1 << (state.top - seq)))
+    after = slide(state, seq, size)
+    if isinstance(after, Verdict):
+        raise ValueError(f"sequence {seq} cannot be recorded: {after.value}")
+    return after

@@ -83,17 +83,21 @@ class KeyRegistry:
     def __init__(self, agents: dict[str, tuple[KeyWindow, ...]], open_enrollment: bool = False) -> None:
         self._agents = agents
         self.open_enrollment = open_enrollment
+        # The answer for an agent with one key, while that key is valid: built
+        # once, as every record of such an agent gets it.
+        self._only_key = {p: KeyLookup(keys) for p, keys in agents.items() if len(keys) == 1}
 
     @property
     def principals(self) -> frozenset[str]:
         return frozenset(self._agents)
 
     def lookup(self, principal: str, key_id: str | None, now_ms: int) -> KeyLookup:
-        keys = self._agents.get(principal)
-        if keys is not None and key_id is None and len(keys) == 1:
-            only = keys[0]  # the common case, kept cheap: it runs per record
+        found = self._only_key.get(principal)
+        if found is not None and key_id is None:
+            only = found.keys[0]  # the common case, kept cheap: it runs per record
             if only.not_before <= now_ms < only.not_after and now_ms < only.revoked_at:
-                return KeyLookup(keys)
+                return found
+        keys = self._agents.get(principal)
         if keys is None:
             implicit = _implicit_key(principal)
             if not (self.open_enrollment and implicit is not None):

@@ -138,17 +138,14 @@ def encode_receipt(receipt: Receipt) -> bytes:
 def _duplicate_key(raw: bytes, receipt: Receipt) -> str | None:
     """The first key that appears twice, or None.
 
-    Fastest path: the bytes are exactly this receipt's canonical encoding
-    (what the SDK sends), which has each key once. Next: `present` distinct
-    keys decoded to non-null values, so there are at least that many keys.
-    In JSON without whitespace (what senders normally emit) every key is
-    spelled `"…":`, so the count of `":` bounds the number of keys from
-    above; if that bound is `present`, there is no room for a duplicate.
-    Anything else (a duplicate, an explicit null, whitespace anywhere, `":`
-    inside a value) takes the exact scan.
+    Fast path: `present` distinct keys decoded to non-null values, so there
+    are at least that many keys. In JSON without whitespace (what senders
+    normally emit) every key is spelled `"…":`, so the count of `":` bounds
+    the number of keys from above; if that bound is `present`, there is no
+    room for a duplicate. Anything else (a duplicate, an explicit null,
+    whitespace anywhere, `":` inside a value) takes the exact scan.
+    (decode_receipt skips this for bytes that are the canonical encoding.)
     """
-    if _encoder.encode(receipt) == raw:
-        return None
     present = _REQUIRED_FIELDS + (receipt.session_id is not None) + (receipt.sequence is not None) + (receipt.key_id is not None)
     if raw.count(b'":') <= present and len(raw.translate(None, _JSON_WHITESPACE)) == len(raw):
         return None
@@ -192,7 +189,9 @@ def decode_receipt(raw: bytes) -> Receipt:
         raise ReceiptError(_validation_reason(message), message) from None
     except msgspec.DecodeError as exc:
         raise ReceiptError(Reason.NOT_JSON, f"receipt is not valid UTF-8 JSON: {exc}") from None
-    dup = _duplicate_key(raw, receipt)
+    # Bytes equal to the receipt's canonical encoding (what the SDK sends)
+    # hold each key once; anything else takes the full check.
+    dup = None if _encoder.encode(receipt) == raw else _duplicate_key(raw, receipt)
     if dup is not None:
         raise ReceiptError(Reason.DUPLICATE_KEY, f"key {dup!r} appears more than once in the signed receipt")
     if receipt.v != RECEIPT_VERSION:

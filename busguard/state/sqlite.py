@@ -125,10 +125,10 @@ class SqliteStore:
             "INSERT OR REPLACE INTO decisions VALUES (?,?,?)",
             [(key(*k), _encode(d), d.decided_at + self.decision_retention_ms) for k, d in state.new_decisions.items()],
         )
-        db.executemany("INSERT OR REPLACE INTO nonces VALUES (?,?)", [(key(n.scope, n.nonce), n.expires_at) for n in state.nonces.values()])
+        db.executemany("INSERT OR REPLACE INTO nonces VALUES (?,?)", [(key(*n.key), n.expires_at) for n in state.nonces.values()])
         db.executemany(
             "INSERT OR REPLACE INTO windows VALUES (?,?,?,?)",
-            [(key(w.principal, w.session_id), w.state.top, _bitmap_bytes(w.state.bitmap), w.expires_at) for w in state.windows.values()],
+            [(key(*w.key), w.state.top, _bitmap_bytes(w.state.bitmap), w.expires_at) for w in state.windows.values()],
         )
         # Insert-only, except over an expired row: the first admission stays the witness.
         db.executemany(
