@@ -16,19 +16,8 @@ from typing import NamedTuple, Protocol
 import msgspec
 
 from busguard.admission.decide import Candidate, decide, precheck, verify
-from busguard.admission.types import (
-    NO_EFFECTS,
-    AdmissionPolicy,
-    Coordinates,
-    Decision,
-    Effects,
-    NonceKey,
-    NonceRecord,
-    TaskEntry,
-    TaskKey,
-    WindowKey,
-    WindowRecord,
-)
+from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Coordinates, Decision, Effects, NonceKey, NonceRecord, TaskEntry, TaskKey
+from busguard.admission.types import WindowKey, WindowRecord
 from busguard.admission.window import WindowState
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES
 from busguard.protocol.keys import KeyRegistry, KeyWindow
