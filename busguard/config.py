@@ -86,6 +86,7 @@ class KeysConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froze
     guard_key: str = "../var/guard.key"
     create_guard_key: bool = False
     operators: str | None = None
+    guard_key_resolves: bool = True
     watch: bool = True
 
 
@@ -247,3 +248,5 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f, "kafka.rebalance_timeout_ms", cfg.kafka.rebalance_timeout_ms, f"more than batch.revoke_budget_ms ({cfg.batch.revoke_budget_ms})")
     if cfg.kafka.heartbeat_interval_ms >= cfg.kafka.session_timeout_ms:
         raise ConfigError(f, "kafka.heartbeat_interval_ms", cfg.kafka.heartbeat_interval_ms, "less than kafka.session_timeout_ms")
+    if not cfg.keys.guard_key_resolves and cfg.keys.operators is None:
+        raise ConfigError(f, "keys.guard_key_resolves", False, "true unless keys.operators names who else may resolve (nobody could)")

@@ -64,11 +64,16 @@ class _Parsed(msgspec.Struct, frozen=True):
         return self.command.escalation_id if self.command is not None else None
 
 
-def _command_signer(headers: Sequence[tuple[str, bytes]], guard_public_key: bytes, operators: Operators) -> tuple[bytes, str | None] | Rejected:
+def _command_signer(
+    headers: Sequence[tuple[str, bytes]], guard_public_key: bytes, operators: Operators, guard_key_resolves: bool
+) -> tuple[bytes, str | None] | Rejected:
     """The key a command must verify under, and the operator it belongs to
-    (None: the deployment key, which may resolve under any name)."""
+    (None: the deployment key, which may resolve under any name unless
+    `keys.guard_key_resolves` is off)."""
     named = [v for k, v in headers if k == HEADER_SIGNER]
     if not named:
+        if not guard_key_resolves:
+            return Rejected("bad_seal", "resolve commands must be signed with an operator's key (keys.guard_key_resolves = false)")
         return guard_public_key, None
     try:
         if len(named) != 1:
@@ -82,12 +87,14 @@ def _command_signer(headers: Sequence[tuple[str, bytes]], guard_public_key: byte
     return key, name
 
 
-def parse(value: bytes | None, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes, operators: Operators) -> _Parsed:
+def parse(
+    value: bytes | None, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes, operators: Operators, guard_key_resolves: bool = True
+) -> _Parsed:
     """Authenticate and decode one reconciliation-topic record."""
     if value is None:
         return _Parsed(problem=Rejected("missing_field", "null value"))
     if any(k == HEADER_COMMAND for k, _ in headers):
-        signer = _command_signer(headers, guard_public_key, operators)
+        signer = _command_signer(headers, guard_public_key, operators, guard_key_resolves)
         if isinstance(signer, Rejected):
             return _Parsed(problem=signer)
         key, operator = signer
@@ -167,7 +174,8 @@ class Reconciler:
 
     async def process(self, records: Sequence[Any]) -> list[Output]:
         operators = self.operators.current() if self.operators is not None else Operators.none()
-        parsed = [parse(r.value, list(r.headers), self.identity.public_key, operators) for r in records]
+        resolves = self.cfg.keys.guard_key_resolves
+        parsed = [parse(r.value, list(r.headers), self.identity.public_key, operators, resolves) for r in records]
         now = self.clock_ms()
         sources = [(r.topic, r.partition, r.offset) for r in records]
         ids = {p.escalation_id for p in parsed if p.escalation_id is not None}

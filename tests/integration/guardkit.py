@@ -128,18 +128,20 @@ class GuardProcess:
 
     count = 0
 
-    def __init__(self, setup: Setup, *, fault: str | None = None, command: str = "run", port: int | None = None) -> None:
+    def __init__(
+        self, setup: Setup, *, fault: str | None = None, command: str = "run", port: int | None = None, env: dict[str, str] | None = None
+    ) -> None:
         GuardProcess.count += 1
         self.setup = setup
         self.port = port or free_port()
         self.log = setup.dir / f"{command}-{GuardProcess.count}.log"
-        env = {**os.environ, "BUSGUARD_OPS__PORT": str(self.port), "PYTHONPATH": str(REPO)}
-        env.pop("BUSGUARD_FAULT", None)
+        environ = {**os.environ, "BUSGUARD_OPS__PORT": str(self.port), "PYTHONPATH": str(REPO), **(env or {})}
+        environ.pop("BUSGUARD_FAULT", None)
         if fault:
-            env["BUSGUARD_FAULT"] = fault
+            environ["BUSGUARD_FAULT"] = fault
         self._out = open(self.log, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "busguard.cli", command, "--config", str(setup.config)], stdout=self._out, stderr=subprocess.STDOUT, env=env
+            [sys.executable, "-m", "busguard.cli", command, "--config", str(setup.config)], stdout=self._out, stderr=subprocess.STDOUT, env=environ
         )
 
     def healthy(self) -> bool:

@@ -288,6 +288,7 @@ def test_a_missing_file_and_bad_toml_are_explained(tmp_path: Path) -> None:
         (ROUTE + "[kafka]\nrebalance_timeout_ms = 10000\n", "kafka.rebalance_timeout_ms", 10000, "more than batch.revoke_budget_ms (10000)"),
         (ROUTE + "[batch]\nrevoke_budget_ms = 60000\n", "kafka.rebalance_timeout_ms", 60000, "more than batch.revoke_budget_ms (60000)"),
         (ROUTE + "[kafka]\nheartbeat_interval_ms = 10000\n", "kafka.heartbeat_interval_ms", 10000, "less than kafka.session_timeout_ms"),
+        (ROUTE + "[keys]\nguard_key_resolves = false\n", "keys.guard_key_resolves", False, "unless keys.operators names who else may resolve"),
     ],
 )
 def test_cross_field_rules(tmp_path: Path, text: str, field: str, value: object, allowed: str) -> None:

@@ -78,6 +78,14 @@ def test_every_other_command_is_refused_as_bad_seal(ops: Operators, operator: st
     assert problem is not None and problem.startswith("bad_seal") and why in problem, problem
 
 
+def test_the_deployment_key_can_be_barred_from_resolving(ops: Operators) -> None:
+    body, headers = _command("anyone", GUARD, None)
+    parsed = parse(body, headers, public_key_from_seed(GUARD), ops, guard_key_resolves=False)
+    assert parsed.problem is not None and parsed.problem.reason == "bad_seal" and "operator's key" in parsed.problem.detail
+    body, headers = _command("alice", ALICE, _mk(ALICE))
+    assert parse(body, headers, public_key_from_seed(GUARD), ops, guard_key_resolves=False).command is not None
+
+
 def test_two_signer_headers_are_refused(ops: Operators) -> None:
     body, headers = _command("alice", ALICE, _mk(ALICE))
     problem = _problem(body, [*headers, (HEADER_SIGNER, _mk(ALICE).encode())], ops)
