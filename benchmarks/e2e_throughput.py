@@ -46,7 +46,7 @@ sys.path.insert(0, str(REPO))
 import structlog  # noqa: E402
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
 
-from busguard.audit.commands import run_audit  # noqa: E402
+from busguard.audit.commands import DEFAULT_IDLE_MS, run_audit  # noqa: E402
 from busguard.config import load_config  # noqa: E402
 from busguard.devconfig import Topics, embedded_config  # noqa: E402
 from busguard.protocol.attestation import HEADER_DECISION_ID, HEADER_OUTCOME, HEADER_REASON  # noqa: E402
@@ -286,7 +286,7 @@ async def audit_rate(config: Path, guard_key: Path, records: int) -> dict[str, A
     topics), in input records judged per second. The auditor detects the end
     of the log by an idle period (tansu's end offsets are unreliable), which
     is subtracted; the report must be clean."""
-    idle_ms = 1500
+    idle_ms = DEFAULT_IDLE_MS
     t0 = time.perf_counter()
     report = await asyncio.to_thread(
         run_audit, load_config(config, env={}), guard_public_key=read_key(guard_key).public_key, idle_ms=idle_ms

@@ -97,33 +97,27 @@ async def create_pipeline(directory: Path, bootstrap: str, *, guarded: bool) -> 
         ident = new_identity()
         write_key(directory / f"{agent}.key", ident)
         ids[agent] = ident
+    pipeline = Pipeline(
+        dir=str(directory),
+        bootstrap=bootstrap,
+        guarded=guarded,
+        planner=ids["planner"].agent_id,
+        executor=ids["executor"].agent_id,
+        handoffs=t.handoffs,
+        acks=t.acks,
+        executor_inbox=t.handoffs,  # unguarded: agents read each other's topics directly
+        planner_inbox=t.acks,
+    )
     if not guarded:
         await create_topics(bootstrap, [t.handoffs, t.acks], partitions=1)
-        pipeline = Pipeline(
-            dir=str(directory),
-            bootstrap=bootstrap,
-            guarded=False,
-            planner=ids["planner"].agent_id,
-            executor=ids["executor"].agent_id,
-            handoffs=t.handoffs,
-            acks=t.acks,
-            executor_inbox=t.handoffs,
-            planner_inbox=t.acks,
-        )
     else:
         await create_topics(bootstrap, t.all(), partitions=1)
         guard_port, reconcile_port = free_port(), free_port()
         (directory / "keys.toml").write_text("".join(f'[[agent]]\nid = "{ids[a].agent_id}"\n\n' for a in ("planner", "executor")))
         config = directory / "busguard.toml"
         config.write_text(_busguard_toml(bootstrap, tag, t, guard_port))
-        pipeline = Pipeline(
-            dir=str(directory),
-            bootstrap=bootstrap,
-            guarded=True,
-            planner=ids["planner"].agent_id,
-            executor=ids["executor"].agent_id,
-            handoffs=t.handoffs,
-            acks=t.acks,
+        pipeline = msgspec.structs.replace(
+            pipeline,
             executor_inbox=t.handoffs_admitted,
             planner_inbox=t.acks_admitted,
             guard_public_key=multikey_encode(ids["guard"].public_key),
