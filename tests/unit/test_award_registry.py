@@ -197,6 +197,18 @@ def test_verifier_errors(entry: str, field: str, value: object, allowed: str) ->
     assert allowed in err.allowed
 
 
+def test_a_section_that_is_not_a_table_is_named() -> None:
+    err = refused('verification = ["jcs-sha256"]')
+    assert (err.field, err.value) == ("verification", ["jcs-sha256"])
+    assert "Expected `object`" in err.allowed
+
+
+def test_the_registry_cannot_be_changed_after_validation() -> None:
+    reg = load("")
+    with pytest.raises(TypeError):
+        reg.canonicalizers["private-normalizer"] = Upper()  # type: ignore[index]
+
+
 def test_missing_required_verifier_keys_are_named() -> None:
     err = refused('[[verification.verifiers]]\nmanifest = "m"\nagent_id = "did:web:x"\n')
     assert err.field == "verification.verifiers[0]"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Annotated, Any, Final
 
 import msgspec
@@ -126,8 +127,9 @@ def load_verification(
         section = msgspec.convert(table, VerificationConfig)
     except msgspec.ValidationError as exc:
         err = ConfigError.from_validation(source, exc, table)
-        field = f"{key}.{err.field}" if err.field else key
-        raise ConfigError(source, field, err.value, err.allowed) from None
+        if err.field:
+            raise ConfigError(source, f"{key}.{err.field}", err.value, err.allowed) from None
+        raise ConfigError(source, key, table, err.allowed) from None
     return build_registry(section, source, key=key, canonicalizers=canonicalizers)
 
 
@@ -166,7 +168,9 @@ def build_registry(
             raise ConfigError(source, f"{key}.verifiers[{i}].manifest", verifier.manifest, "each verifier manifest once (already listed)")
         verifiers[verifier.manifest] = verifier
     classes = _names(section.best_effort_task_classes, source, f"{key}.best_effort_task_classes")
-    return VerificationRegistry(canonicalizers=local, verifiers=verifiers, best_effort_task_classes=classes)
+    return VerificationRegistry(
+        canonicalizers=MappingProxyType(local), verifiers=MappingProxyType(verifiers), best_effort_task_classes=classes
+    )
 
 
 def _verifier(entry: VerifierConfig, source: str, where: str) -> TrustedVerifier:
