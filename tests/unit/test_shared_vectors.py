@@ -1,13 +1,19 @@
 """External conformance vectors (INK + Project Wycheproof), every case.
 
-The vectors live outside the repo (``<repo>/../shared/vectors``).  If the
-directory is missing this module fails at import, on purpose: a silently
-skipped conformance suite looks exactly like a passing one.  Case counts are
-asserted so a truncated or partially copied file also fails.
+The vectors are vendored under ``tests/vectors/external/`` (licences and
+provenance in its README), so a plain clone runs them.  A missing file fails
+at import, on purpose: a silently skipped conformance suite looks exactly like
+a passing one.  Case counts are asserted so a truncated or partially copied
+file also fails, and ``SHA256SUMS`` pins every vendored byte.
+
+Where the workplace copy ``<repo>/../shared/vectors`` exists too, the two
+copies must be identical (``test_vendored_copies_match_shared``), so a refresh
+of one is never silently missed by the other.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -19,7 +25,12 @@ from busguard.protocol.identity import canonical_principal
 from busguard.protocol.signing import is_acceptable_public_key, verify_signature
 from busguard.protocol.timestamps import parse_timestamp
 
-VECTORS_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "vectors"
+REPO = Path(__file__).resolve().parents[2]
+VECTORS_DIR = REPO / "tests" / "vectors" / "external"
+SHARED_DIR = REPO.parent / "shared" / "vectors"
+
+#: Files that exist only in the vendored copy (see its README).
+LOCAL_ADDITIONS = frozenset({"README.md", "SHA256SUMS", "ink/LICENSE-APACHE"})
 
 EXPECTED_COUNTS = {
     "ink/replay-freshness.json": 10,
@@ -33,20 +44,63 @@ def _load(relative: str) -> Any:
     path = VECTORS_DIR / relative
     if not path.is_file():
         raise FileNotFoundError(
-            f"shared conformance vector {path} is missing; the shared/ directory must "
-            f"sit beside the repository checkout (expected {VECTORS_DIR})"
+            f"vendored conformance vector {path} is missing; restore it from git "
+            f"(see tests/vectors/external/README.md)"
         )
     with path.open(encoding="utf-8") as fh:
         return json.load(fh)
 
 
 if not VECTORS_DIR.is_dir():  # fail collection loudly, never skip
-    raise FileNotFoundError(f"shared vectors directory not found: {VECTORS_DIR}")
+    raise FileNotFoundError(f"vendored vectors directory not found: {VECTORS_DIR}")
 
 _REPLAY = _load("ink/replay-freshness.json")
 _PRINCIPAL = _load("ink/principal-normalization.json")
 _TIMESTAMP = _load("ink/timestamp-validity.json")
 _WYCHEPROOF = _load("wycheproof/ed25519_test.json")
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# ------------------------------------------------------- the vendored copy
+
+
+def test_vendored_files_match_sha256sums() -> None:
+    listed: dict[str, str] = {}
+    for line in (VECTORS_DIR / "SHA256SUMS").read_text(encoding="ascii").splitlines():
+        digest, _, name = line.partition("  ")
+        listed[name.removeprefix("./")] = digest
+    present = {
+        name: hashlib.sha256(data).hexdigest()
+        for name, data in _files(VECTORS_DIR).items()
+        if name not in {"README.md", "SHA256SUMS"}
+    }
+    assert present == listed
+
+
+def test_every_licence_is_vendored() -> None:
+    for directory in ("wycheproof", "ink", "jcs"):
+        licences = [p for p in (VECTORS_DIR / directory).iterdir() if p.name.startswith("LICENSE")]
+        assert licences, directory
+        assert all("Apache License" in p.read_text(encoding="utf-8") for p in licences), directory
+
+
+def test_vendored_copies_match_shared() -> None:
+    if not SHARED_DIR.is_dir():
+        pytest.skip(f"no workplace copy at {SHARED_DIR} to compare with (plain clone); the vendored copy is used")
+    shared_dirs = sorted(p.name for p in SHARED_DIR.iterdir() if p.is_dir())
+    assert shared_dirs, SHARED_DIR
+    vendored = {
+        name: data
+        for name, data in _files(VECTORS_DIR).items()
+        if name not in LOCAL_ADDITIONS
+    }
+    shared = {f"{d}/{name}": data for d in shared_dirs for name, data in _files(SHARED_DIR / d).items()}
+    assert sorted(vendored) == sorted(shared), "vendored and shared vector sets differ; refresh tests/vectors/external"
+    different = [name for name in shared if shared[name] != vendored[name]]
+    assert different == [], "vendored vectors differ from ../shared/vectors; refresh tests/vectors/external"
 
 
 def _ink_cases(doc: Any) -> list[Any]:
@@ -179,7 +233,7 @@ def _small_order_group_keys() -> set[str]:
 
 
 def test_wycheproof_small_order_keys_are_unacceptable() -> None:
-    # The v1 file shipped in shared/ has no small-order flags (its flags are
+    # The v1 file vendored here has no small-order flags (its flags are
     # Valid, Ktv, InvalidKtv, InvalidSignature, InvalidEncoding,
     # CompressedSignature, SignatureWithGarbage, TruncatedSignature,
     # SignatureMalleability, TinkOverflow), so this is vacuous today; it

@@ -1,0 +1,49 @@
+"""Contract-net award guard (seed 002): the pure parts.
+
+An award is settlement-grade only if the awarder can recompute the winning
+receipt's committed root (a local canonicalizer), or has recorded a
+delegation to a verifier it trusts, or the task explicitly tolerates
+best-effort. This package holds the canonicalizers (canonicalizers.py,
+merkle.py) and the local verification registry (registry.py). Not yet
+registered in busguard.policies: the policy seam is being redesigned.
+"""
+
+from __future__ import annotations
+
+from busguard.policies.award.canonicalizers import (
+    BUILTIN,
+    ENTRY_POINT_GROUP,
+    Canonicalizer,
+    JcsSha256,
+    MalformedOutput,
+    MerkleSha256,
+    PluginError,
+    available_canonicalizers,
+    discover_plugins,
+)
+from busguard.policies.award.registry import (
+    TrustedVerifier,
+    VerificationConfig,
+    VerificationRegistry,
+    VerifierConfig,
+    build_registry,
+    load_verification,
+)
+
+__all__ = [
+    "BUILTIN",
+    "ENTRY_POINT_GROUP",
+    "Canonicalizer",
+    "JcsSha256",
+    "MalformedOutput",
+    "MerkleSha256",
+    "PluginError",
+    "TrustedVerifier",
+    "VerificationConfig",
+    "VerificationRegistry",
+    "VerifierConfig",
+    "available_canonicalizers",
+    "build_registry",
+    "discover_plugins",
+    "load_verification",
+]
