@@ -22,7 +22,9 @@ so one cannot be lifted from one handoff into another.
 
 All decoding is strict: unknown fields, duplicate keys (compared after
 unescaping), wrong types and values out of bounds are refused with a
-`MessageError` whose `code` is stable (docs/compromise-handoff.md).
+`MessageError` whose `code` is stable (docs/compromise-handoff.md). Field
+order in each Struct is the order the SDK emits (compact JSON, absent
+optional fields omitted); any valid JSON spelling is accepted on the way in.
 """
 
 from __future__ import annotations
@@ -306,7 +308,10 @@ def decode_strict(raw: bytes, cls: type[W], where: str) -> W:
         raise MessageError(_code_for(message), where, message) from None
     except msgspec.DecodeError as exc:
         raise MessageError(MessageCode.NOT_JSON, where, f"not valid UTF-8 JSON: {exc}") from None
-    dup = _duplicate_key(raw)
+    try:
+        dup = _duplicate_key(raw)
+    except (ValueError, RecursionError) as exc:  # fail closed if the parsers ever disagree on validity
+        raise MessageError(MessageCode.NOT_JSON, where, f"not readable by a second JSON parser: {exc}") from None
     if dup is not None:
         raise MessageError(MessageCode.DUPLICATE_KEY, where, f"key {dup!r} appears more than once in one object")
     assert isinstance(value, cls)
