@@ -268,9 +268,10 @@ def _duplicate_key(raw: bytes) -> str | None:
     """The first key that repeats in any object of `raw` (already known to be
     valid JSON), compared after unescaping so `"\\u006eame"` repeats `"name"`.
 
-    A second parser is used on purpose: msgspec keeps the last value of a
-    repeated key, and another party's parser may keep the first; refusing
-    both spellings is the only way every reader sees one value."""
+    A repeated key is refused because parsers disagree on which value wins
+    (msgspec keeps the last, others the first), so two readers of one signed
+    statement could act on different values. msgspec does not report
+    repeats; the standard library's parser hands over each object's pairs."""
     try:
         json.loads(raw, object_pairs_hook=_refuse_duplicates)
     except _DuplicateKey as dup:
