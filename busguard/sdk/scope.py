@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from busguard.policies.compromise.checks import KeyLookup, principal, scope_index, verify_statement
+from busguard.policies.compromise.checks import KeyLookup, principal, scope_index, scope_match, verify_statement
 from busguard.policies.compromise.message import (
     Component,
     MessageCode,
@@ -80,13 +80,7 @@ def verify_components(
     for i, component in enumerate(components):
         component_content(component, f"components[{i}]")  # refuse bad base64 before hashing
         sha256 = component_sha256(component)
-        entry = entries.get(component.name)
-        if entry is None:
-            against = ScopeMatch.UNLISTED
-        elif (entry.sha256, entry.operational, entry.encoding) == (sha256, component.operational, component.encoding):
-            against = ScopeMatch.MATCHES
-        else:
-            against = ScopeMatch.MISMATCH
+        against = scope_match(entries.get(component.name), sha256, component.operational, component.encoding)
         checks.append(ComponentCheck(name=component.name, sha256=sha256, operational=component.operational, against_scope=against))
         if against is ScopeMatch.MATCHES:
             verified.append(component)

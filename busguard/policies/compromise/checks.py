@@ -155,7 +155,8 @@ def notice_covers(notice: CompromiseNotice, subject: str, session_id: str | None
     return True
 
 
-def _scope_match(entry: ScopeEntry | None, sha256: str, operational: bool, encoding: str) -> ScopeMatch:
+def scope_match(entry: ScopeEntry | None, sha256: str, operational: bool, encoding: str) -> ScopeMatch:
+    """A component against the scope entry of its name (None: no such entry)."""
     if entry is None:
         return ScopeMatch.UNLISTED
     if (entry.sha256, entry.operational, entry.encoding) == (sha256, operational, encoding):
@@ -249,7 +250,7 @@ def check_handoff(
     components = []
     for component in handoff.components:
         sha256 = component_sha256(component)
-        against = _scope_match(entries.get(component.name), sha256, component.operational, component.encoding) if scope is not None else ScopeMatch.UNLISTED
+        against = scope_match(entries.get(component.name), sha256, component.operational, component.encoding) if scope is not None else ScopeMatch.UNLISTED
         components.append(ComponentFact(name=component.name, sha256=sha256, operational=component.operational, against_scope=against))
 
     evidence = None
