@@ -168,6 +168,7 @@ def print_commands(p: Pipeline, args: argparse.Namespace) -> None:
     steps = []
     if p.guarded:
         steps += [
+            f"# (done by the setup) python -m busguard.cli state init --config {p.busguard_config}    # a new deployment: no store warming",
             f"python -m busguard.cli run --config {p.busguard_config}",
             f"curl -s localhost:{p.guard_port}/healthz    # wait for 200 before any agent signs",
             f"BUSGUARD_OPS__PORT={p.reconcile_port} python -m busguard.cli reconcile --config {p.busguard_config}",

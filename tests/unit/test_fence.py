@@ -238,3 +238,23 @@ def test_sqlite_schema_1_is_upgraded_fenced_from_its_creation_with_watermarks_fr
     assert (s.origin, s.trusted_from, s.created_at) == ("created", NOW - 9, NOW - 9)
     assert s.partition_watermarks() == {("in:x", 0): 12, ("in:x", 3): 1, ("b", 10): 100}
     s.close()
+
+
+def test_state_init_makes_a_genesis_store_once_and_refuses_the_memory_backend(tmp_path: Path) -> None:
+    from busguard.cli import init_state
+    from busguard.config import load_config
+    from busguard.errors import ConfigError
+
+    route = '[[routes]]\nname = "r"\ninputs = ["in"]\ndownstream = "out"\n'
+    (tmp_path / "busguard.toml").write_text(route + '[state]\npath = "s.db"\n')
+    cfg = load_config(tmp_path / "busguard.toml", env={})
+    assert init_state(cfg, NOW) == tmp_path / "s.db"
+    s = SqliteStore(tmp_path / "s.db", now_ms=NOW + 1)
+    assert (s.origin, s.trusted_from, s.created) == ("genesis", None, False)
+    s.close()
+    with pytest.raises(ConfigError) as info:
+        init_state(cfg, NOW + 2)
+    assert (info.value.file, info.value.field, info.value.value) == (str(tmp_path / "busguard.toml"), "state.path", str(tmp_path / "s.db"))
+    (tmp_path / "mem.toml").write_text(route + '[state]\nbackend = "memory"\n')
+    with pytest.raises(ConfigError, match="always warms"):
+        init_state(load_config(tmp_path / "mem.toml", env={}), NOW)
