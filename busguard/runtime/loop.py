@@ -20,11 +20,12 @@ Rebalances: the loop holds a lock for steps 1-3, and `on_partitions_revoked`
 waits for it (within a budget), so by the time a partition moves, every batch
 read from it is either committed or not emitted at all.
 
-Newly assigned partitions: before the first batch that holds records of a
-partition this process has not checked since it was assigned, the loop reads
-the group's committed offsets for those partitions and hands them to the
-stage's `before_first` hook (the guard's store-behind check, issue 8), inside
-the batch's lock and before step 1. Doing it there rather than in
+Newly assigned partitions: before the first batch after an assignment, the
+loop reads the group's committed offsets for every assigned partition it has
+not checked since it was assigned (not only those in the batch: a replay can
+arrive on any partition, and nonces are not per partition) and hands them to
+the stage's `before_first` hook (the guard's store-behind check, issue 8),
+inside the batch's lock and before step 1. Doing it there rather than in
 `on_partitions_assigned` is what guarantees the order: aiokafka may start
 fetching a partition before the assignment callback has finished.
 """
@@ -205,8 +206,10 @@ class BatchLoop:
     async def _batch(self, batch: dict[TopicPartition, list[Any]], consumer: AIOKafkaConsumer, producer: AIOKafkaProducer) -> None:
         started = time.perf_counter()
         records = [r for tp in sorted(batch, key=lambda t: (t.topic, t.partition)) for r in batch[tp]]
-        if self.before_first is not None and not self.checked.issuperset(batch):
-            await self._first_batch_of([tp for tp in batch if tp not in self.checked], consumer)
+        if self.before_first is not None:
+            assigned = consumer.assignment()
+            if not self.checked.issuperset(assigned) or not self.checked.issuperset(batch):
+                await self._first_batch_of(sorted(assigned.union(batch) - self.checked), consumer)
         # 1. decide and persist (the stage's transaction)
         outputs = await self.stage.process(records)
         self.faults.reached("persisted")

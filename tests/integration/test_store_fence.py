@@ -26,11 +26,11 @@ def _handoff(task: str, **kw: object) -> SignedRecord:
 
 
 def _decisions(s: Setup, got: Collected) -> list[Decision]:
-    return sorted((msgspec.json.decode(r.value, type=Decision) for r in got[s.audit]), key=lambda d: d.source.offset)
+    return sorted((msgspec.json.decode(r.value, type=Decision) for r in got[s.audit]), key=lambda d: (d.source.partition, d.source.offset))
 
 
 async def _decided(s: Setup, n: int) -> list[Decision]:
-    """The first n decisions by input offset, once n audit records exist."""
+    """The first n decisions by input (partition, offset), once n audit records exist."""
     got = await collect(s.bootstrap, [s.audit], lambda c: len(c[s.audit]) >= n)
     return _decisions(s, got)[:n]
 
@@ -108,7 +108,11 @@ async def test_item_3_a_store_copied_back_from_before_the_last_batches_warms(bro
     restored = GuardProcess(s)
     try:
         restored.wait_ready()
-        await produce(s.bootstrap, s.handoffs, [later[1]])  # admitted after the snapshot: the restored store never saw it
+        # admitted after the snapshot, so the restored store never saw it; replayed
+        # on another partition, one the group never committed: only the check of
+        # every assigned partition (not just the batch's) catches the rollback
+        ((partition, _),) = await produce(s.bootstrap, s.handoffs, [later[1]], key=b"elsewhere")
+        assert partition != 0
         replay = (await _decided(s, 6))[5]
         assert (replay.outcome, replay.reason, replay.receipt_id) == ("reject", "store_warming", later[1].receipt_id)
         assert _metric(restored, "busguard_store_rearms_total") == 1
