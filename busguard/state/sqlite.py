@@ -17,7 +17,9 @@ Layout (schema version 2; every key is `key(parts…)`):
     tasks(k=kind,task_id) -> body, exp           first admission per task (insert-only)
 
 Lookups compare `+exp` so SQLite keeps using the primary key, not the expiry
-index (which exists for `expire`).
+index (which exists for `expire`). Decisions and tasks are ordinary rowid
+tables: their rows (≈1–1.5 KB) are far too big for WITHOUT ROWID, which
+stores rows in the key's B-tree and measured 1.6× slower per batch here.
 
 `origin` is `genesis` for a store `busguard state init` made (an operator
 declared that no history exists: no fence) and `created` for one `busguard
@@ -29,9 +31,7 @@ fences every process sharing the file from its next batch. Watermarks are
 written in the batch's own transaction, so they can never claim a decision
 the store does not hold. Schema 1 (no fence columns, no watermarks) is
 upgraded in place on open: origin `created`, fenced from its creation as
-before, watermarks rebuilt from the decisions it still holds. Decisions and tasks are ordinary rowid
-tables: their rows (≈1–1.5 KB) are far too big for WITHOUT ROWID, which
-stores rows in the key's B-tree and measured 1.6× slower per batch here.
+before, watermarks rebuilt from the decisions it still holds.
 """
 
 from __future__ import annotations
