@@ -81,7 +81,12 @@ class Guard:
         self.loop.request_stop()
 
     async def run(self) -> None:
-        log.info("guard identity", guard=self.identity.agent_id, state=type(self.store).__name__)
+        log.info(
+            "guard identity",
+            guard=self.identity.agent_id,
+            state=type(self.store).__name__,
+            fence_ends_ms=fence_ends(self.store.trusted_from, self.policy.max_age_ms, self.policy.max_future_ms),
+        )
         try:
             await self.loop.run()
         finally:
