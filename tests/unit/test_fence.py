@@ -109,10 +109,11 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     yield str(request.param)
 
 
-def _open(kind: str, path: Path, now: int, *, genesis: bool = False) -> StateStore:
+def _open(kind: str, path: Path, now: int, *, genesis: bool = False, task_retention_ms: int = 7 * 86_400_000) -> StateStore:
+    """The stores, not the policy, apply task retention (as `busguard run` wires them)."""
     if kind == "memory":
-        return MemoryStore(created_at=now, genesis=genesis)
-    return SqliteStore(path, now_ms=now, genesis=genesis)
+        return MemoryStore(created_at=now, genesis=genesis, task_retention_ms=task_retention_ms)
+    return SqliteStore(path, now_ms=now, genesis=genesis, task_retention_ms=task_retention_ms)
 
 
 def test_item_2_a_replay_dated_ahead_of_the_clock_is_refused_after_the_store_is_lost(backend: str, tmp_path: Path) -> None:
@@ -171,23 +172,26 @@ def test_watermarks_record_the_highest_decided_offset_per_partition_whatever_the
 # -- item 4: retention ends strictly after the last fresh millisecond ---------------------------------
 
 
-@pytest.mark.parametrize(("retention", "reason"), [(F + A + 1, "nonce_replay"), (F + A, "admitted")])
-def test_item_4_the_nonce_is_present_at_its_receipts_last_fresh_millisecond(backend: str, tmp_path: Path, retention: int, reason: str) -> None:
+@pytest.mark.parametrize(("retention", "replay", "reuse"), [(F + A + 1, "exact_duplicate", "nonce_replay"), (F + A, "admitted", "admitted")])
+def test_item_4_nonce_and_task_are_present_at_the_receipts_last_fresh_millisecond(
+    backend: str, tmp_path: Path, retention: int, replay: str, reuse: str
+) -> None:
     """Admitted at NOW, issued at NOW + max_future_ms (accepted: inclusive);
-    its last fresh millisecond is NOW + F + A. With the smallest retention
-    config accepts (F + A + 1) the nonce is still there then, and a record
-    reusing it is refused; with F + A (refused at load since issue 8) it
-    reads as absent (expiry == now) and the reuse is admitted."""
-    store = _open(backend, tmp_path / "n.db", NOW - 3_600_000, genesis=True)
+    its last fresh millisecond is NOW + F + A. With the smallest retentions
+    config accepts (nonce = task = F + A + 1) both rows are still there then:
+    the exact bytes are a duplicate and a record reusing the nonce is refused.
+    With F + A (refused at load since issue 8) both read as absent (expiry ==
+    now) and the exact bytes are forwarded a second time."""
     policy = AdmissionPolicy(nonce_retention_ms=retention, task_retention_ms=retention)
-    h = Harness(store=store, policy=policy)
     first = _handoff("n1", nonce="boundary-nonce-0001", issued_at_ms=NOW + F)
-    assert h.one(first).reason == "admitted"
-    h.now = NOW + F + A
-    assert h.one(first).outcome in ("duplicate", "reject")  # the exact bytes at the last fresh ms: never forwarded again
-    reuse = _handoff("n2", now=h.now, nonce="boundary-nonce-0001", issued_at_ms=h.now)
-    assert h.one(reuse).reason == reason
-    store.close()
+    for kind_of_replay, expected in (("exact", replay), ("reuse", reuse)):
+        store = _open(backend, tmp_path / f"{kind_of_replay}.db", NOW - 3_600_000, genesis=True, task_retention_ms=retention)
+        h = Harness(store=store, policy=policy)
+        assert h.one(first).reason == "admitted"
+        h.now = NOW + F + A
+        again = first if kind_of_replay == "exact" else _handoff("n2", now=h.now, nonce="boundary-nonce-0001", issued_at_ms=h.now)
+        assert h.one(again).reason == expected
+        store.close()
 
 
 # -- SQLite specifics --------------------------------------------------------------------------------
