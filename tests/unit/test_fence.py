@@ -262,3 +262,51 @@ def test_state_init_makes_a_genesis_store_once_and_refuses_the_memory_backend(tm
     (tmp_path / "mem.toml").write_text(route + '[state]\nbackend = "memory"\n')
     with pytest.raises(ConfigError, match="always warms"):
         init_state(load_config(tmp_path / "mem.toml", env={}), NOW)
+
+
+# -- the guard's hook, without Kafka ---------------------------------------------------------------
+
+
+def _guard(tmp_path: Path, store: StateStore):  # type: ignore[no-untyped-def]
+    import hashlib
+
+    from busguard.config import load_config
+    from busguard.protocol.identity import agent_id_for_key
+    from busguard.protocol.keyfile import Identity
+    from busguard.protocol.keys import KeyRegistry
+    from busguard.protocol.signing import public_key_from_seed
+    from busguard.runtime.guard import Guard
+    from busguard.runtime.watched import WatchedFile
+
+    (tmp_path / "keys.toml").write_text(f'[[agent]]\nid = "{agent("planner")}"\n')
+    (tmp_path / "busguard.toml").write_text('[[routes]]\nname = "r"\ninputs = ["in"]\ndownstream = "out"\n[ops]\nport = 0\n')
+    cfg = load_config(tmp_path / "busguard.toml", env={})
+    seed = hashlib.sha256(b"fence-guard").digest()
+    ident = Identity(seed=seed, public_key=public_key_from_seed(seed), agent_id=agent_id_for_key(public_key_from_seed(seed)))
+    keys = WatchedFile(tmp_path / "keys.toml", KeyRegistry.load, what="key registry")
+    clock = {"now": NOW}
+    return Guard(cfg, keys=keys, identity=ident, store=store, clock_ms=lambda: clock["now"]), clock
+
+
+@pytest.mark.parametrize(
+    ("committed", "rearms"),
+    [
+        ({("in", 0): 8, ("in", 1): None}, 0),  # at the watermark (7 = 8 - 1), one partition never committed
+        ({("in", 0): 9}, 1),  # the group processed offset 8; this store never decided it
+        ({("in", 0): 8, ("in", 2): 1}, 1),  # a partition committed past 0 with no watermark at all
+        (None, 1),  # offsets unreadable: assume the worst
+    ],
+)
+def test_the_guard_hook_rearms_exactly_when_the_store_is_behind(tmp_path: Path, committed: dict[tuple[str, int], int | None] | None, rearms: int) -> None:
+    import asyncio
+
+    store = MemoryStore(created_at=NOW - 3_600_000, genesis=True)
+    store.watermarks[("in", 0)] = 7
+    guard, clock = _guard(tmp_path, store)
+    sample = guard.metrics.registry.get_sample_value
+    assert sample("busguard_store_fence_end_ms") == 0  # genesis: no fence
+    clock["now"] = NOW + 5
+    asyncio.run(guard.check_store(committed))
+    assert sample("busguard_store_rearms_total") == rearms
+    assert store.trusted_from == (NOW + 5 if rearms else None)
+    assert sample("busguard_store_fence_end_ms") == (NOW + 5 + F + A + 1 if rearms else 0)
