@@ -57,7 +57,7 @@ class CoreOnly:
     def run_batch(self, keys, now_ms, fn):  # type: ignore[no-untyped-def]
         from busguard.admission.batch import Snapshot
 
-        return fn(Snapshot(created_at=self.created_at))
+        return fn(Snapshot(trusted_from=self.created_at))
 
     def close(self) -> None:
         pass

@@ -47,6 +47,7 @@ import structlog  # noqa: E402
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
 
 from busguard.audit.commands import DEFAULT_IDLE_MS, run_audit  # noqa: E402
+from busguard.cli import init_state  # noqa: E402
 from busguard.config import load_config  # noqa: E402
 from busguard.devconfig import Topics, embedded_config  # noqa: E402
 from busguard.protocol.attestation import HEADER_DECISION_ID, HEADER_OUTCOME, HEADER_REASON  # noqa: E402
@@ -71,6 +72,9 @@ def write_config(tmp: Path, bootstrap: str, args: argparse.Namespace) -> Path:
             log={"level": "warning"},
         )
     )
+    # New topics, a new group: a genesis store (`busguard state init`), or the
+    # guard would warm and refuse the first 30 s of records as store_warming.
+    init_state(load_config(config, env={}), time.time_ns() // 1_000_000)
     return config
 
 

@@ -48,6 +48,7 @@ def _open_runtime(cfg: Config) -> tuple[WatchedFile[KeyRegistry], Identity, Stat
     store: MemoryStore | SqliteStore
     if cfg.state.backend == "memory":
         store = MemoryStore(created_at=now, task_retention_ms=a.task_retention_ms, decision_retention_ms=a.decision_retention_ms)
+        created = True
     else:
         store = SqliteStore(
             cfg.path(cfg.state.path),
@@ -55,6 +56,18 @@ def _open_runtime(cfg: Config) -> tuple[WatchedFile[KeyRegistry], Identity, Stat
             synchronous=cfg.state.synchronous.upper(),
             task_retention_ms=a.task_retention_ms,
             decision_retention_ms=a.decision_retention_ms,
+        )
+        created = store.created
+    if created:
+        # A missing store may be a lost one: it warms (docs/operations.md,
+        # "Store loss and store rollback"). Only `busguard state init` may
+        # declare a deployment new.
+        log.warning(
+            "state store did not exist and was created fenced: records issued up to max_future_ms after now are refused "
+            "(store_warming) for one freshness window; for a deployment with no history, create it with `busguard state init`",
+            backend=cfg.state.backend,
+            path=str(cfg.path(cfg.state.path)) if cfg.state.backend == "sqlite" else None,
+            trusted_from_ms=store.trusted_from,
         )
     return keys, identity, store
 
@@ -145,6 +158,58 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     print(f"  guard key:     {cfg.path(cfg.keys.guard_key)}")
     if operators is not None:
         print(f"  operators:     {cfg.path(cfg.keys.operators or '')} ({len(operators)} with their own keys)")
+    return 0
+
+
+def init_state(cfg: Config, now_ms: int) -> Path:
+    """`busguard state init`: a genesis store, trusted from its first record
+    because the operator says this deployment has no history. Refuses a path
+    that already holds a store (that would throw its fence away)."""
+    from busguard.state.sqlite import SqliteStore
+
+    if cfg.state.backend != "sqlite":
+        raise ConfigError(cfg.source, "state.backend", cfg.state.backend, '"sqlite": a memory store is lost at every restart, so it always warms')
+    path = cfg.path(cfg.state.path)
+    try:
+        SqliteStore(path, now_ms=now_ms, synchronous=cfg.state.synchronous.upper(), genesis=True).close()
+    except FileExistsError:
+        raise ConfigError(cfg.source, "state.path", str(path), "a path with no state store yet: `state init` only creates new ones") from None
+    return path
+
+
+def cmd_state_init(args: argparse.Namespace) -> int:
+    import time
+
+    cfg = load_config(args.config)
+    path = init_state(cfg, time.time_ns() // 1_000_000)
+    print(f"{path}: new genesis state store; `busguard run` admits from its first record (no store warming)")
+    print(
+        "  only for a deployment with no history: a store created over a lost one would forget its nonces; "
+        "the guard still re-arms the fence if the consumer group has committed past it",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_state_show(args: argparse.Namespace) -> int:
+    import time
+
+    from busguard.admission.fence import fence_ends
+    from busguard.state.sqlite import SqliteStore
+
+    cfg = load_config(args.config)
+    path = cfg.path(cfg.state.path)
+    if cfg.state.backend != "sqlite" or not path.exists():
+        raise ConfigError(cfg.source, "state.path", str(path), "an existing SQLite state store (see `busguard state init`)")
+    store = SqliteStore(path, now_ms=time.time_ns() // 1_000_000, synchronous=cfg.state.synchronous.upper())
+    try:
+        ends = fence_ends(store.trusted_from, cfg.admission.max_age_ms, cfg.admission.max_future_ms)
+        print(f"{path}: origin {store.origin}, created_at_ms {store.created_at}")
+        print(f"  trusted_from_ms: {store.trusted_from}   fence_ends_ms: {ends}")
+        for (topic, partition), offset in sorted(store.partition_watermarks().items()):
+            print(f"  decided up to {topic}:{partition}@{offset}")
+    finally:
+        store.close()
     return 0
 
 
@@ -254,6 +319,37 @@ def build_parser() -> argparse.ArgumentParser:
         busguard check-config --config configs/busguard.toml
         """)
     sp.add_argument("--config", required=True)
+
+    st = sub.add_parser(
+        "state",
+        help="Create or inspect the guard's state store.",
+        description="Create or inspect the guard's state store.",
+        epilog=_examples(
+            """
+            busguard state init --config configs/busguard.toml   # a new deployment: no history, no store warming
+            busguard state show --config configs/busguard.toml
+            """
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    st_sub = st.add_subparsers(dest="state_command", required=True, metavar="ACTION")
+    for name, fn, help, example in (
+        (
+            "init",
+            cmd_state_init,
+            "Create a genesis state store for a deployment with no history (refuses an existing one): no store warming.",
+            "busguard state init --config configs/busguard.toml   # before the first `busguard run`; never over a lost store",
+        ),
+        (
+            "show",
+            cmd_state_show,
+            "Print the store's origin, fence and per-partition watermarks.",
+            "busguard state show --config configs/busguard.toml",
+        ),
+    ):
+        ssp = st_sub.add_parser(name, help=help, description=help, epilog=_examples(example), formatter_class=argparse.RawDescriptionHelpFormatter)
+        ssp.set_defaults(fn=fn)
+        ssp.add_argument("--config", required=True)
 
     sp = add("keygen", cmd_keygen, "Write a new Ed25519 key file (mode 0600) and print its agent id.", """
         busguard keygen --out var/planner.key

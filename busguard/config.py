@@ -216,13 +216,33 @@ def validate(cfg: Config) -> None:
     """Cross-field rules msgspec cannot express."""
     f = cfg.source
     a = cfg.admission
-    if a.nonce_retention_ms < a.max_age_ms + a.max_future_ms:
+    # A receipt admitted at t with issued_at = t + max_future_ms (the future
+    # bound is inclusive) is still fresh at t + max_future_ms + max_age_ms (so
+    # is the age bound). Its nonce, recorded at t, expires at t + retention,
+    # and a row whose expiry is at or before now reads as absent (state/base.py).
+    # So the nonce is present at that last fresh millisecond only if
+    # retention > max_future_ms + max_age_ms: strictly.
+    fresh_for = a.max_age_ms + a.max_future_ms
+    if a.nonce_retention_ms <= fresh_for:
         raise ConfigError(
             f,
             "admission.nonce_retention_ms",
             a.nonce_retention_ms,
-            f"at least max_age_ms + max_future_ms ({a.max_age_ms + a.max_future_ms}): a receipt stamped at the future "
-            "bound stays fresh that long, and a nonce forgotten while its receipt is still fresh can be replayed",
+            f"more than max_age_ms + max_future_ms ({fresh_for}), i.e. at least {fresh_for + 1}: a receipt stamped at the "
+            f"future bound stays fresh for {fresh_for} ms after its admission, both bounds inclusive, and a nonce that "
+            "expires while its receipt is still fresh can be replayed",
+        )
+    # The task index is what recognises an exact resend as a duplicate once
+    # its nonce has gone; a task forgotten before its nonce would turn a resend
+    # inside the nonce retention into a nonce_replay instead of the idempotent
+    # exact_duplicate, and leave the nonce as the only guard of the task.
+    if a.task_retention_ms < a.nonce_retention_ms:
+        raise ConfigError(
+            f,
+            "admission.task_retention_ms",
+            a.task_retention_ms,
+            f"at least admission.nonce_retention_ms ({a.nonce_retention_ms}): the task index must outlive the nonces "
+            "so an exact resend is always recognised as a duplicate",
         )
     if not cfg.routes:
         raise ConfigError(f, "routes", [], "at least one [[routes]] table with name, inputs and downstream")

@@ -383,12 +383,17 @@ def _services(cfg: Config, guard_identity: Identity) -> Services:
     from busguard.state.sqlite import SqliteStore
 
     a = cfg.admission
+    path = cfg.path(cfg.state.path)
     store = SqliteStore(
-        cfg.path(cfg.state.path),
+        path,
         now_ms=time.time_ns() // 1_000_000,
         synchronous=cfg.state.synchronous.upper(),
         task_retention_ms=a.task_retention_ms,
         decision_retention_ms=a.decision_retention_ms,
+        # What `busguard state init` does: the demo's broker is new at every
+        # run (memory storage) and its files were cleared, so there is no
+        # history a store could have forgotten and no reason to warm.
+        genesis=not path.exists(),
     )
     rstore = ReconcileStore(cfg.path(cfg.reconcile.state_path), synchronous=cfg.state.synchronous.upper())
     keys = WatchedFile(cfg.path(cfg.keys.registry), KeyRegistry.load, what="key registry", watch=cfg.keys.watch)

@@ -41,7 +41,7 @@ class KeySet(msgspec.Struct, kw_only=True):
 class Snapshot(msgspec.Struct, kw_only=True):
     """Unexpired rows found for a KeySet; a key absent here is absent in the store."""
 
-    created_at: int
+    trusted_from: int | None  # the store's fence time (admission/fence.py); None: genesis, no fence
     decisions: dict[SourceKey, Decision] = msgspec.field(default_factory=dict)
     nonces: set[NonceKey] = msgspec.field(default_factory=set)
     windows: dict[WindowKey, WindowState] = msgspec.field(default_factory=dict)
@@ -53,7 +53,7 @@ class BatchState:
 
     def __init__(self, snapshot: Snapshot) -> None:
         self._snap = snapshot
-        self.created_at = snapshot.created_at
+        self.trusted_from = snapshot.trusted_from
         self.decisions: list[Decision] = []
         self.new_decisions: dict[SourceKey, Decision] = {}
         self.nonces: dict[NonceKey, NonceRecord] = {}

@@ -22,6 +22,7 @@ from typing import Final, Protocol
 import msgspec
 
 from busguard.admission import window as win
+from busguard.admission.fence import fenced
 from busguard.admission.freshness import is_valid_nonce
 from busguard.admission.types import (
     NO_EFFECTS,
@@ -51,7 +52,7 @@ class StateView(Protocol):
     """Read side of the state store as admission sees it."""
 
     @property
-    def created_at(self) -> int: ...
+    def trusted_from(self) -> int | None: ...
 
     def nonce_seen(self, key: NonceKey) -> bool: ...
 
@@ -216,8 +217,13 @@ def decide(
     objection = run_policies(env) if KINDS[r.kind] else None
     if objection is not None:
         return _decision(did, src, now_ms, objection.outcome, objection.reason, objection.detail, env, principal, key), NO_EFFECTS
-    if c.issued_at_ms < view.created_at and now_ms < view.created_at + policy.max_age_ms:
-        detail = "issued before this state store existed; refused until one freshness window has passed"
+    # The fence (admission/fence.py): a store that is new, was lost or was
+    # rolled back refuses what it could have forgotten, while that can be fresh.
+    if fenced(c.issued_at_ms, now_ms, view.trusted_from, policy.max_age_ms, policy.max_future_ms):
+        detail = (
+            f"issued at most max_future_ms after this state store became trusted ({view.trusted_from}); "
+            "refused until one freshness window (max_future_ms + max_age_ms) has passed"
+        )
         return _decision(did, src, now_ms, Outcome.REJECT, Reason.STORE_WARMING, detail, env, principal, key), NO_EFFECTS
 
     prior = view.task(c.task_key)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -19,6 +19,7 @@ import structlog
 
 from busguard.admission.batch import Input, admit_batch
 from busguard.admission.decide import Candidate, verify
+from busguard.admission.fence import Partition, behind, fence_ends
 from busguard.admission.types import Coordinates, Decision
 from busguard.config import Config
 from busguard.protocol.attestation import attest, decision_bytes, seal
@@ -65,18 +66,72 @@ class Guard:
         self.downstreams = cfg.downstreams
         self._pool = ThreadPoolExecutor(cfg.batch.verify_threads, thread_name_prefix="busguard-crypto")
         self.loop = BatchLoop(
-            cfg, self, topics=cfg.input_topics, group_id=cfg.kafka.group_id, role="guard", metrics=self.metrics, faults=self.faults
+            cfg,
+            self,
+            topics=cfg.input_topics,
+            group_id=cfg.kafka.group_id,
+            role="guard",
+            metrics=self.metrics,
+            faults=self.faults,
+            before_first=self.check_store,
         )
+        self._show_fence(store.trusted_from)
 
     def request_stop(self) -> None:
         self.loop.request_stop()
 
     async def run(self) -> None:
-        log.info("guard identity", guard=self.identity.agent_id, state=type(self.store).__name__)
+        log.info(
+            "guard identity",
+            guard=self.identity.agent_id,
+            state=type(self.store).__name__,
+            fence_ends_ms=fence_ends(self.store.trusted_from, self.policy.max_age_ms, self.policy.max_future_ms),
+        )
         try:
             await self.loop.run()
         finally:
             self._pool.shutdown(wait=True)
+
+    # -- the store-behind check (issue 8) --------------------------------------
+
+    async def check_store(self, committed: Mapping[Partition, int | None] | None) -> None:
+        """Before the first batch of newly assigned partitions: a store the
+        group has committed past (restored from a backup, a volume snapshot,
+        or lost and recreated) has not seen decisions the group acted on, so
+        it re-arms its fence instead of trusting itself (admission/fence.py).
+        Committed offsets the broker would not give count as behind: the
+        fence costs refusals, trusting a stale store costs replays."""
+        marks = await asyncio.to_thread(self.store.partition_watermarks)
+        if committed is None:
+            await self._rearm("committed offsets unreadable")
+            return
+        lagging = behind(marks, committed)
+        for b in lagging:
+            log.warning(
+                "state store is behind the consumer group: the group committed past what this store decided",
+                topic=b.topic,
+                partition=b.partition,
+                committed=b.committed,
+                watermark=b.watermark,
+            )
+        if lagging:
+            await self._rearm(f"{len(lagging)} partition(s) committed past the store")
+
+    async def _rearm(self, why: str) -> None:
+        trusted_from = await asyncio.to_thread(self.store.rearm, self.clock_ms())
+        self.metrics.store_rearms.inc()
+        ends = self._show_fence(trusted_from)
+        log.warning(
+            "state store fence re-armed: refusing records it may have forgotten (store_warming)",
+            why=why,
+            trusted_from_ms=trusted_from,
+            fence_ends_ms=ends,
+        )
+
+    def _show_fence(self, trusted_from: int | None) -> int | None:
+        ends = fence_ends(trusted_from, self.policy.max_age_ms, self.policy.max_future_ms)
+        self.metrics.store_fence_end.set(ends or 0)
+        return ends
 
     # -- crypto across threads ---------------------------------------------
 

@@ -19,6 +19,15 @@ re-emission.)
 Rebalances: the loop holds a lock for steps 1-3, and `on_partitions_revoked`
 waits for it (within a budget), so by the time a partition moves, every batch
 read from it is either committed or not emitted at all.
+
+Newly assigned partitions: before the first batch after an assignment, the
+loop reads the group's committed offsets for every assigned partition it has
+not checked since it was assigned (not only those in the batch: a replay can
+arrive on any partition, and nonces are not per partition) and hands them to
+the stage's `before_first` hook (the guard's store-behind check, issue 8),
+inside the batch's lock and before step 1. Doing it there rather than in
+`on_partitions_assigned` is what guarantees the order: aiokafka may start
+fetching a partition before the assignment callback has finished.
 """
 
 from __future__ import annotations
@@ -26,12 +35,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import CommitFailedError, IllegalStateError
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from aiokafka.partitioner import murmur2
 
 from busguard.config import Config
@@ -40,6 +49,10 @@ from busguard.runtime.ops import Liveness, Metrics, OpsServer
 from busguard.runtime.outputs import Output
 
 log = structlog.get_logger(__name__)
+
+#: Called with {(topic, partition): committed offset or None} for partitions
+#: new to this process (None for the whole map: the broker would not say).
+BeforeFirst = Callable[[Mapping[tuple[str, int], int | None] | None], Awaitable[None]]
 
 
 class Stage(Protocol):
@@ -75,9 +88,11 @@ class _Revocations(ConsumerRebalanceListener):  # type: ignore[misc]
             log.warning("revocation budget exceeded; in-flight batch will be re-delivered to the new owner", budget_s=budget)
             return
         self.loop.lock.release()
+        self.loop.checked -= revoked
         log.info("partitions revoked after the in-flight batch committed", partitions=_names(revoked), waited_s=round(time.monotonic() - started, 3))
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.loop.checked -= assigned  # checked again before their first batch (BatchLoop._first_batch_of)
         log.info("partitions assigned", partitions=_names(assigned))
 
 
@@ -92,9 +107,12 @@ class BatchLoop:
         role: str,
         metrics: Metrics,
         faults: Faults | None = None,
+        before_first: BeforeFirst | None = None,
     ) -> None:
         self.cfg = cfg
         self.stage = stage
+        self.before_first = before_first
+        self.checked: set[TopicPartition] = set()
         self.topics = list(topics)
         self.group_id = group_id
         self.role = role
@@ -188,6 +206,10 @@ class BatchLoop:
     async def _batch(self, batch: dict[TopicPartition, list[Any]], consumer: AIOKafkaConsumer, producer: AIOKafkaProducer) -> None:
         started = time.perf_counter()
         records = [r for tp in sorted(batch, key=lambda t: (t.topic, t.partition)) for r in batch[tp]]
+        if self.before_first is not None:
+            assigned = consumer.assignment()
+            if not self.checked.issuperset(assigned) or not self.checked.issuperset(batch):
+                await self._first_batch_of(sorted(assigned.union(batch) - self.checked), consumer)
         # 1. decide and persist (the stage's transaction)
         outputs = await self.stage.process(records)
         self.faults.reached("persisted")
@@ -212,6 +234,21 @@ class BatchLoop:
         self.metrics.phase_seconds.labels("commit").observe(done - committed)
         self.metrics.batch_seconds.observe(done - started)
         self.metrics.batch_records.observe(len(records))
+
+    async def _first_batch_of(self, tps: list[TopicPartition], consumer: AIOKafkaConsumer) -> None:
+        """The group's committed offsets for partitions new to this process, to
+        the stage's hook; None if the broker would not say (aiokafka retries
+        retriable errors itself), which the hook must treat as the worst case."""
+        assert self.before_first is not None
+        committed: dict[tuple[str, int], int | None] | None
+        try:
+            offsets = await asyncio.gather(*(consumer.committed(tp) for tp in tps))
+            committed = {(tp.topic, tp.partition): c for tp, c in zip(tps, offsets, strict=True)}
+        except KafkaError as exc:
+            log.warning("committed offsets unreadable for newly assigned partitions", partitions=_names(set(tps)), error=str(exc))
+            committed = None
+        await self.before_first(committed)
+        self.checked.update(tps)
 
     async def _publish(self, producer: AIOKafkaProducer, outputs: Sequence[Output]) -> None:
         """Produce in per-partition batches (one request per partition, no

@@ -44,6 +44,16 @@ class Metrics:
         self.commit_failures = Counter(
             "busguard_commit_failures_total", "Offset commits refused because the group rebalanced", registry=self.registry
         )
+        self.store_rearms = Counter(
+            "busguard_store_rearms_total",
+            "Times the state store found itself behind the consumer group's committed offsets (restored, rolled back or lost) and re-armed its fence",
+            registry=self.registry,
+        )
+        self.store_fence_end = Gauge(
+            "busguard_store_fence_end_ms",
+            "Unix ms at which the state store's fence stops refusing records (0: no fence, a genesis store)",
+            registry=self.registry,
+        )
         self.reloads = Counter(
             "busguard_config_reloads_total",
             "Changes of a followed file (key registry, operators) picked up (result=reloaded) or refused, the previous contents staying in force (result=error)",

@@ -7,8 +7,18 @@ Contract:
 - Rows expire: a row whose `expires_at` is at or before `now_ms` reads as
   absent even before `expire` physically deletes it.
 - `created_at` is fixed when the store is first created and survives
-  restarts; a lost store comes back with a new one, which is what arms the
-  store-warming rule.
+  restarts; a lost store comes back with a new one.
+- `trusted_from` is the fence time of admission/fence.py: the creation time
+  of a store `busguard run` had to create (it may replace a lost one), None
+  for a genesis store (`busguard state init`: an operator said no history
+  exists), and moved to "now" by `rearm` when the store finds itself behind
+  the consumer group. It never moves backwards, survives restarts, and is
+  read inside each batch's transaction, so every process sharing a store
+  sees a re-arm from its next batch.
+- `partition_watermarks` is, per input (topic, partition), the highest offset
+  the store has decided, written in the same transaction as the decisions and
+  never expired: what the store-behind check compares with the group's
+  committed offsets.
 - Tasks are insert-only: the first admission of a task is its witness forever
   (until it expires), whatever later batches say.
 """
@@ -19,12 +29,20 @@ from collections.abc import Callable
 from typing import Protocol
 
 from busguard.admission.batch import BatchState, KeySet, Snapshot
+from busguard.admission.fence import Partition
 from busguard.admission.types import Coordinates, Decision, TaskEntry
 
 
 class StateStore(Protocol):
     @property
     def created_at(self) -> int: ...
+
+    @property
+    def trusted_from(self) -> int | None: ...
+
+    def rearm(self, now_ms: int) -> int: ...
+
+    def partition_watermarks(self) -> dict[Partition, int]: ...
 
     def run_batch(self, keys: KeySet, now_ms: int, fn: Callable[[Snapshot], BatchState]) -> BatchState: ...
 

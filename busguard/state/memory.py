@@ -6,13 +6,30 @@ import threading
 from collections.abc import Callable
 
 from busguard.admission.batch import BatchState, KeySet, Snapshot, SourceKey, source_key
+from busguard.admission.fence import Partition, rearmed
 from busguard.admission.types import Coordinates, Decision, TaskEntry, WindowRecord
 
 
 class MemoryStore:
-    def __init__(self, created_at: int = 0, *, task_retention_ms: int = 7 * 86_400_000, decision_retention_ms: int = 7 * 86_400_000) -> None:
+    """`genesis=False` (the default) is a store that may have replaced a lost
+    one, fenced from its creation; a store `busguard run` makes in memory is
+    always that, since it is lost at every restart. `genesis=True` is a store
+    whose caller vouches that no history exists (tests that start from
+    nothing)."""
+
+    def __init__(
+        self,
+        created_at: int = 0,
+        *,
+        genesis: bool = False,
+        task_retention_ms: int = 7 * 86_400_000,
+        decision_retention_ms: int = 7 * 86_400_000,
+    ) -> None:
         self._created_at = created_at
+        self._trusted_from: int | None = None if genesis else created_at
+        self.genesis = genesis
         self._lock = threading.Lock()
+        self.watermarks: dict[Partition, int] = {}
         self.decisions: dict[SourceKey, tuple[Decision, int]] = {}
         self.nonces: dict[tuple[str, str], int] = {}
         self.windows: dict[tuple[str, str], WindowRecord] = {}
@@ -24,9 +41,22 @@ class MemoryStore:
     def created_at(self) -> int:
         return self._created_at
 
+    @property
+    def trusted_from(self) -> int | None:
+        return self._trusted_from
+
+    def rearm(self, now_ms: int) -> int:
+        with self._lock:
+            self._trusted_from = rearmed(self._trusted_from, now_ms)
+            return self._trusted_from
+
+    def partition_watermarks(self) -> dict[Partition, int]:
+        with self._lock:
+            return dict(self.watermarks)
+
     def run_batch(self, keys: KeySet, now_ms: int, fn: Callable[[Snapshot], BatchState]) -> BatchState:
         with self._lock:
-            snap = Snapshot(created_at=self._created_at)
+            snap = Snapshot(trusted_from=self._trusted_from)
             for sk in keys.sources:
                 found = self.decisions.get(sk)
                 if found is not None and found[1] > now_ms:
@@ -41,8 +71,11 @@ class MemoryStore:
                 if current is not None and current[1] > now_ms:
                     snap.tasks[tk] = current[0]
             state = fn(snap)
+            marks = self.watermarks
             for sk, d in state.new_decisions.items():
                 self.decisions[sk] = (d, d.decided_at + self.decision_retention_ms)
+                if marks.get(sk[:2], -1) < sk[2]:
+                    marks[sk[:2]] = sk[2]
             for nk, n in state.nonces.items():
                 self.nonces[nk] = n.expires_at
             self.windows.update(state.windows)

@@ -8,8 +8,9 @@ FULL by default: a committed batch survives a power loss, not just `kill -9`.
 Rows are msgpack-encoded msgspec Structs, so a decision read back after a
 crash re-encodes to exactly the bytes that were first emitted.
 
-Layout (schema version 1; every key is `key(parts…)`):
-    meta(k, v)                                   created_at_ms, schema
+Layout (schema version 2; every key is `key(parts…)`):
+    meta(k, v)                                   created_at_ms, schema, origin, trusted_from_ms
+    watermarks(k=topic,partition) -> topic, part, off  highest input offset decided; never expires
     decisions(k=topic,partition,offset) -> body, exp   every decision, by source coordinates
     nonces(k=scope,nonce) -> exp                 recorded after signatures verify
     windows(k=principal,session_id) -> top, bitmap, exp
@@ -19,10 +20,23 @@ Lookups compare `+exp` so SQLite keeps using the primary key, not the expiry
 index (which exists for `expire`). Decisions and tasks are ordinary rowid
 tables: their rows (≈1–1.5 KB) are far too big for WITHOUT ROWID, which
 stores rows in the key's B-tree and measured 1.6× slower per batch here.
+
+`origin` is `genesis` for a store `busguard state init` made (an operator
+declared that no history exists: no fence) and `created` for one `busguard
+run` had to make because the file was missing (it may replace a lost store:
+fenced from its creation). `trusted_from_ms` is the fence time of
+admission/fence.py, absent while a genesis store has never re-armed; it is
+read inside every batch's transaction, so a re-arm by one guard process
+fences every process sharing the file from its next batch. Watermarks are
+written in the batch's own transaction, so they can never claim a decision
+the store does not hold. Schema 1 (no fence columns, no watermarks) is
+upgraded in place on open: origin `created`, fenced from its creation as
+before, watermarks rebuilt from the decisions it still holds.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -30,11 +44,14 @@ from typing import Any, Final
 import msgspec
 
 from busguard.admission.batch import BatchState, KeySet, Snapshot, SourceKey, source_key
+from busguard.admission.fence import Partition, rearmed
 from busguard.admission.types import Coordinates, Decision, TaskEntry
 from busguard.admission.window import WindowState
 from busguard.state.sqlitedb import connect, key, select_in, transaction
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
+GENESIS: Final = "genesis"
+CREATED: Final = "created"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID;
@@ -42,6 +59,7 @@ CREATE TABLE IF NOT EXISTS decisions(k TEXT PRIMARY KEY, body BLOB NOT NULL, exp
 CREATE TABLE IF NOT EXISTS nonces(k TEXT PRIMARY KEY, exp INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS windows(k TEXT PRIMARY KEY, top INTEGER NOT NULL, bitmap BLOB NOT NULL, exp INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS tasks(k TEXT PRIMARY KEY, body BLOB NOT NULL, exp INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS watermarks(k TEXT PRIMARY KEY, topic TEXT NOT NULL, part INTEGER NOT NULL, off INTEGER NOT NULL) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS decisions_exp ON decisions(exp);
 CREATE INDEX IF NOT EXISTS nonces_exp ON nonces(exp);
 CREATE INDEX IF NOT EXISTS windows_exp ON windows(exp);
@@ -68,7 +86,13 @@ class SqliteStore:
         task_retention_ms: int = 7 * 86_400_000,
         decision_retention_ms: int = 7 * 86_400_000,
         busy_timeout_ms: int = 30_000,
+        genesis: bool = False,
     ) -> None:
+        """Open the store at `path`, creating it if it has no store yet.
+
+        `genesis=True` only with `busguard state init`: it refuses a path
+        that already holds a store, since declaring "no history" over one
+        would throw its fence away."""
         self.path = Path(path)
         self.task_retention_ms = task_retention_ms
         self.decision_retention_ms = decision_retention_ms
@@ -77,22 +101,54 @@ class SqliteStore:
             with transaction(self._db) as db:
                 for statement in filter(str.strip, _SCHEMA.split(";")):
                     db.execute(statement)
-                row = db.execute("SELECT v FROM meta WHERE k='created_at_ms'").fetchone()
-                if row is None:
-                    db.execute("INSERT INTO meta VALUES('created_at_ms', ?), ('schema', ?)", (str(now_ms), str(SCHEMA_VERSION)))
-                    self._created_at = now_ms
-                else:
-                    self._created_at = int(row[0])
-                    schema = db.execute("SELECT v FROM meta WHERE k='schema'").fetchone()
-                    if schema is None or int(schema[0]) != SCHEMA_VERSION:
-                        raise RuntimeError(f"{self.path}: state schema {schema and schema[0]} is not {SCHEMA_VERSION}")
+                meta = dict(db.execute("SELECT k, v FROM meta").fetchall())
+                self.created = "created_at_ms" not in meta
+                if self.created:
+                    meta = {"created_at_ms": str(now_ms), "schema": str(SCHEMA_VERSION), "origin": GENESIS if genesis else CREATED}
+                    if not genesis:
+                        meta["trusted_from_ms"] = str(now_ms)
+                    db.executemany("INSERT INTO meta VALUES(?, ?)", list(meta.items()))
+                elif genesis:
+                    raise FileExistsError(f"{self.path}: already holds a state store (created at {meta['created_at_ms']}); genesis is for a new one")
+                elif meta.get("schema") == "1":
+                    meta = self._upgrade_from_1(db, meta)
+                elif meta.get("schema") != str(SCHEMA_VERSION):
+                    raise RuntimeError(f"{self.path}: state schema {meta.get('schema')} is not {SCHEMA_VERSION}")
+                self._created_at = int(meta["created_at_ms"])
+                self.origin = meta["origin"]
         except BaseException:
             self._db.close()
             raise
 
+    @staticmethod
+    def _upgrade_from_1(db: sqlite3.Connection, meta: dict[str, str]) -> dict[str, str]:
+        marks: dict[tuple[str, int], int] = {}
+        for (k,) in db.execute("SELECT k FROM decisions"):
+            topic, partition, offset = _source_of(k)
+            if marks.get((topic, partition), -1) < offset:
+                marks[(topic, partition)] = offset
+        db.executemany("INSERT INTO watermarks VALUES (?,?,?,?)", [(key(t, p), t, p, o) for (t, p), o in marks.items()])
+        meta = {**meta, "schema": str(SCHEMA_VERSION), "origin": CREATED, "trusted_from_ms": meta["created_at_ms"]}
+        db.executemany("INSERT OR REPLACE INTO meta VALUES(?, ?)", [(k, meta[k]) for k in ("schema", "origin", "trusted_from_ms")])
+        return meta
+
     @property
     def created_at(self) -> int:
         return self._created_at
+
+    @property
+    def trusted_from(self) -> int | None:
+        return _trusted_from(self._db)
+
+    def rearm(self, now_ms: int) -> int:
+        """Fence the store from `now_ms` (never earlier than it already is); durable."""
+        with transaction(self._db) as db:
+            t = rearmed(_trusted_from(db), now_ms)
+            db.execute("INSERT OR REPLACE INTO meta VALUES('trusted_from_ms', ?)", (str(t),))
+        return t
+
+    def partition_watermarks(self) -> dict[Partition, int]:
+        return {(t, p): o for t, p, o in self._db.execute("SELECT topic, part, off FROM watermarks")}
 
     def run_batch(self, keys: KeySet, now_ms: int, fn: Callable[[Snapshot], BatchState]) -> BatchState:
         with transaction(self._db):
@@ -104,7 +160,7 @@ class SqliteStore:
         return select_in(self._db, sql, keys, now_ms)
 
     def _load(self, keys: KeySet, now_ms: int) -> Snapshot:
-        snap = Snapshot(created_at=self._created_at)
+        snap = Snapshot(trusted_from=_trusted_from(self._db))
         for (body,) in self._select("SELECT body FROM decisions WHERE +exp > ? AND k IN ({})", [key(*s) for s in keys.sources], now_ms):
             d = _decision_codec.decode(body)
             snap.decisions[source_key(d.source)] = d
@@ -121,6 +177,14 @@ class SqliteStore:
 
     def _write(self, state: BatchState, now_ms: int) -> None:
         db = self._db
+        marks: dict[Partition, int] = {}
+        for topic, partition, offset in state.new_decisions:
+            if marks.get((topic, partition), -1) < offset:
+                marks[(topic, partition)] = offset
+        db.executemany(
+            "INSERT INTO watermarks VALUES (?,?,?,?) ON CONFLICT(k) DO UPDATE SET off=excluded.off WHERE excluded.off > watermarks.off",
+            [(key(t, p), t, p, o) for (t, p), o in marks.items()],
+        )
         db.executemany(
             "INSERT OR REPLACE INTO decisions VALUES (?,?,?)",
             [(key(*k), _encode(d), d.decided_at + self.decision_retention_ms) for k, d in state.new_decisions.items()],
@@ -153,4 +217,17 @@ class SqliteStore:
 
     def close(self) -> None:
         self._db.close()
+
+
+def _trusted_from(db: sqlite3.Connection) -> int | None:
+    row = db.execute("SELECT v FROM meta WHERE k='trusted_from_ms'").fetchone()
+    return None if row is None else int(row[0])
+
+
+def _source_of(k: str) -> tuple[str, int, int]:
+    """Inverse of `key(topic, partition, offset)` (sqlitedb.key)."""
+    n, _, rest = k.partition(":")
+    topic, rest = rest[: int(n)], rest[int(n) + 1 :]
+    m, _, rest = rest.partition(":")
+    return topic, int(rest[: int(m)]), int(rest[int(m) + 1 :])
 

@@ -39,6 +39,8 @@ try:
 except ModuleNotFoundError:  # a checkout without `pip install -e .`: use the repository's copy
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from busguard.cli import init_state
+from busguard.config import load_config
 from busguard.devconfig import Topics, embedded_config
 from busguard.protocol.attestation import HEADER_DECISION_ID, AttestationError, verify_admitted
 from busguard.protocol.envelope import HEADER_RECEIPT, open_envelope
@@ -116,6 +118,9 @@ async def create_pipeline(directory: Path, bootstrap: str, *, guarded: bool) -> 
         (directory / "keys.toml").write_text("".join(f'[[agent]]\nid = "{ids[a].agent_id}"\n\n' for a in ("planner", "executor")))
         config = directory / "busguard.toml"
         config.write_text(_busguard_toml(bootstrap, tag, t, guard_port))
+        # `busguard state init`: new topics, a new group, no history, so the
+        # guard admits from its first record instead of warming.
+        init_state(load_config(config), time.time_ns() // 1_000_000)
         pipeline = msgspec.structs.replace(
             pipeline,
             executor_inbox=t.handoffs_admitted,

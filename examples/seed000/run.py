@@ -7,10 +7,12 @@
 What it does:
 
 1. starts an embedded Kafka broker (or uses `--bootstrap`) and writes a
-   throwaway deployment into `--dir` (keys, topics, busguard's config);
+   throwaway deployment into `--dir` (keys, topics, busguard's config, and
+   the guard's state store made as `busguard state init` does: a new
+   deployment with no history, so it admits from the first record instead
+   of warming as a store `busguard run` had to create would);
 2. with busguard: starts `busguard run` (the guard) and waits for its
-   /healthz - records signed before the guard's state store exists would be
-   refused as `store_warming` - then `busguard reconcile`;
+   /healthz, then `busguard reconcile`;
 3. starts the executor, told to SIGKILL itself right after sending the ack
    for task `--crash-at` (before journaling it), and the planner;
 4. when the executor has died, starts it again: it recovers from its journal
@@ -168,6 +170,7 @@ def print_commands(p: Pipeline, args: argparse.Namespace) -> None:
     steps = []
     if p.guarded:
         steps += [
+            f"# (done by the setup) python -m busguard.cli state init --config {p.busguard_config}    # a new deployment: no store warming",
             f"python -m busguard.cli run --config {p.busguard_config}",
             f"curl -s localhost:{p.guard_port}/healthz    # wait for 200 before any agent signs",
             f"BUSGUARD_OPS__PORT={p.reconcile_port} python -m busguard.cli reconcile --config {p.busguard_config}",

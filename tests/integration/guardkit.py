@@ -23,6 +23,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from busguard.cli import init_state
+from busguard.config import load_config
 from busguard.devconfig import Topics, embedded_config
 from busguard.protocol.identity import agent_id_for_key, multikey_encode
 from busguard.protocol.keyfile import Identity, read_key, write_key
@@ -105,6 +107,10 @@ async def make_setup(
             reconcile={"group_id": f"reconcile-{tag}", "state_path": str(tmp / "reconcile.db")},
         )
     )
+    # A new deployment on new topics and a new group: nothing to forget, so a
+    # genesis store (`busguard state init`) that admits from its first record.
+    # Tests of store loss delete it; `busguard run` then creates a fenced one.
+    init_state(load_config(config), int(time.time() * 1000))
     return Setup(
         dir=tmp,
         bootstrap=bootstrap,

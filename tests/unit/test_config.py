@@ -264,7 +264,22 @@ def test_a_missing_file_and_bad_toml_are_explained(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "field", "value", "allowed"),
     [
-        (ROUTE + "[admission]\nnonce_retention_ms = 329999\n", "admission.nonce_retention_ms", 329999, "at least max_age_ms + max_future_ms (330000)"),
+        (ROUTE + "[admission]\nnonce_retention_ms = 329999\n", "admission.nonce_retention_ms", 329999, "more than max_age_ms + max_future_ms (330000)"),
+        # exactly the sum: the nonce would read as absent at its receipt's last fresh millisecond
+        (ROUTE + "[admission]\nnonce_retention_ms = 330000\n", "admission.nonce_retention_ms", 330000, "i.e. at least 330001"),
+        (
+            ROUTE + "[admission]\nmax_age_ms = 1000\nmax_future_ms = 0\nnonce_retention_ms = 1000\n",
+            "admission.nonce_retention_ms",
+            1000,
+            "more than max_age_ms + max_future_ms (1000)",
+        ),
+        (ROUTE + "[admission]\ntask_retention_ms = 599999\n", "admission.task_retention_ms", 599999, "at least admission.nonce_retention_ms (600000)"),
+        (
+            ROUTE + "[admission]\nnonce_retention_ms = 900000\ntask_retention_ms = 899999\n",
+            "admission.task_retention_ms",
+            899999,
+            "at least admission.nonce_retention_ms (900000)",
+        ),
         ("[kafka]\ngroup_id = 'g'\n", "routes", [], "at least one [[routes]] table"),
         ('[[routes]]\nname = "r"\ninputs = []\ndownstream = "out"\n', "routes[0].inputs", [], "at least one input topic"),
         ('[[routes]]\nname = "r"\ninputs = ["bad topic"]\ndownstream = "out"\n', "routes[0]", "bad topic", "1-249 characters of [A-Za-z0-9._-]"),
@@ -300,7 +315,8 @@ def test_cross_field_rules(tmp_path: Path, text: str, field: str, value: object,
 
 
 def test_the_boundaries_of_the_cross_field_rules_are_accepted(tmp_path: Path) -> None:
-    load(tmp_path, ROUTE + "[admission]\nnonce_retention_ms = 330000\n")  # exactly the sum
+    load(tmp_path, ROUTE + "[admission]\nnonce_retention_ms = 330001\n")  # one more than the sum
+    load(tmp_path, ROUTE + "[admission]\nnonce_retention_ms = 330001\ntask_retention_ms = 330001\n")  # task retention equal to nonce retention
     load(tmp_path, ROUTE + "[kafka]\nrebalance_timeout_ms = 10001\n")
     load(tmp_path, ROUTE + "[kafka]\nheartbeat_interval_ms = 9999\n")
     two = ROUTE + '[[routes]]\nname = "acks"\ninputs = ["agents.acks"]\ndownstream = "agents.handoffs.admitted"\n'

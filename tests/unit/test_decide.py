@@ -169,12 +169,18 @@ def test_freshness_bounds_are_inclusive(offset_ms: int, reason: str | None) -> N
     assert d.reason == (reason or "admitted")
 
 
-def test_store_warming_refuses_records_issued_before_the_store_existed() -> None:
-    h = Harness(store_created=NOW - 10_000)
+def test_store_warming_refuses_records_the_lost_store_could_have_admitted() -> None:
+    """Since issue 8 the fence covers the future bound: anything issued up to
+    max_future_ms after the store's creation could have been admitted by the
+    store it replaces (before: only issued_at < created_at was refused)."""
+    created = NOW - 10_000
+    h = Harness(store_created=created)
     assert h.one(handoff(sender("planner"), task="a", issued_at_ms=NOW - 20_000)).reason == "store_warming"
-    assert h.one(handoff(sender("planner"), task="b", issued_at_ms=NOW - 5_000)).reason == "admitted"
-    h.now = NOW - 10_000 + 300_000  # one freshness window after creation
-    assert h.one(handoff(sender("planner"), task="c", issued_at_ms=h.now - 1_000)).reason == "admitted"
+    assert h.one(handoff(sender("planner"), task="b", issued_at_ms=NOW - 5_000)).reason == "store_warming"  # after creation, inside the future bound
+    assert h.one(handoff(sender("planner"), task="c", issued_at_ms=created + 30_001)).reason == "admitted"
+    h.now = created + 300_000  # past max_age_ms, not yet past max_future_ms + max_age_ms
+    assert h.one(handoff(sender("planner", now=h.now), task="d", issued_at_ms=created + 30_000)).reason == "store_warming"
+    assert h.one(handoff(sender("planner", now=h.now), task="e", issued_at_ms=h.now - 1_000)).reason == "admitted"
 
 
 def test_bad_signature_records_nothing() -> None:

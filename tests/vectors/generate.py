@@ -825,18 +825,23 @@ def build_sequences() -> list[dict[str, Any]]:
 
     created = NOW_MS - 10_000
     s = Scenario("store_warming",
-                 "A store created 10 s before the clock refuses records issued before its creation until one freshness "
-                 "window (max_age_ms) has passed since creation; otherwise losing the store would reopen the replay window.",
+                 "A store that may replace a lost one (created, or re-armed, 10 s before the clock: its trusted-from time T) "
+                 "refuses every record issued at most max_future_ms after T (a store deciding at or before T could have "
+                 "admitted it) while such a record can still be fresh: until T + max_future_ms + max_age_ms, inclusive.",
                  store_created_ms=created)
     s.step("issued 20 s ago, before the store existed", r("sw-a", task_id="wa", issued_at=ts(NOW_MS - 20_000)), EXECUTOR, "reject", "store_warming")
-    s.step("issued exactly at the store's creation", r("sw-b", task_id="wb", issued_at=ts(created)), EXECUTOR, "forward", "admitted")
-    s.step("issued 5 s ago", r("sw-c", task_id="wc", issued_at=ts(NOW_MS - 5_000)), EXECUTOR, "forward", "admitted")
-    late = created + 300_000
-    s.step("1 ms before warming ends, issued 1 ms before creation (300 000 ms old: fresh)", r("sw-d", task_id="wd", issued_at=ts(created - 1)),
-           EXECUTOR, "reject", "store_warming", now_ms=late - 1)
-    s.step("warming over: issued 1 s ago", r("sw-e", task_id="we", issued_at=ts(late - 1_000)), EXECUTOR, "forward", "admitted", now_ms=late)
-    s.step("warming over: issued 1 ms before creation is now 300 001 ms old", r("sw-f", task_id="wf", issued_at=ts(created - 1)),
-           EXECUTOR, "reject", "timestamp_expired", now_ms=late)
+    s.step("issued exactly at T", r("sw-b", task_id="wb", issued_at=ts(created)), EXECUTOR, "reject", "store_warming")
+    s.step("issued 5 s ago, after T", r("sw-c", task_id="wc", issued_at=ts(NOW_MS - 5_000)), EXECUTOR, "reject", "store_warming")
+    s.step("issued exactly T + max_future_ms (20 s ahead of the clock)", r("sw-d", task_id="wd", issued_at=ts(created + 30_000)),
+           EXECUTOR, "reject", "store_warming")
+    s.step("issued T + max_future_ms + 1: no store deciding at or before T could admit it", r("sw-e", task_id="we", issued_at=ts(created + 30_001)),
+           EXECUTOR, "forward", "admitted")
+    late = created + 330_000
+    s.step("the window's last millisecond, issued T + max_future_ms (300 000 ms old: fresh)", r("sw-f", task_id="wf", issued_at=ts(created + 30_000)),
+           EXECUTOR, "reject", "store_warming", now_ms=late)
+    s.step("window over: issued 1 s ago", r("sw-g", task_id="wg", issued_at=ts(late + 1 - 1_000)), EXECUTOR, "forward", "admitted", now_ms=late + 1)
+    s.step("window over: issued T + max_future_ms is now 300 001 ms old", r("sw-h", task_id="wh", issued_at=ts(created + 30_000)),
+           EXECUTOR, "reject", "timestamp_expired", now_ms=late + 1)
     out.append(s)
 
     s = Scenario("rejects_record_nothing", "Nothing is recorded for a record whose signature does not verify: a forger "
