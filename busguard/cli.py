@@ -106,12 +106,14 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     configure(cfg.log.format, cfg.log.level)
     operators = operators_file(cfg)
-    identity = load_or_create(cfg.path(cfg.keys.guard_key), cfg.keys.create_guard_key)
+    guard = load_or_create(cfg.path(cfg.keys.guard_key), cfg.keys.create_guard_key)
+    k = cfg.keys
+    identity = load_or_create(cfg.path(k.reconciler_key), k.create_reconciler_key) if k.reconciler_key is not None else guard
     store = ReconcileStore(cfg.path(cfg.reconcile.state_path), synchronous=cfg.state.synchronous.upper())
 
     async def main() -> None:
         await _ensure_topics(cfg, [cfg.topics.reconciliation, cfg.topics.audit, cfg.topics.dead_letter, cfg.topics.replies])
-        worker = Reconciler(cfg, identity=identity, store=store, operators=operators, faults=Faults.from_env())
+        worker = Reconciler(cfg, identity=identity, guard_public_key=guard.public_key, store=store, operators=operators, faults=Faults.from_env())
         _install_stop(worker.request_stop)
         await worker.run()
 
@@ -143,6 +145,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     print(f"  state:         {cfg.state.backend} {cfg.path(cfg.state.path) if cfg.state.backend == 'sqlite' else ''}")
     print(f"  key registry:  {cfg.path(cfg.keys.registry)} ({len(registry.principals)} agents, open_enrollment={registry.open_enrollment})")
     print(f"  guard key:     {cfg.path(cfg.keys.guard_key)}")
+    if cfg.keys.reconciler_key is not None:
+        print(f"  reconciler:    {cfg.path(cfg.keys.reconciler_key)} (its own key)")
+    else:
+        print("  reconciler:    no keys.reconciler_key: the reconciler seals with the guard key (one-key deployment; docs/operations.md section 7)")
     if operators is not None:
         print(f"  operators:     {cfg.path(cfg.keys.operators or '')} ({len(operators)} with their own keys)")
     return 0

@@ -88,6 +88,17 @@ class KeysConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froze
     operators: str | None = None
     guard_key_resolves: bool = True
     watch: bool = True
+    reconciler_key: str | None = None
+    create_reconciler_key: bool = False
+    single_key_audit: bool = False
+    single_key_until: str | None = None
+
+    @property
+    def single_key_until_ms(self) -> int | None:
+        """`single_key_until` in epoch ms (validated at load)."""
+        from busguard.protocol.timestamps import parse_timestamp
+
+        return None if self.single_key_until is None else parse_timestamp(self.single_key_until)
 
 
 class BatchConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -250,3 +261,21 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f, "kafka.heartbeat_interval_ms", cfg.kafka.heartbeat_interval_ms, "less than kafka.session_timeout_ms")
     if not cfg.keys.guard_key_resolves and cfg.keys.operators is None:
         raise ConfigError(f, "keys.guard_key_resolves", False, "true unless keys.operators names who else may resolve (nobody could)")
+    _validate_keys(cfg, f)
+
+
+def _validate_keys(cfg: Config, f: str) -> None:
+    k = cfg.keys
+    if k.reconciler_key is not None and cfg.path(k.reconciler_key) == cfg.path(k.guard_key):
+        raise ConfigError(f, "keys.reconciler_key", k.reconciler_key, "a key file other than keys.guard_key (leave it unset for a one-key deployment)")
+    if k.create_reconciler_key and k.reconciler_key is None:
+        raise ConfigError(f, "keys.create_reconciler_key", True, "false unless keys.reconciler_key names the file to create")
+    if k.single_key_until is not None:
+        from busguard.protocol.timestamps import parse_timestamp
+
+        if not k.single_key_audit:
+            raise ConfigError(f, "keys.single_key_until", k.single_key_until, "only with keys.single_key_audit = true (it limits what that accepts)")
+        try:
+            parse_timestamp(k.single_key_until)
+        except ValueError as exc:
+            raise ConfigError(f, "keys.single_key_until", k.single_key_until, f"an RFC 3339 UTC timestamp such as 2026-12-01T00:00:00Z ({exc})") from None

@@ -15,6 +15,7 @@ import pytest
 from busguard.config import Config, Route, load_config
 from busguard.errors import ConfigError
 from busguard.protocol.keys import KeyRegistry
+from busguard.reconcile.operators import Operators
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "config.md"
@@ -289,6 +290,10 @@ def test_a_missing_file_and_bad_toml_are_explained(tmp_path: Path) -> None:
         (ROUTE + "[batch]\nrevoke_budget_ms = 60000\n", "kafka.rebalance_timeout_ms", 60000, "more than batch.revoke_budget_ms (60000)"),
         (ROUTE + "[kafka]\nheartbeat_interval_ms = 10000\n", "kafka.heartbeat_interval_ms", 10000, "less than kafka.session_timeout_ms"),
         (ROUTE + "[keys]\nguard_key_resolves = false\n", "keys.guard_key_resolves", False, "unless keys.operators names who else may resolve"),
+        (ROUTE + '[keys]\nguard_key = "g.key"\nreconciler_key = "./g.key"\n', "keys.reconciler_key", "./g.key", "a key file other than keys.guard_key"),
+        (ROUTE + "[keys]\ncreate_reconciler_key = true\n", "keys.create_reconciler_key", True, "unless keys.reconciler_key names the file"),
+        (ROUTE + '[keys]\nsingle_key_until = "2026-12-01T00:00:00Z"\n', "keys.single_key_until", "2026-12-01T00:00:00Z", "only with keys.single_key_audit = true"),
+        (ROUTE + '[keys]\nsingle_key_audit = true\nsingle_key_until = "2026-12-01"\n', "keys.single_key_until", "2026-12-01", "an RFC 3339 UTC timestamp"),
     ],
 )
 def test_cross_field_rules(tmp_path: Path, text: str, field: str, value: object, allowed: str) -> None:
@@ -317,6 +322,10 @@ def test_the_shipped_config_and_registry_load() -> None:
     assert cfg.path(cfg.keys.registry) == (REPO / "configs" / "keys.toml").resolve()
     registry = KeyRegistry.load(cfg.path(cfg.keys.registry))
     assert len(registry.principals) == 3 and registry.open_enrollment is False
+    # separate keys for separate roles, and an operators file the auditor proves names with
+    assert cfg.keys.reconciler_key is not None and cfg.path(cfg.keys.reconciler_key) != cfg.path(cfg.keys.guard_key)
+    assert cfg.keys.operators is not None and len(Operators.load(cfg.path(cfg.keys.operators))) == 0
+    assert cfg.keys.single_key_audit is False
 
 
 def test_the_shipped_compose_overrides_are_real_keys() -> None:
@@ -331,6 +340,8 @@ def test_the_shipped_compose_overrides_are_real_keys() -> None:
         section, key = name[len("BUSGUARD_") :].lower().split("__")
         assert hasattr(getattr(cfg, section), key), name
     assert cfg.kafka.bootstrap_servers == "kafka:9092" and cfg.kafka.idempotence is True and cfg.ops.host == "0.0.0.0"
+    assert cfg.keys.reconciler_key is not None and Path(cfg.keys.reconciler_key).parent != Path(cfg.keys.guard_key).parent  # its own volume
+    assert "reconciler-key:/var/lib/busguard/reconciler-keys" not in text.split("\n  guard:")[1].split("\n  reconciler:")[0]  # the guard never mounts it
 
 
 def test_errors_name_the_unknown_key_and_the_environment_variable(tmp_path: Path) -> None:
@@ -378,3 +389,4 @@ def test_the_embedded_broker_config_loads_with_its_overrides_and_any_path(tmp_pa
     assert cfg.topics.dead_letter == "it.x.dead-letter"
     assert Path(cfg.state.path) == odd
     assert cfg.batch.max_records == 7
+    assert (cfg.keys.guard_key, cfg.keys.reconciler_key, cfg.keys.create_reconciler_key) == ("guard.key", "reconciler.key", True)  # one key per role

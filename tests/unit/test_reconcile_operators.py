@@ -109,3 +109,25 @@ def test_a_bad_operators_file_names_the_field(tmp_path: Path, text: str, field: 
     with pytest.raises(ConfigError) as info:
         _operators(tmp_path, text.format(a=_mk(ALICE), b=_mk(BOB), small=small_order))
     assert info.value.field.startswith(field) and str(tmp_path / "operators.toml") in str(info.value), str(info.value)
+
+
+def test_an_operator_command_is_kept_byte_for_byte_in_its_resolution(ops: Operators, tmp_path: Path) -> None:
+    """So the auditor can check alice's signature itself, from the log."""
+    from busguard.admission.types import Coordinates
+    from busguard.reconcile.policy import EscalationState, on_command
+    from busguard.reconcile.records import SignedCommand, command_seal_ok
+    from tests.unit.test_reconcile_policy import escalations
+
+    _, conflict = escalations(tmp_path)
+    body = msgspec.json.encode(ResolveCommand(escalation_id=conflict.decision_id, resolve_as="reject", operator="alice", note="n", issued_at=1))
+    seal = b64url_encode(sign(ALICE, COMMAND_CONTEXT + body))
+    parsed = parse(body, [(HEADER_COMMAND, b"resolve"), ("busguard-seal", seal.encode()), (HEADER_SIGNER, _mk(ALICE).encode())], public_key_from_seed(GUARD), ops)
+    assert parsed.command is not None and parsed.signed == SignedCommand(body=body, seal=seal, signer=_mk(ALICE))
+    items, _ = on_command(parsed.command, EscalationState(escalation=conflict), Coordinates(topic="r", partition=0, offset=1), 9, parsed.signed)
+    final = items[0]
+    assert final.command == parsed.signed and final.by == "operator:alice"  # type: ignore[union-attr]
+    assert command_seal_ok(final.command.body, final.command.seal, public_key_from_seed(ALICE))  # type: ignore[union-attr]
+    # a guard-key command is kept too, with no signer: it proves no name
+    body, headers = _command("anyone", GUARD, None)
+    guard_signed = parse(body, headers, public_key_from_seed(GUARD), ops).signed
+    assert guard_signed is not None and guard_signed.signer is None and guard_signed.body == body
