@@ -144,14 +144,22 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     print(f"  reconcile:     {cfg.topics.reconciliation}   dead-letter: {cfg.topics.dead_letter}   audit: {cfg.topics.audit}")
     print(f"  state:         {cfg.state.backend} {cfg.path(cfg.state.path) if cfg.state.backend == 'sqlite' else ''}")
     print(f"  key registry:  {cfg.path(cfg.keys.registry)} ({len(registry.principals)} agents, open_enrollment={registry.open_enrollment})")
-    print(f"  guard key:     {cfg.path(cfg.keys.guard_key)}")
+    print(f"  guard key:     {cfg.path(cfg.keys.guard_key)}{_public_half(cfg.path(cfg.keys.guard_key))}")
     if cfg.keys.reconciler_key is not None:
-        print(f"  reconciler:    {cfg.path(cfg.keys.reconciler_key)} (its own key)")
+        print(f"  reconciler:    {cfg.path(cfg.keys.reconciler_key)}{_public_half(cfg.path(cfg.keys.reconciler_key))} (its own key)")
     else:
         print("  reconciler:    no keys.reconciler_key: the reconciler seals with the guard key (one-key deployment; docs/operations.md section 7)")
     if operators is not None:
         print(f"  operators:     {cfg.path(cfg.keys.operators or '')} ({len(operators)} with their own keys)")
     return 0
+
+
+def _public_half(path: Path) -> str:
+    """` (z6Mk…)`: what receivers and auditors declare; '' while the file does not exist yet."""
+    from busguard.protocol.identity import multikey_encode
+    from busguard.protocol.keyfile import read_key
+
+    return f" ({multikey_encode(read_key(path).public_key)})" if path.exists() else ""
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:

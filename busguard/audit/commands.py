@@ -348,9 +348,12 @@ def _common(sp: argparse.ArgumentParser) -> None:
     sp.add_argument(
         "--reconciler-public-key", metavar="MULTIKEY", help="the reconciler's public key (z6Mk…), which seals resolutions (default: the keys.reconciler_key file's)"
     )
-    sp.add_argument("--operators", metavar="FILE", help="check operators' names against this operators file (default: keys.operators), e.g. an archived copy")
     sp.add_argument("--idle-ms", type=_idle_ms, default=DEFAULT_IDLE_MS, help=f"the log has ended after this long without a new record (default {DEFAULT_IDLE_MS})")
     sp.add_argument("--progress", action="store_true", help="show progress on stderr even when it is not a terminal")
+
+
+def _operators_option(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--operators", metavar="FILE", help="check operators' names against this operators file (default: keys.operators), e.g. an archived copy")
 
 
 AddFn = Callable[[str, Callable[[argparse.Namespace], int], str, str], argparse.ArgumentParser]
@@ -379,6 +382,7 @@ def add_commands(
         """,
     )
     _common(sp)
+    _operators_option(sp)
     sp.add_argument("--json", action="store_true", help="print the report as JSON")
     sp.add_argument("--checkpoint", "--since", dest="checkpoint", metavar="FILE", help="resume from FILE's offsets and state if it exists, then save them there")
 
@@ -398,6 +402,7 @@ def add_commands(
         busguard escalations list --config configs/busguard.toml --json
         """)  # fmt: skip
     _common(p)
+    _operators_option(p)
     p.add_argument("--json", action="store_true", help="print the list as JSON")
     p.add_argument("--checkpoint", "--since", dest="checkpoint", metavar="FILE", help="as for `busguard audit`")
 

@@ -66,6 +66,8 @@ class WatchedFile(Generic[T]):
         self._seen = _stamp(path)  # taken before reading: a write after it shows up as a change
         self._failed: tuple[_Stamp, str] | None = None  # the failure last reported
         self._retry = False  # the last attempt could not read the file: try again
+        if self._seen is not None and not self._seen[4]:
+            raise ConfigError(str(path), "", None, f"the {what} must be a regular file (this is a directory, a FIFO or a device)")
         self.value = load(path)
 
     def current(self) -> T:

@@ -189,3 +189,11 @@ def test_a_non_utf8_file_at_start_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         WatchedFile(path, KeyRegistry.load, what="key registry")
     assert str(path) in str(info.value) and "UTF-8" in str(info.value)
+
+
+def test_a_fifo_at_start_is_a_config_error_not_a_hang(tmp_path: Path) -> None:
+    path = tmp_path / "keys.toml"
+    os.mkfifo(path)
+    with pytest.raises(ConfigError) as info:
+        WatchedFile(path, KeyRegistry.load, what="key registry")
+    assert "regular file" in str(info.value) and str(path) in str(info.value)
