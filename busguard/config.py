@@ -24,6 +24,7 @@ import msgspec
 
 from busguard.admission.types import AdmissionPolicy
 from busguard.errors import ConfigError, read_toml
+from busguard.protocol.timestamps import parse_timestamp
 
 ENV_PREFIX = "BUSGUARD_"
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -96,8 +97,6 @@ class KeysConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froze
     @property
     def single_key_until_ms(self) -> int | None:
         """`single_key_until` in epoch ms (validated at load)."""
-        from busguard.protocol.timestamps import parse_timestamp
-
         return None if self.single_key_until is None else parse_timestamp(self.single_key_until)
 
 
@@ -271,8 +270,6 @@ def _validate_keys(cfg: Config, f: str) -> None:
     if k.create_reconciler_key and k.reconciler_key is None:
         raise ConfigError(f, "keys.create_reconciler_key", True, "false unless keys.reconciler_key names the file to create")
     if k.single_key_until is not None:
-        from busguard.protocol.timestamps import parse_timestamp
-
         if not k.single_key_audit:
             raise ConfigError(f, "keys.single_key_until", k.single_key_until, "only with keys.single_key_audit = true (it limits what that accepts)")
         try:

@@ -18,11 +18,10 @@ load is tried again when it next changes.
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, TypeVar
-
-import stat
 
 import structlog
 
