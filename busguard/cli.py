@@ -43,6 +43,9 @@ def _open_runtime(cfg: Config) -> tuple[WatchedFile[KeyRegistry], Identity, Stat
 
     keys = WatchedFile(cfg.path(cfg.keys.registry), KeyRegistry.load, what="key registry", watch=cfg.keys.watch)
     identity = load_or_create(cfg.path(cfg.keys.guard_key), cfg.keys.create_guard_key)
+    declared = cfg.keys.guard_public_key_bytes
+    if declared is not None and declared != identity.public_key:
+        raise ConfigError(cfg.source, "keys.guard_public_key", cfg.keys.guard_public_key, f"the public half of keys.guard_key ({identity.agent_id})")
     now = time.time_ns() // 1_000_000
     a = cfg.admission
     store: MemoryStore | SqliteStore
@@ -106,14 +109,20 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     configure(cfg.log.format, cfg.log.level)
     operators = operators_file(cfg)
-    guard = load_or_create(cfg.path(cfg.keys.guard_key), cfg.keys.create_guard_key)
     k = cfg.keys
-    identity = load_or_create(cfg.path(k.reconciler_key), k.create_reconciler_key) if k.reconciler_key is not None else guard
+    guard_public_key = k.guard_public_key_bytes
+    if k.reconciler_key is not None:
+        identity = load_or_create(cfg.path(k.reconciler_key), k.create_reconciler_key)
+        if guard_public_key is None:  # else the guard's private key need not be on this machine at all
+            guard_public_key = load_or_create(cfg.path(k.guard_key), k.create_guard_key).public_key
+    else:
+        identity = load_or_create(cfg.path(k.guard_key), k.create_guard_key)  # one key for both roles
+        guard_public_key = guard_public_key or identity.public_key
     store = ReconcileStore(cfg.path(cfg.reconcile.state_path), synchronous=cfg.state.synchronous.upper())
 
     async def main() -> None:
         await _ensure_topics(cfg, [cfg.topics.reconciliation, cfg.topics.audit, cfg.topics.dead_letter, cfg.topics.replies])
-        worker = Reconciler(cfg, identity=identity, guard_public_key=guard.public_key, store=store, operators=operators, faults=Faults.from_env())
+        worker = Reconciler(cfg, identity=identity, guard_public_key=guard_public_key, store=store, operators=operators, faults=Faults.from_env())
         _install_stop(worker.request_stop)
         await worker.run()
 

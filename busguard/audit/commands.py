@@ -238,11 +238,12 @@ def _multikey_arg(option: str, multikey: str) -> bytes:
 
 
 def guard_key_for(cfg: Config, multikey: str | None) -> bytes:
-    """`--guard-public-key` (z6Mk… or tulpa:z6Mk…) if given, else the public
-    half of the configured `[keys] guard_key` file."""
+    """`--guard-public-key` (z6Mk… or tulpa:z6Mk…) if given, else `[keys]
+    guard_public_key`, else the public half of the `[keys] guard_key` file."""
     if multikey:
         return _multikey_arg("--guard-public-key", multikey)
-    return read_key(cfg.path(cfg.keys.guard_key)).public_key
+    declared = cfg.keys.guard_public_key_bytes
+    return declared if declared is not None else read_key(cfg.path(cfg.keys.guard_key)).public_key
 
 
 def reconciler_key_for(cfg: Config, multikey: str | None) -> bytes | None:

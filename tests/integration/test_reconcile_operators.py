@@ -93,8 +93,8 @@ def _audit_cli(s: Setup) -> tuple[int, dict]:  # type: ignore[type-arg]
 
 
 async def test_the_audit_proves_operator_names_and_refuses_a_forged_one(broker: EmbeddedBroker, tmp_path: Path) -> None:
-    """The reconciler seals with its own key; alice's resolution carries her
-    signed command, so `busguard audit` proves her name from the log and the
+    """The reconciler seals with its own key (and holds only the guard's
+    public key); alice's resolution carries her signed command, so `busguard audit` proves her name from the log and the
     operators file. A resolution sealed with the reconciler's key but naming
     alice for a command she never signed fails the audit."""
     alice = identity("operator-alice")
@@ -102,7 +102,9 @@ async def test_the_audit_proves_operator_names_and_refuses_a_forged_one(broker: 
     alice_key = tmp_path / "alice.key"
     write_key(alice_key, alice)
     assert s.reconciler.public_key != s.guard.public_key
-    guard, worker = GuardProcess(s), GuardProcess(s, command="reconcile")
+    # The reconciler gets only the guard's public key: the guard's private key is not on its "machine".
+    no_guard_key = {"BUSGUARD_KEYS__GUARD_PUBLIC_KEY": s.guard.agent_id, "BUSGUARD_KEYS__GUARD_KEY": str(tmp_path / "absent" / "guard.key")}
+    guard, worker = GuardProcess(s), GuardProcess(s, command="reconcile", env=no_guard_key)
     try:
         guard.wait_ready()
         worker.wait_ready()

@@ -17,6 +17,8 @@ from busguard.errors import ConfigError
 from busguard.protocol.keys import KeyRegistry
 from busguard.reconcile.operators import Operators
 
+SMALL_ORDER = "z6MkeXATEjyXENzBXBxgC5EHk2JE5aqd7qMGGtDpLUH1e2Sj"  # the identity point: small order
+
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "config.md"
 ROUTE = '[[routes]]\nname = "handoffs"\ninputs = ["agents.handoffs"]\ndownstream = "agents.handoffs.admitted"\n'
@@ -292,6 +294,8 @@ def test_a_missing_file_and_bad_toml_are_explained(tmp_path: Path) -> None:
         (ROUTE + "[keys]\nguard_key_resolves = false\n", "keys.guard_key_resolves", False, "unless keys.operators names who else may resolve"),
         (ROUTE + '[keys]\nguard_key = "g.key"\nreconciler_key = "./g.key"\n', "keys.reconciler_key", "./g.key", "a key file other than keys.guard_key"),
         (ROUTE + "[keys]\ncreate_reconciler_key = true\n", "keys.create_reconciler_key", True, "unless keys.reconciler_key names the file"),
+        (ROUTE + '[keys]\nguard_public_key = "z6Mkxyz"\n', "keys.guard_public_key", "z6Mkxyz", "an Ed25519 multikey"),
+        (ROUTE + f'[keys]\nguard_public_key = "{SMALL_ORDER}"\n', "keys.guard_public_key", SMALL_ORDER, "large prime order"),
         (ROUTE + '[keys]\nsingle_key_until = "2026-12-01T00:00:00Z"\n', "keys.single_key_until", "2026-12-01T00:00:00Z", "only with keys.single_key_audit = true"),
         (ROUTE + '[keys]\nsingle_key_audit = true\nsingle_key_until = "2026-12-01"\n', "keys.single_key_until", "2026-12-01", "an RFC 3339 UTC timestamp"),
     ],
@@ -302,6 +306,30 @@ def test_cross_field_rules(tmp_path: Path, text: str, field: str, value: object,
     assert (err.file, err.field, err.value) == (path, field, value)
     assert allowed in err.allowed
     assert str(err) == f"{path}: {field} = {value!r}: {err.allowed}"
+
+
+def test_a_declared_guard_public_key_is_read_in_either_spelling(tmp_path: Path) -> None:
+    from busguard.protocol.identity import agent_id_for_key, multikey_encode
+    from busguard.protocol.signing import public_key_from_seed
+
+    pk = public_key_from_seed(bytes(range(32)))
+    for spelling in (multikey_encode(pk), agent_id_for_key(pk)):
+        assert load(tmp_path, ROUTE + f'[keys]\nguard_public_key = "{spelling}"\n').keys.guard_public_key_bytes == pk
+
+
+def test_a_guard_whose_key_is_not_the_declared_one_does_not_start(tmp_path: Path) -> None:
+    from busguard.cli import _open_runtime
+    from busguard.protocol.identity import multikey_encode
+    from busguard.protocol.keyfile import new_identity, write_key
+    from busguard.protocol.signing import public_key_from_seed
+
+    write_key(tmp_path / "guard.key", new_identity())
+    (tmp_path / "keys.toml").write_text("")
+    other = multikey_encode(public_key_from_seed(bytes(range(32))))
+    write(tmp_path, ROUTE + f'[state]\nbackend = "memory"\n[keys]\nguard_key = "guard.key"\nguard_public_key = "{other}"\n')
+    with pytest.raises(ConfigError) as info:
+        _open_runtime(load_config(tmp_path / "busguard.toml", env={}))  # what `busguard run` does before touching Kafka
+    assert info.value.field == "keys.guard_public_key" and "the public half of keys.guard_key" in info.value.allowed
 
 
 def test_the_boundaries_of_the_cross_field_rules_are_accepted(tmp_path: Path) -> None:
