@@ -322,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
             """
             busguard escalations list --config configs/busguard.toml
             busguard escalations show 3f2a... --config configs/busguard.toml
-            busguard escalations resolve 3f2a... --as retransmission --note "one execution" --config configs/busguard.toml
+            busguard escalations resolve 3f2a... --as retransmission --note "one execution" --operator alice --key ~/.busguard/alice.key --config configs/busguard.toml
             """
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -334,16 +334,16 @@ def build_parser() -> argparse.ArgumentParser:
         sp.set_defaults(fn=fn)
         return sp
 
-    sp = add_esc("resolve", cmd_resolve, "Settle an escalation by hand; the resolution is sealed and audited like automatic ones.", """
-        busguard escalations resolve 3f2a... --as retransmission --note "executor restarted at 12:04, one execution" --config configs/busguard.toml
-        busguard escalations resolve 3f2a... --as reject --note "payload differs; sender asked to re-issue" --config configs/busguard.toml
-        busguard escalations resolve 3f2a... --as replay --note "second witness" --operator alice --key ~/.busguard/alice.key --config configs/busguard.toml
+    sp = add_esc("resolve", cmd_resolve, "Settle an escalation by hand, signed with your own key; the resolution carries your signed command, so the audit proves your name.", """
+        busguard escalations resolve 3f2a... --as retransmission --note "executor restarted at 12:04, one execution" --operator alice --key ~/.busguard/alice.key --config configs/busguard.toml
+        busguard escalations resolve 3f2a... --as reject --note "payload differs; sender asked to re-issue" --operator alice --key ~/.busguard/alice.key --config configs/busguard.toml
+        busguard escalations resolve 3f2a... --as replay --note "second witness" --config configs/busguard.toml     # guard key: applied, but the name is unproven
         """)
     sp.add_argument("escalation_id", help="the escalation's decision id (see `busguard escalations list`)")
     sp.add_argument("--as", dest="resolve_as", required=True, choices=["retransmission", "replay", "reject"])
     sp.add_argument("--note", required=True, help="why; kept in the audit log")
     sp.add_argument("--operator", default=os.environ.get("USER", "operator"), help="who is resolving (default: $USER); with --key, the name the operators file gives that key")
-    sp.add_argument("--key", help="sign with this operator key file (listed in keys.operators) instead of the deployment key")
+    sp.add_argument("--key", help="sign with this operator key file (listed in keys.operators); without it the guard key signs, which proves no name and fails `busguard audit`")
     sp.add_argument("--wait", type=float, default=30.0, help="seconds to wait for the reconciler's resolution (0: don't wait)")
     sp.add_argument("--config", required=True)
     _register_audit(sub, add, add_esc)
