@@ -43,6 +43,9 @@ def _open_runtime(cfg: Config) -> tuple[WatchedFile[KeyRegistry], Identity, Stat
 
     keys = WatchedFile(cfg.path(cfg.keys.registry), KeyRegistry.load, what="key registry", watch=cfg.keys.watch)
     identity = load_or_create(cfg.path(cfg.keys.guard_key), cfg.keys.create_guard_key)
+    declared = cfg.keys.guard_public_key_bytes
+    if declared is not None and declared != identity.public_key:
+        raise ConfigError(cfg.source, "keys.guard_public_key", cfg.keys.guard_public_key, f"the public half of keys.guard_key ({identity.agent_id})")
     now = time.time_ns() // 1_000_000
     a = cfg.admission
     store: MemoryStore | SqliteStore
@@ -119,12 +122,20 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     configure(cfg.log.format, cfg.log.level)
     operators = operators_file(cfg)
-    identity = load_or_create(cfg.path(cfg.keys.guard_key), cfg.keys.create_guard_key)
+    k = cfg.keys
+    guard_public_key = k.guard_public_key_bytes
+    if k.reconciler_key is not None:
+        identity = load_or_create(cfg.path(k.reconciler_key), k.create_reconciler_key)
+        if guard_public_key is None:  # else the guard's private key need not be on this machine at all
+            guard_public_key = load_or_create(cfg.path(k.guard_key), k.create_guard_key).public_key
+    else:
+        identity = load_or_create(cfg.path(k.guard_key), k.create_guard_key)  # one key for both roles
+        guard_public_key = guard_public_key or identity.public_key
     store = ReconcileStore(cfg.path(cfg.reconcile.state_path), synchronous=cfg.state.synchronous.upper())
 
     async def main() -> None:
         await _ensure_topics(cfg, [cfg.topics.reconciliation, cfg.topics.audit, cfg.topics.dead_letter, cfg.topics.replies])
-        worker = Reconciler(cfg, identity=identity, store=store, operators=operators, faults=Faults.from_env())
+        worker = Reconciler(cfg, identity=identity, guard_public_key=guard_public_key, store=store, operators=operators, faults=Faults.from_env())
         _install_stop(worker.request_stop)
         await worker.run()
 
@@ -155,10 +166,22 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     print(f"  reconcile:     {cfg.topics.reconciliation}   dead-letter: {cfg.topics.dead_letter}   audit: {cfg.topics.audit}")
     print(f"  state:         {cfg.state.backend} {cfg.path(cfg.state.path) if cfg.state.backend == 'sqlite' else ''}")
     print(f"  key registry:  {cfg.path(cfg.keys.registry)} ({len(registry.principals)} agents, open_enrollment={registry.open_enrollment})")
-    print(f"  guard key:     {cfg.path(cfg.keys.guard_key)}")
+    print(f"  guard key:     {cfg.path(cfg.keys.guard_key)}{_public_half(cfg.path(cfg.keys.guard_key))}")
+    if cfg.keys.reconciler_key is not None:
+        print(f"  reconciler:    {cfg.path(cfg.keys.reconciler_key)}{_public_half(cfg.path(cfg.keys.reconciler_key))} (its own key)")
+    else:
+        print("  reconciler:    no keys.reconciler_key: the reconciler seals with the guard key (one-key deployment; docs/operations.md section 7)")
     if operators is not None:
         print(f"  operators:     {cfg.path(cfg.keys.operators or '')} ({len(operators)} with their own keys)")
     return 0
+
+
+def _public_half(path: Path) -> str:
+    """` (z6Mk…)`: what receivers and auditors declare; '' while the file does not exist yet."""
+    from busguard.protocol.identity import multikey_encode
+    from busguard.protocol.keyfile import read_key
+
+    return f" ({multikey_encode(read_key(path).public_key)})" if path.exists() else ""
 
 
 def init_state(cfg: Config, now_ms: int) -> Path:
@@ -395,7 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
             """
             busguard escalations list --config configs/busguard.toml
             busguard escalations show 3f2a... --config configs/busguard.toml
-            busguard escalations resolve 3f2a... --as retransmission --note "one execution" --config configs/busguard.toml
+            busguard escalations resolve 3f2a... --as retransmission --note "one execution" --operator alice --key ~/.busguard/alice.key --config configs/busguard.toml
             """
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -407,16 +430,16 @@ def build_parser() -> argparse.ArgumentParser:
         sp.set_defaults(fn=fn)
         return sp
 
-    sp = add_esc("resolve", cmd_resolve, "Settle an escalation by hand; the resolution is sealed and audited like automatic ones.", """
-        busguard escalations resolve 3f2a... --as retransmission --note "executor restarted at 12:04, one execution" --config configs/busguard.toml
-        busguard escalations resolve 3f2a... --as reject --note "payload differs; sender asked to re-issue" --config configs/busguard.toml
-        busguard escalations resolve 3f2a... --as replay --note "second witness" --operator alice --key ~/.busguard/alice.key --config configs/busguard.toml
+    sp = add_esc("resolve", cmd_resolve, "Settle an escalation by hand, signed with your own key; the resolution carries your signed command, so the audit proves your name.", """
+        busguard escalations resolve 3f2a... --as retransmission --note "executor restarted at 12:04, one execution" --operator alice --key ~/.busguard/alice.key --config configs/busguard.toml
+        busguard escalations resolve 3f2a... --as reject --note "payload differs; sender asked to re-issue" --operator alice --key ~/.busguard/alice.key --config configs/busguard.toml
+        busguard escalations resolve 3f2a... --as replay --note "second witness" --config configs/busguard.toml     # guard key: applied, but the name is unproven
         """)
     sp.add_argument("escalation_id", help="the escalation's decision id (see `busguard escalations list`)")
     sp.add_argument("--as", dest="resolve_as", required=True, choices=["retransmission", "replay", "reject"])
     sp.add_argument("--note", required=True, help="why; kept in the audit log")
     sp.add_argument("--operator", default=os.environ.get("USER", "operator"), help="who is resolving (default: $USER); with --key, the name the operators file gives that key")
-    sp.add_argument("--key", help="sign with this operator key file (listed in keys.operators) instead of the deployment key")
+    sp.add_argument("--key", help="sign with this operator key file (listed in keys.operators); without it the guard key signs, which proves no name and fails `busguard audit`")
     sp.add_argument("--wait", type=float, default=30.0, help="seconds to wait for the reconciler's resolution (0: don't wait)")
     sp.add_argument("--config", required=True)
     _register_audit(sub, add, add_esc)

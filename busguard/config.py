@@ -24,6 +24,7 @@ import msgspec
 
 from busguard.admission.types import AdmissionPolicy
 from busguard.errors import ConfigError, read_toml
+from busguard.protocol.timestamps import parse_timestamp
 
 ENV_PREFIX = "BUSGUARD_"
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -88,6 +89,26 @@ class KeysConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froze
     operators: str | None = None
     guard_key_resolves: bool = True
     watch: bool = True
+    reconciler_key: str | None = None
+    create_reconciler_key: bool = False
+    guard_public_key: str | None = None
+    single_key_audit: bool = False
+    single_key_until: str | None = None
+
+    @property
+    def guard_public_key_bytes(self) -> bytes | None:
+        """`guard_public_key` decoded (validated at load)."""
+        if self.guard_public_key is None:
+            return None
+        from busguard.protocol.identity import multikey_decode
+
+        text = self.guard_public_key
+        return multikey_decode(text.split(":", 1)[1] if text.startswith(("tulpa:", "ink:")) else text)
+
+    @property
+    def single_key_until_ms(self) -> int | None:
+        """`single_key_until` in epoch ms (validated at load)."""
+        return None if self.single_key_until is None else parse_timestamp(self.single_key_until)
 
 
 class BatchConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -270,3 +291,28 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f, "kafka.heartbeat_interval_ms", cfg.kafka.heartbeat_interval_ms, "less than kafka.session_timeout_ms")
     if not cfg.keys.guard_key_resolves and cfg.keys.operators is None:
         raise ConfigError(f, "keys.guard_key_resolves", False, "true unless keys.operators names who else may resolve (nobody could)")
+    _validate_keys(cfg, f)
+
+
+def _validate_keys(cfg: Config, f: str) -> None:
+    k = cfg.keys
+    if k.reconciler_key is not None and cfg.path(k.reconciler_key) == cfg.path(k.guard_key):
+        raise ConfigError(f, "keys.reconciler_key", k.reconciler_key, "a key file other than keys.guard_key (leave it unset for a one-key deployment)")
+    if k.create_reconciler_key and k.reconciler_key is None:
+        raise ConfigError(f, "keys.create_reconciler_key", True, "false unless keys.reconciler_key names the file to create")
+    if k.guard_public_key is not None:
+        from busguard.protocol.signing import is_acceptable_public_key
+
+        try:
+            pk = k.guard_public_key_bytes
+        except ValueError as exc:
+            raise ConfigError(f, "keys.guard_public_key", k.guard_public_key, f"an Ed25519 multikey z6Mk… or tulpa:z6Mk… ({exc})") from None
+        if pk is None or not is_acceptable_public_key(pk):
+            raise ConfigError(f, "keys.guard_public_key", k.guard_public_key, "a canonical Ed25519 public key of large prime order")
+    if k.single_key_until is not None:
+        if not k.single_key_audit:
+            raise ConfigError(f, "keys.single_key_until", k.single_key_until, "only with keys.single_key_audit = true (it limits what that accepts)")
+        try:
+            parse_timestamp(k.single_key_until)
+        except ValueError as exc:
+            raise ConfigError(f, "keys.single_key_until", k.single_key_until, f"an RFC 3339 UTC timestamp such as 2026-12-01T00:00:00Z ({exc})") from None

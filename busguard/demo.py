@@ -66,6 +66,9 @@ DEMO_FILES: Final = (
     "busguard.toml",
     "keys.toml",
     "guard.key",
+    "reconciler.key",
+    "operator.key",
+    "operators.toml",
     "planner.key",
     "executor.key",
     "executor.session.json",
@@ -111,7 +114,7 @@ def _config_text(bootstrap: str) -> str:
         comment="Written by `busguard demo`. ops.port = 0: in-process, readiness is read from the loops directly.",
         kafka={"client_id": "busguard-demo", "create_topics": True, "topic_partitions": 4},
         state={"synchronous": "normal"},
-        keys={"create_guard_key": False},
+        keys={"create_guard_key": False, "create_reconciler_key": False, "operators": "operators.toml"},
         log={"level": "warning"},
         ops={"port": 0},
         reconcile={"group_id": "busguard-demo-reconcile", "state_path": "reconcile.db"},
@@ -374,9 +377,10 @@ class Services:
         self.reconcile_store.close()
 
 
-def _services(cfg: Config, guard_identity: Identity) -> Services:
+def _services(cfg: Config, guard_identity: Identity, reconciler_identity: Identity) -> Services:
     from busguard.protocol.keys import KeyRegistry
     from busguard.runtime.watched import WatchedFile
+    from busguard.reconcile.operators import Operators
     from busguard.reconcile.store import ReconcileStore
     from busguard.reconcile.worker import Reconciler
     from busguard.runtime.guard import Guard
@@ -398,7 +402,8 @@ def _services(cfg: Config, guard_identity: Identity) -> Services:
     rstore = ReconcileStore(cfg.path(cfg.reconcile.state_path), synchronous=cfg.state.synchronous.upper())
     keys = WatchedFile(cfg.path(cfg.keys.registry), KeyRegistry.load, what="key registry", watch=cfg.keys.watch)
     guard = Guard(cfg, keys=keys, identity=guard_identity, store=store)
-    reconciler = Reconciler(cfg, identity=guard_identity, store=rstore)
+    operators = WatchedFile(cfg.path(cfg.keys.operators or ""), Operators.load, what="operators file", watch=cfg.keys.watch)
+    reconciler = Reconciler(cfg, identity=reconciler_identity, guard_public_key=guard_identity.public_key, store=rstore, operators=operators)
     return Services(cfg, guard, reconciler, store, rstore)
 
 
@@ -417,20 +422,21 @@ async def _produce(cfg: Config, steps: list[Step]) -> None:
 
 
 def _operator_resolve(cfg: Config, escalation_id: str) -> tuple[int, str]:
-    """What `busguard escalations resolve ID --as reject --note ...` does, captured."""
+    """What `busguard escalations resolve ID --as reject --note ... --operator demo --key operator.key` does, captured."""
     from busguard.reconcile.operator import resolve
 
     out = io.StringIO()
+    note = "payload differs from the admitted task-1; planner asked to re-issue as a new task"
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        code = resolve(cfg, escalation_id, "reject", "payload differs from the admitted task-1; planner asked to re-issue as a new task", "demo", wait_s=30.0)
+        code = resolve(cfg, escalation_id, "reject", note, "demo", key_file=str(cfg.base_dir / "operator.key"), wait_s=30.0)
     return code, out.getvalue()
 
 
-def _audit(cfg: Config, guard_public_key: bytes) -> AuditReport:
+def _audit(cfg: Config, guard_public_key: bytes, reconciler_public_key: bytes) -> AuditReport:
     """The auditor, imported lazily (it is the heaviest import and optional for the rest)."""
     from busguard.audit.commands import run_audit
 
-    return run_audit(cfg, guard_public_key=guard_public_key, idle_ms=1500)
+    return run_audit(cfg, guard_public_key=guard_public_key, reconciler_public_key=reconciler_public_key, idle_ms=1500)
 
 
 def _render_audit(report: AuditReport) -> str:
@@ -607,7 +613,11 @@ async def _demo(work: Path, owned: bool) -> int:
     from busguard.runtime.broker import EmbeddedBroker, create_topics
 
     guard_id, planner, executor = new_identity(), new_identity(), new_identity()
+    reconciler_id, operator_id = new_identity(), new_identity()  # separate keys for separate roles
     write_key(work / "guard.key", guard_id)
+    write_key(work / "reconciler.key", reconciler_id)
+    write_key(work / "operator.key", operator_id)
+    (work / "operators.toml").write_text(f'[[operator]]\nname = "demo"\npublic_key = "{multikey_encode(operator_id.public_key)}"\n', encoding="utf-8")
     write_key(work / "planner.key", planner)
     write_key(work / "executor.key", executor)
     (work / "keys.toml").write_text(_registry_text(planner, executor), encoding="utf-8")
@@ -622,8 +632,9 @@ async def _demo(work: Path, owned: bool) -> int:
         print(f"  broker     tansu at {broker.bootstrap} (memory storage)")
         print(f"  work dir   {work}" + ("  (removed at exit; keep it with --dir DIR)" if owned else ""))
         print(f"  guard key  {guard_id.agent_id}")
+        print(f"  reconciler {reconciler_id.agent_id}  (its own key: it seals resolutions, never decisions)")
         await create_topics(cfg.kafka.bootstrap_servers, cfg.input_topics + cfg.output_topics, cfg.kafka.topic_partitions)
-        services = _services(cfg, guard_id)
+        services = _services(cfg, guard_id, reconciler_id)
         stopped = False
         try:
             took = await services.start()
@@ -633,7 +644,7 @@ async def _demo(work: Path, owned: bool) -> int:
             stopped = True
             print()
             print("audit: `busguard audit` reads the audit log and the downstream topics and checks every invariant")
-            audit = await asyncio.to_thread(_audit, cfg, guard_id.public_key)
+            audit = await asyncio.to_thread(_audit, cfg, guard_id.public_key, reconciler_id.public_key)
             print(_render_audit(audit))
             print()
             if not owned:

@@ -58,7 +58,8 @@ def embedded_config(
         ],
         "topics": {"reconciliation": topics.reconciliation, "dead_letter": topics.dead_letter, "audit": topics.audit, "replies": topics.replies},
         "state": {"path": "state.db"},
-        "keys": {"registry": "keys.toml", "guard_key": "guard.key"},
+        # separate keys for separate roles: the reconciler seals resolutions with its own
+        "keys": {"registry": "keys.toml", "guard_key": "guard.key", "reconciler_key": "reconciler.key", "create_reconciler_key": True},
     }
     for name, values in sections.items():
         doc[name] = {**doc.get(name, {}), **values}

@@ -55,3 +55,7 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
         raise ConfigError(str(path), "", None, f"the {what} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), "", None, f"not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), "", None, f"UTF-8 text (TOML); byte 0x{exc.object[exc.start]:02x} at offset {exc.start} is not") from None
+    except OSError as exc:
+        raise ConfigError(str(path), "", None, f"a readable file ({type(exc).__name__}: {exc.strerror or exc})") from exc

@@ -32,6 +32,7 @@ from busguard.config import Config, load_config
 from busguard.errors import ConfigError
 from busguard.protocol.identity import multikey_decode, multikey_encode
 from busguard.protocol.keyfile import read_key
+from busguard.reconcile.operators import Operators
 from busguard.reconcile.records import Resolution
 
 CHECKPOINT_FORMAT: Final = "busguard.audit-checkpoint.v1"
@@ -46,6 +47,7 @@ class Checkpoint(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     format: str = CHECKPOINT_FORMAT
     guard_public_key: str  # multikey: the ledger's verdicts were made with this key
     audit_topic: str
+    reconciler_public_key: str | None = None  # multikey: and resolutions' with this one (None: none declared)
     offsets: Offsets
     ledger: Ledger
 
@@ -53,13 +55,22 @@ class Checkpoint(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 # -- in-process API -------------------------------------------------------------
 
 
-def new_ledger(cfg: Config) -> Ledger:
-    return Ledger(nonce_scope=cfg.admission.nonce_scope, routes={t: r.downstream for r in cfg.routes for t in r.inputs})
+def new_ledger(cfg: Config, operators: Operators | None = None) -> Ledger:
+    """`operators`: who may resolve under which name (default: `keys.operators`, if set)."""
+    if operators is None and cfg.keys.operators is not None:
+        operators = Operators.load(cfg.path(cfg.keys.operators))
+    return Ledger(
+        nonce_scope=cfg.admission.nonce_scope,
+        routes={t: r.downstream for r in cfg.routes for t in r.inputs},
+        operators=operators.by_name() if operators is not None else {},
+        single_key_audit=cfg.keys.single_key_audit,
+        single_key_until=cfg.keys.single_key_until_ms,
+    )
 
 
-def load_checkpoint(path: Path, cfg: Config, guard_public_key: bytes) -> Checkpoint | None:
+def load_checkpoint(path: Path, cfg: Config, guard_public_key: bytes, reconciler_public_key: bytes | None = None) -> Checkpoint | None:
     """The saved checkpoint, or None if `path` does not exist. Refuses one
-    made for another audit topic or with another guard key."""
+    made for another audit topic or with another guard or reconciler key."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -75,6 +86,9 @@ def load_checkpoint(path: Path, cfg: Config, guard_public_key: bytes) -> Checkpo
     key = multikey_encode(guard_public_key)
     if cp.guard_public_key != key:
         raise ConfigError(str(path), "guard_public_key", cp.guard_public_key, f"the guard key of this audit ({key}); start a new checkpoint file")
+    rkey = multikey_encode(reconciler_public_key) if reconciler_public_key is not None else None
+    if cp.reconciler_public_key != rkey:
+        raise ConfigError(str(path), "reconciler_public_key", cp.reconciler_public_key, f"the reconciler key of this audit ({rkey}); start a new checkpoint file")
     if cp.audit_topic != cfg.topics.audit:
         raise ConfigError(str(path), "audit_topic", cp.audit_topic, f"the configured audit topic ({cfg.topics.audit}); start a new checkpoint file")
     return cp
@@ -114,27 +128,45 @@ def run_audit(
     cfg: Config,
     *,
     guard_public_key: bytes,
+    reconciler_public_key: bytes | None = None,
+    operators: Operators | None = None,
     idle_ms: int = DEFAULT_IDLE_MS,
     checkpoint: Path | None = None,
     progress: bool = False,
 ) -> AuditReport:
     """Read the audit log (and the downstream topics) to its end and judge it.
 
+    Decisions must be sealed with `guard_public_key`, resolutions with
+    `reconciler_public_key` (None: no reconciler key is declared, so only a
+    one-key deployment's guard-sealed resolutions can pass, under
+    `keys.single_key_audit`); operators' names are checked against
+    `operators` (default: the `keys.operators` file).
+
     With `checkpoint`: resume from the offsets and ledger saved there (if the
     file exists), read only what is new, and save the result back.
     """
-    cp = load_checkpoint(checkpoint, cfg, guard_public_key) if checkpoint is not None else None
-    ledger = cp.ledger if cp is not None else new_ledger(cfg)
-    fresh = new_ledger(cfg)  # the report follows the current config
-    ledger.nonce_scope, ledger.routes = fresh.nonce_scope, fresh.routes
+    cp = load_checkpoint(checkpoint, cfg, guard_public_key, reconciler_public_key) if checkpoint is not None else None
+    fresh = new_ledger(cfg, operators)  # the report follows the current config
+    ledger = cp.ledger if cp is not None else fresh
+    ledger.nonce_scope, ledger.routes, ledger.operators = fresh.nonce_scope, fresh.routes, fresh.operators
+    ledger.single_key_audit, ledger.single_key_until = fresh.single_key_audit, fresh.single_key_until
     bar = progress_bar("audit") if progress else None
     try:
-        offsets = _run(lambda: read_log(cfg, guard_public_key, ledger, cp.offsets if cp is not None else None, idle_ms, bar))
+        offsets = _run(lambda: read_log(cfg, guard_public_key, ledger, cp.offsets if cp is not None else None, idle_ms, bar, reconciler_public_key))
     finally:
         if bar is not None:
             bar.close()
     if checkpoint is not None:
-        save_checkpoint(checkpoint, Checkpoint(guard_public_key=multikey_encode(guard_public_key), audit_topic=cfg.topics.audit, offsets=offsets, ledger=ledger))
+        save_checkpoint(
+            checkpoint,
+            Checkpoint(
+                guard_public_key=multikey_encode(guard_public_key),
+                reconciler_public_key=multikey_encode(reconciler_public_key) if reconciler_public_key is not None else None,
+                audit_topic=cfg.topics.audit,
+                offsets=offsets,
+                ledger=ledger,
+            ),
+        )
     return ledger.report()
 
 
@@ -156,11 +188,13 @@ class ShownResolution(msgspec.Struct, kw_only=True):
     resolution: Resolution
 
 
-def show_escalation(cfg: Config, *, guard_public_key: bytes, escalation_id: str, idle_ms: int = DEFAULT_IDLE_MS, progress: bool = False) -> EscalationFacts | None:
+def show_escalation(
+    cfg: Config, *, guard_public_key: bytes, escalation_id: str, idle_ms: int = DEFAULT_IDLE_MS, progress: bool = False, reconciler_public_key: bytes | None = None
+) -> EscalationFacts | None:
     """The escalation's decision (both receipts) and its resolutions, from the log; None if absent."""
     bar = progress_bar("scan") if progress else None
     try:
-        found = _run(lambda: find_escalation(cfg, guard_public_key, escalation_id, idle_ms, bar))
+        found = _run(lambda: find_escalation(cfg, guard_public_key, escalation_id, idle_ms, bar, reconciler_public_key))
     finally:
         if bar is not None:
             bar.close()
@@ -195,16 +229,35 @@ def show_escalation(cfg: Config, *, guard_public_key: bytes, escalation_id: str,
 # -- CLI glue ------------------------------------------------------------------
 
 
+def _multikey_arg(option: str, multikey: str) -> bytes:
+    body = multikey.split(":", 1)[1] if multikey.startswith(("tulpa:", "ink:")) else multikey
+    try:
+        return multikey_decode(body)
+    except ValueError as exc:
+        raise ConfigError(option, "", multikey, f"an Ed25519 multikey z6Mk… ({exc})") from None
+
+
 def guard_key_for(cfg: Config, multikey: str | None) -> bytes:
-    """`--guard-public-key` (z6Mk… or tulpa:z6Mk…) if given, else the public
-    half of the configured `[keys] guard_key` file."""
+    """`--guard-public-key` (z6Mk… or tulpa:z6Mk…) if given, else `[keys]
+    guard_public_key`, else the public half of the `[keys] guard_key` file."""
     if multikey:
-        body = multikey.split(":", 1)[1] if multikey.startswith(("tulpa:", "ink:")) else multikey
-        try:
-            return multikey_decode(body)
-        except ValueError as exc:
-            raise ConfigError("--guard-public-key", "", multikey, f"an Ed25519 multikey z6Mk… ({exc})") from None
-    return read_key(cfg.path(cfg.keys.guard_key)).public_key
+        return _multikey_arg("--guard-public-key", multikey)
+    declared = cfg.keys.guard_public_key_bytes
+    return declared if declared is not None else read_key(cfg.path(cfg.keys.guard_key)).public_key
+
+
+def reconciler_key_for(cfg: Config, multikey: str | None) -> bytes | None:
+    """`--reconciler-public-key` if given, else the public half of the
+    configured `[keys] reconciler_key` file, else None (one-key deployment)."""
+    if multikey:
+        return _multikey_arg("--reconciler-public-key", multikey)
+    if cfg.keys.reconciler_key is None:
+        return None
+    return read_key(cfg.path(cfg.keys.reconciler_key)).public_key
+
+
+def _operators_arg(path: str | None) -> Operators | None:
+    return Operators.load(Path(path)) if path else None
 
 
 def _idle_ms(text: str) -> int:
@@ -240,6 +293,8 @@ def _report_for(args: argparse.Namespace) -> AuditReport:
     return run_audit(
         cfg,
         guard_public_key=guard_key_for(cfg, args.guard_public_key),
+        reconciler_public_key=reconciler_key_for(cfg, args.reconciler_public_key),
+        operators=_operators_arg(args.operators),
         idle_ms=args.idle_ms,
         checkpoint=Path(args.checkpoint) if args.checkpoint else None,
         progress=_show_progress(args),
@@ -268,7 +323,14 @@ def cmd_escalations_list(args: argparse.Namespace) -> int:
 
 def cmd_escalations_show(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
-    facts = show_escalation(cfg, guard_public_key=guard_key_for(cfg, args.guard_public_key), escalation_id=args.id, idle_ms=args.idle_ms, progress=_show_progress(args))
+    facts = show_escalation(
+        cfg,
+        guard_public_key=guard_key_for(cfg, args.guard_public_key),
+        reconciler_public_key=reconciler_key_for(cfg, args.reconciler_public_key),
+        escalation_id=args.id,
+        idle_ms=args.idle_ms,
+        progress=_show_progress(args),
+    )
     if facts is None:
         print(f"busguard: no decision {args.id} in the audit log {cfg.topics.audit}", file=sys.stderr)
         return 1
@@ -284,8 +346,15 @@ def _examples(text: str) -> str:
 def _common(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--config", required=True, help="TOML config file (its topics, routes and guard key)")
     sp.add_argument("--guard-public-key", metavar="MULTIKEY", help="the guard's public key (z6Mk…), for auditors without the private key file")
+    sp.add_argument(
+        "--reconciler-public-key", metavar="MULTIKEY", help="the reconciler's public key (z6Mk…), which seals resolutions (default: the keys.reconciler_key file's)"
+    )
     sp.add_argument("--idle-ms", type=_idle_ms, default=DEFAULT_IDLE_MS, help=f"the log has ended after this long without a new record (default {DEFAULT_IDLE_MS})")
     sp.add_argument("--progress", action="store_true", help="show progress on stderr even when it is not a terminal")
+
+
+def _operators_option(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--operators", metavar="FILE", help="check operators' names against this operators file (default: keys.operators), e.g. an archived copy")
 
 
 AddFn = Callable[[str, Callable[[argparse.Namespace], int], str, str], argparse.ArgumentParser]
@@ -310,10 +379,11 @@ def add_commands(
         busguard audit --config configs/busguard.toml
         busguard audit --config configs/busguard.toml --json > audit.json     # exit 1 on any violation
         busguard audit --config configs/busguard.toml --checkpoint var/audit.ckpt   # incremental: only new records
-        busguard audit --config configs/busguard.toml --guard-public-key z6Mk...    # without the guard's private key
+        busguard audit --config configs/busguard.toml --guard-public-key z6Mk... --reconciler-public-key z6Mk...   # without the private keys
         """,
     )
     _common(sp)
+    _operators_option(sp)
     sp.add_argument("--json", action="store_true", help="print the report as JSON")
     sp.add_argument("--checkpoint", "--since", dest="checkpoint", metavar="FILE", help="resume from FILE's offsets and state if it exists, then save them there")
 
@@ -333,6 +403,7 @@ def add_commands(
         busguard escalations list --config configs/busguard.toml --json
         """)  # fmt: skip
     _common(p)
+    _operators_option(p)
     p.add_argument("--json", action="store_true", help="print the list as JSON")
     p.add_argument("--checkpoint", "--since", dest="checkpoint", metavar="FILE", help="as for `busguard audit`")
 

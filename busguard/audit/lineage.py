@@ -29,7 +29,9 @@ Violation codes (stable; the invariant of the audit issue each one breaks):
 | `forwarded_wrong_topic` | 3 | a forwarded record is on another route's downstream topic |
 | `forwarded_mismatch` | 3 | a downstream attestation is bound to another record than the audit log's |
 | `nonce_reused` | 4 | one (scope, nonce) has two `forward` decisions |
-| `forged_record` | 5 | an audit record's seal does not verify: excluded from the lineage |
+| `forged_record` | 5 | an audit record's seal does not verify (a decision with the guard key, a resolution with the reconciler's or the guard's): excluded from the lineage |
+| `guard_sealed_resolution` | 5 | a resolution is sealed with the guard key, not the reconciler's, outside what `keys.single_key_audit` / `single_key_until` accept |
+| `unproven_operator` | 5 | a resolution's `by: operator:<name>` is not backed by a command signed with the key the operators file lists for `<name>` (or the signed command says something else) |
 | `unreadable_record` | 5 | a sealed audit record is not a decision or resolution: excluded |
 | `conflicting_reemission` | 3P | two different audit records with one decision (or resolution) id |
 """
@@ -43,7 +45,8 @@ from typing import Final, Literal, TypeVar
 import msgspec
 
 from busguard.admission.types import Coordinates, Decision
-from busguard.reconcile.records import Resolution, Stage, resolution_id
+from busguard.protocol.identity import multikey_decode
+from busguard.reconcile.records import ResolveCommand, Resolution, SignedCommand, Stage, command_seal_ok, resolution_id
 
 LEDGER_VERSION: Final = 1
 
@@ -62,11 +65,15 @@ INVARIANTS: Final[dict[str, int]] = {
     "forwarded_mismatch": 3,
     "nonce_reused": 4,
     "forged_record": 5,
+    "guard_sealed_resolution": 5,
+    "unproven_operator": 5,
     "unreadable_record": 5,
     "conflicting_reemission": 0,
 }
 
 EscalationState = Literal["pending", "held", "resolved"]
+#: Whose key verified an audit record's seal (busguard.audit.reader).
+Sealer = Literal["guard", "reconciler"]
 
 
 def sha256_hex(data: bytes) -> str:
@@ -92,6 +99,7 @@ class DecisionFact(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     supersedes: str | None = None
     prior_decision_id: str | None = None
     prior_receipt_id: str | None = None
+    decided_at: int | None = None
 
 
 class ResolutionFact(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
@@ -106,6 +114,9 @@ class ResolutionFact(msgspec.Struct, frozen=True, kw_only=True, array_like=True)
     receipt_id: str | None = None
     supersedes: str | None = None
     prior_decision_id: str | None = None
+    note: str = ""
+    sealed_by: Sealer = "reconciler"
+    command: SignedCommand | None = None
 
 
 class BadRecord(msgspec.Struct, kw_only=True, array_like=True):
@@ -129,12 +140,19 @@ class Ledger(msgspec.Struct, kw_only=True):
 
     `routes` maps each input topic to its downstream topic (for the
     wrong-topic check; empty disables it). `nonce_scope` is the guard's
-    `[admission] nonce_scope`.
+    `[admission] nonce_scope`. `operators` maps operator names to their
+    multikeys (the operators file), to prove `by: operator:<name>`.
+    `single_key_audit` / `single_key_until` (epoch ms) are the `[keys]`
+    settings of a one-key deployment, or of one that moved to separate keys
+    at `single_key_until`. These five follow the current config on every run.
     """
 
     v: int = LEDGER_VERSION
     nonce_scope: Literal["global", "principal"] = "global"
     routes: dict[str, str] = msgspec.field(default_factory=dict)
+    operators: dict[str, str] = msgspec.field(default_factory=dict)
+    single_key_audit: bool = False
+    single_key_until: int | None = None
     decisions: dict[str, DecisionFact] = msgspec.field(default_factory=dict)
     decision_variants: dict[str, list[str]] = msgspec.field(default_factory=dict)
     resolutions: dict[str, ResolutionFact] = msgspec.field(default_factory=dict)
@@ -144,10 +162,13 @@ class Ledger(msgspec.Struct, kw_only=True):
 
     # -- feeding ------------------------------------------------------------
 
-    def add_decision(self, raw_value: bytes, decision: Decision, verified: bool, why: str = "") -> None:
+    def add_decision(self, raw_value: bytes, decision: Decision, verified: bool, why: str = "", sealed_by: Sealer = "guard") -> None:
         """One audit record holding a guard decision; `verified` = its seal
-        verified and is bound to these bytes (`verify_decision_record`)."""
+        verified (with `sealed_by`'s key) and is bound to these bytes
+        (`verify_decision_record`). Only the guard decides."""
         sha = sha256_hex(raw_value)
+        if verified and sealed_by != "guard":
+            verified, why = False, f"a decision sealed with the {sealed_by}'s key; only the guard key seals decisions"
         if not verified:
             self._bad(sha, False, decision.decision_id, why or "the seal does not verify with the guard key")
             return
@@ -166,14 +187,17 @@ class Ledger(msgspec.Struct, kw_only=True):
             supersedes=decision.supersedes,
             prior_decision_id=prior.decision_id if prior is not None else None,
             prior_receipt_id=prior.receipt_id if prior is not None else None,
+            decided_at=decision.decided_at,
         )
         _keep(self.decisions, self.decision_variants, decision.decision_id, sha, fact)
 
-    def add_resolution(self, raw_value: bytes, resolution: Resolution, verified: bool, why: str = "") -> None:
-        """One audit record holding a reconciliation `Resolution`."""
+    def add_resolution(self, raw_value: bytes, resolution: Resolution, verified: bool, why: str = "", sealed_by: Sealer = "reconciler") -> None:
+        """One audit record holding a reconciliation `Resolution`, sealed
+        (when `verified`) with `sealed_by`'s key: whether the guard's may
+        seal it is judged in `report()`, which knows its escalation."""
         sha = sha256_hex(raw_value)
         if not verified:
-            self._bad(sha, False, resolution.resolution_id, why or "the seal does not verify with the guard key")
+            self._bad(sha, False, resolution.resolution_id, why or "the seal does not verify with the reconciler's key")
             return
         r = resolution
         fact = ResolutionFact(
@@ -188,6 +212,9 @@ class Ledger(msgspec.Struct, kw_only=True):
             receipt_id=r.receipt_id,
             supersedes=r.supersedes,
             prior_decision_id=r.prior_decision_id,
+            note=r.note,
+            sealed_by=sealed_by,
+            command=r.command,
         )
         _keep(self.resolutions, self.resolution_variants, r.resolution_id, sha, fact)
 
@@ -258,6 +285,7 @@ class Summary(msgspec.Struct, kw_only=True):
     escalations: int  # decisions with outcome `escalate`
     pending: int  # escalations without a final resolution
     violations: int
+    single_key: int = 0  # resolutions accepted only under keys.single_key_audit (guard-sealed, or the operator's name unproven)
 
 
 class EscalationStatus(msgspec.Struct, kw_only=True):
@@ -322,6 +350,44 @@ class AuditReport(msgspec.Struct, kw_only=True):
     violations: list[Violation]
 
 
+_OPERATOR: Final = "operator:"
+
+
+def _operator_problem(r: ResolutionFact, operators: dict[str, str]) -> str | None:
+    """Why `r.by` is not proven by the signed command it carries, or None."""
+    c = r.command
+    if r.by == "policy":
+        return None if c is None else "a policy resolution carries an operator's command"
+    if not r.by.startswith(_OPERATOR):
+        return f"{r.by!r} is neither 'policy' nor 'operator:<name>'"
+    name = r.by[len(_OPERATOR) :]
+    if c is None:
+        return "it carries no signed command, so the name is not proven"
+    if c.signer is None:
+        return "its command was signed with the guard key, which proves no operator's name"
+    listed = operators.get(name)
+    if listed is None:
+        return f"{name!r} is not in the operators file"
+    if c.signer != listed:
+        return f"its command was signed with {c.signer}, not {listed}, the key the operators file lists for {name!r}"
+    try:
+        key = multikey_decode(c.signer)
+    except ValueError as exc:
+        return f"its command's signer is not a multikey ({exc})"
+    if not command_seal_ok(c.body, c.seal, key):
+        return f"its command's seal does not verify with {name!r}'s key"
+    try:
+        cmd = msgspec.json.decode(c.body, type=ResolveCommand)
+    except msgspec.MsgspecError as exc:
+        return f"its signed command is not a resolve command ({exc})"
+    signed = {"escalation_id": cmd.escalation_id, "resolved_as": cmd.resolve_as, "operator": cmd.operator, "note": cmd.note}
+    recorded = {"escalation_id": r.escalation_id, "resolved_as": r.resolved_as, "operator": name, "note": r.note}
+    wrong = [k for k in signed if signed[k] != recorded[k]]
+    if wrong:
+        return f"the command {name!r} signed differs in {', '.join(wrong)}"
+    return None
+
+
 def _distinct(facts: dict[str, _F], variants: dict[str, list[str]]) -> int:
     """Distinct records behind `facts`: one per id, more for conflicting ids."""
     return len(facts) + sum(len(v) - 1 for v in variants.values())
@@ -337,6 +403,7 @@ class _Judge:
     def __init__(self, ledger: Ledger) -> None:
         self.led = ledger
         self.violations: list[Violation] = []
+        self.single_key = 0
 
     def flag(self, code: str, detail: str, *, task: tuple[str | None, str | None] = (None, None), decision_id: str | None = None) -> None:
         self.violations.append(Violation(invariant=code, detail=detail, kind=task[0], task_id=task[1], decision_id=decision_id))
@@ -366,6 +433,7 @@ class _Judge:
             escalations=sum(1 for f in decisions if f.outcome == "escalate"),
             pending=len(pending),
             violations=len(self.violations),
+            single_key=self.single_key,
         )
         return AuditReport(ok=not self.violations, summary=summary, tasks=tasks, pending=pending, violations=self.violations)
 
@@ -424,6 +492,7 @@ class _Judge:
                 what = "is not in the audit log" if esc is None else f"is a {esc.outcome} decision, not an escalation"
                 self.flag("unknown_escalation", f"resolution {r.resolution_id} settles {r.escalation_id}, which {what}", task=task, decision_id=r.escalation_id)
                 continue
+            self._authority(r, esc)
             expected = {"kind": esc.kind, "task_id": esc.task_id, "receipt_id": esc.receipt_id, "supersedes": esc.supersedes, "prior_decision_id": esc.prior_decision_id}
             wrong = [name for name, want in expected.items() if getattr(r, name) is not None and getattr(r, name) != want]
             if wrong:
@@ -441,6 +510,30 @@ class _Judge:
             else:
                 self.flag("conflicting_reemission", f"{r.stage} resolution {rid} appears with {len(shas)} different contents", task=(r.kind, r.task_id), decision_id=r.escalation_id)
         return finals, helds
+
+    def _authority(self, r: ResolutionFact, esc: DecisionFact) -> None:
+        """Separate keys for separate roles: the reconciler's key seals the
+        resolution, and an operator's name is proven by that operator's own
+        signature. A one-key deployment's records pass only when the config
+        says so (`keys.single_key_audit`), and after a move to separate keys
+        only for escalations decided before `keys.single_key_until`."""
+        led = self.led
+        legacy = led.single_key_audit and (led.single_key_until is None or (esc.decided_at is not None and esc.decided_at < led.single_key_until))
+        task = (esc.kind, esc.task_id)
+        excused = False
+        if r.sealed_by == "guard":
+            if legacy:
+                excused = True
+            else:
+                why = "keys.single_key_audit is off" if not led.single_key_audit else "its escalation was decided at or after keys.single_key_until"
+                self.flag("guard_sealed_resolution", f"resolution {r.resolution_id} is sealed with the guard key, not the reconciler's ({why})", task=task, decision_id=r.escalation_id)
+        problem = _operator_problem(r, led.operators)
+        if problem is not None:
+            if legacy:
+                excused = True
+            else:
+                self.flag("unproven_operator", f"resolution {r.resolution_id} says by {r.by}, but {problem}", task=task, decision_id=r.escalation_id)
+        self.single_key += excused
 
     @staticmethod
     def _status(f: DecisionFact, finals: dict[str, list[ResolutionFact]], helds: dict[str, list[ResolutionFact]]) -> EscalationStatus:

@@ -25,7 +25,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from busguard.admission.types import Decision
-from busguard.audit.lineage import Ledger
+from busguard.audit.lineage import Ledger, Sealer
 from busguard.config import Config
 from busguard.protocol.attestation import (
     HEADER_ATTESTATION,
@@ -79,7 +79,8 @@ class CheckedAudit(NamedTuple):
     record: AuditRecord | None  # None: not a decision or resolution
     verified: bool
     why: str
-    seal: bytes | None = None  # seal_digest() of a verified record, for known_seals
+    seal: bytes | None = None  # seal_digest() of a record verified with the guard key, for known_seals
+    sealed_by: Sealer = "guard"  # whose key verified it (meaningful when verified)
 
 
 class CheckedForward(NamedTuple):
@@ -101,17 +102,26 @@ def seal_digest(headers: Sequence[tuple[str, bytes]]) -> bytes | None:
     return hashlib.sha256(len(atts[0]).to_bytes(4, "big") + atts[0] + seals[0]).digest()
 
 
-def check_audit_record(value: bytes | None, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes) -> CheckedAudit:
-    """Verify one audit record's seal and decode it."""
+def check_audit_record(
+    value: bytes | None, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes, reconciler_public_key: bytes | None = None
+) -> CheckedAudit:
+    """Verify one audit record's seal (with the guard's key, else the
+    reconciler's) and decode it; the Ledger judges whose key may seal what."""
     if value is None:
         return CheckedAudit(None, None, False, "the record has no value")
     why = ""
+    sealed_by: Sealer = "guard"
     try:
         att = verify_decision_record(value, headers, guard_public_key)
         verified = True
     except AttestationError as exc:
         att, verified, why = None, False, str(exc)
-    digest = seal_digest(headers) if verified else None
+        if reconciler_public_key is not None and reconciler_public_key != guard_public_key:
+            try:
+                att, verified, why, sealed_by = verify_decision_record(value, headers, reconciler_public_key), True, "", "reconciler"
+            except AttestationError:
+                why = f"{why} (nor with the reconciler's)"
+    digest = seal_digest(headers) if verified and sealed_by == "guard" else None
     try:
         record: AuditRecord | None = audit_decoder.decode(value)
     except msgspec.MsgspecError as exc:
@@ -120,7 +130,7 @@ def check_audit_record(value: bytes | None, headers: Sequence[tuple[str, bytes]]
         own = record.decision_id if isinstance(record, Decision) else record.resolution_id
         if att.decision_id != own:
             verified, why = False, f"the attestation names {att.decision_id}, the record is {own}"
-    return CheckedAudit(value, record, verified, why, digest)
+    return CheckedAudit(value, record, verified, why, digest, sealed_by)
 
 
 def _admitted_with_known_seal(value: bytes, headers: Sequence[tuple[str, bytes]]) -> Attestation:
@@ -155,9 +165,9 @@ def apply_audit(ledger: Ledger, checked: CheckedAudit) -> None:
     if rec is None:
         ledger.add_unreadable(checked.value, checked.verified, checked.why)
     elif isinstance(rec, Resolution):
-        ledger.add_resolution(checked.value or b"", rec, checked.verified, checked.why)
+        ledger.add_resolution(checked.value or b"", rec, checked.verified, checked.why, checked.sealed_by)
     else:
-        ledger.add_decision(checked.value or b"", rec, checked.verified, checked.why)
+        ledger.add_decision(checked.value or b"", rec, checked.verified, checked.why, checked.sealed_by)
 
 
 class SealCache:
@@ -284,6 +294,7 @@ async def read_log(
     offsets: Offsets | None,
     idle_ms: int,
     progress: Progress | None,
+    reconciler_public_key: bytes | None = None,
 ) -> Offsets:
     """Feed the audit topic and every route's downstream topic into `ledger`,
     from `offsets` (None: from the beginning) to the end of the log. Returns
@@ -303,7 +314,7 @@ async def read_log(
 
     async def handle(raws: list[RawRecord]) -> None:
         # audit records first, so their verified seals spare the downstream copies a second verify
-        for checked in await in_threads(lambda r: check_audit_record(r.value, r.headers, guard_public_key), [r for r in raws if r.topic == audit]):
+        for checked in await in_threads(lambda r: check_audit_record(r.value, r.headers, guard_public_key, reconciler_public_key), [r for r in raws if r.topic == audit]):
             if checked.seal is not None:
                 seals.add(checked.seal)
             apply_audit(ledger, checked)
@@ -323,7 +334,9 @@ class EscalationRecords(NamedTuple):
     resolutions: list[tuple[Resolution, bool]]
 
 
-async def find_escalation(cfg: Config, guard_public_key: bytes, escalation_id: str, idle_ms: int, progress: Progress | None = None) -> EscalationRecords:
+async def find_escalation(
+    cfg: Config, guard_public_key: bytes, escalation_id: str, idle_ms: int, progress: Progress | None = None, reconciler_public_key: bytes | None = None
+) -> EscalationRecords:
     """Scan the whole audit topic for one escalation's decision and resolutions
     (the Ledger keeps no receipts, so `escalations show` reads them here)."""
     found = EscalationRecords([], [])
@@ -340,7 +353,9 @@ async def find_escalation(cfg: Config, guard_public_key: bytes, escalation_id: s
             mine = rec.decision_id == escalation_id if isinstance(rec, Decision) else rec.escalation_id == escalation_id
             if not mine:
                 continue
-            verified = check_audit_record(r.value, r.headers, guard_public_key).verified
+            checked = check_audit_record(r.value, r.headers, guard_public_key, reconciler_public_key)
+            # whose key may seal what, as the Ledger judges it (the single-key cut-off aside)
+            verified = checked.verified and (checked.sealed_by == "guard" if isinstance(rec, Decision) else checked.sealed_by == "reconciler" or cfg.keys.single_key_audit)
             if (r.value, verified) in seen:
                 continue
             seen.add((r.value, verified))

@@ -1,13 +1,14 @@
 """`busguard escalations resolve`: an operator's decision, delivered like any other input.
 
-The command is sealed with the deployment's key, or with an operator's own
-key listed in `keys.operators` (then the name it carries must be the one
-listed for that key), and produced to the
+The command is sealed with an operator's own key listed in `keys.operators`
+(then the name it carries must be the one listed for that key), or with
+the guard key (accepted unless `keys.guard_key_resolves = false`, but it
+proves no name: the auditor flags it), and produced to the
 reconciliation topic under the escalation's own key, so it lands in the
 same partition, after the escalation, and the reconciler applies it exactly
 once with the same crash-safe protocol. The operator's tool never writes
-to the audit log itself: the reconciler does, so automatic and manual
-resolutions are audited the same way.
+to the audit log itself: the reconciler does, copying the signed command
+into the resolution, so the auditor can check the operator's signature.
 """
 
 from __future__ import annotations
@@ -105,6 +106,11 @@ def resolve(
         finally:
             await producer.stop()
         print(f"resolve command for {escalation_id} sent ({resolve_as}, by operator:{operator})")
+        if key_file is None:
+            print(
+                "note: signed with the guard key, which proves no operator's name: `busguard audit` will report it as unproven_operator; resolve with --key",
+                file=sys.stderr,
+            )
         if wait_s <= 0:
             return 0
         final = await _wait_for_resolution(cfg, escalation_id, time.monotonic() + wait_s)

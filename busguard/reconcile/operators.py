@@ -20,7 +20,7 @@ from pathlib import Path
 import msgspec
 
 from busguard.errors import ConfigError, read_toml
-from busguard.protocol.identity import multikey_decode
+from busguard.protocol.identity import multikey_decode, multikey_encode
 from busguard.protocol.signing import is_acceptable_public_key
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
@@ -46,6 +46,10 @@ class Operators:
 
     def __len__(self) -> int:
         return len(self._by_key)
+
+    def by_name(self) -> dict[str, str]:
+        """name -> multikey: what the auditor checks `by: operator:<name>` against."""
+        return {name: multikey_encode(pk) for pk, name in self._by_key.items()}
 
     @classmethod
     def none(cls) -> Operators:

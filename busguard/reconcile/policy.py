@@ -21,7 +21,7 @@ from __future__ import annotations
 import msgspec
 
 from busguard.admission.types import Coordinates, Decision
-from busguard.reconcile.records import Reply, ResolveCommand, Resolution, resolution_id
+from busguard.reconcile.records import Reply, ResolveCommand, Resolution, SignedCommand, resolution_id
 
 
 class EscalationState(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,7 +76,9 @@ def on_escalation(decision: Decision, known: EscalationState | None, source: Coo
     return [held], EscalationState(escalation=decision, held=held)
 
 
-def on_command(command: ResolveCommand, known: EscalationState | None, source: Coordinates, now_ms: int) -> Verdict:
+def on_command(command: ResolveCommand, known: EscalationState | None, source: Coordinates, now_ms: int, signed: SignedCommand | None = None) -> Verdict:
+    """`signed`: the command as read (its bytes and seal), kept in the
+    resolution so the auditor can check the operator's name itself."""
     if known is None:
         return [Rejected("unknown_escalation", f"no escalation {command.escalation_id!r} has reached this reconciler")], None
     if known.final is not None:
@@ -96,6 +98,7 @@ def on_command(command: ResolveCommand, known: EscalationState | None, source: C
         prior_decision_id=d.prior.decision_id if d.prior is not None else None,
         source=source,
         resolved_at=now_ms,
+        command=signed,
     )
     items: list[Item] = [final]
     if command.resolve_as == "retransmission" and d.prior is not None:

@@ -2,8 +2,13 @@
 
 Audit topic values are a tagged union on `"type"`: a guard `Decision`
 (`"decision"`) or a `Resolution` (`"resolution"`). Both are sealed the same
-way (busguard.protocol.attestation), with the resolution's attestation
-naming the escalation it settles as `decision_id`'s sibling fields below.
+way (busguard.protocol.attestation), decisions with the guard's key and
+resolutions with the reconciler's own (`keys.reconciler_key`), so the
+auditor can tell who wrote which. A resolution made by an operator carries
+the operator's signed command, byte for byte, so the auditor can check
+from the log and the operators file that the named operator's key signed
+exactly that command: the reconciler's key cannot put words in an
+operator's mouth.
 
 Escalations are resolved at most once. A resolution id is a pure function of
 the escalation id and the resolution's stage (`held` or `final`), so a worker
@@ -20,6 +25,8 @@ from typing import Final, Literal
 import msgspec
 
 from busguard.admission.types import Coordinates, Decision, TaskEntry
+from busguard.protocol.envelope import b64url_decode_strict
+from busguard.protocol.signing import verify_signature
 
 RESOLUTION_ID_CONTEXT: Final = b"busguard/resolution/v1\x00"
 COMMAND_CONTEXT: Final = b"busguard/command/v1\x00"
@@ -36,9 +43,31 @@ def resolution_id(escalation_id: str, stage: Stage) -> str:
     return hashlib.sha256(RESOLUTION_ID_CONTEXT + f"{escalation_id}\x00{stage}".encode()).hexdigest()[:32]
 
 
+class SignedCommand(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """An operator's resolve command exactly as the reconciler read it:
+    `body` is the record value (standard base64 in JSON), `seal` the
+    `busguard-seal` header's text, `signer` the `busguard-signer` header's
+    multikey (None: the command was signed with the guard key, which proves
+    no operator's name)."""
+
+    body: bytes
+    seal: str
+    signer: str | None = None
+
+
+def command_seal_ok(body: bytes, seal: str | bytes, public_key: bytes) -> bool:
+    """Whether `seal` is `public_key`'s signature over a resolve command's bytes."""
+    try:
+        signature = b64url_decode_strict(seal, 64)
+    except ValueError:
+        return False
+    return verify_signature(public_key, COMMAND_CONTEXT + body, signature)
+
+
 class Resolution(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="type", tag="resolution"):
     """How an escalation was settled (stage `final`), or that it is held for
-    an operator (stage `held`). `by` is `policy` or `operator:<name>`."""
+    an operator (stage `held`). `by` is `policy` or `operator:<name>`; an
+    operator's final resolution carries the signed `command` it applied."""
 
     resolution_id: str
     escalation_id: str
@@ -53,6 +82,7 @@ class Resolution(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, 
     prior_decision_id: str | None = None
     source: Coordinates
     resolved_at: int
+    command: SignedCommand | None = None
 
 
 AuditRecord = Decision | Resolution

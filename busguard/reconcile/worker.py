@@ -4,8 +4,10 @@ A stage of the shared crash-safe loop (runtime/loop.py), consuming the
 reconciliation topic. Inputs are the guard's sealed escalation records and
 operators' sealed resolve commands; anything else, or anything whose seal
 does not verify, is dead-lettered with a reason. Outputs (resolutions on the
-audit topic, replies to senders) are sealed with the deployment's key, like
-the guard's. Several workers may share the load in one consumer group:
+audit topic, replies to senders) are sealed with the reconciler's own key
+(`keys.reconciler_key`), not the guard's, so the auditor can hold each role
+to its own key; an operator's resolution carries the operator's signed
+command. Several workers may share the load in one consumer group:
 escalations and commands for one task share a key, hence a partition.
 """
 
@@ -32,13 +34,12 @@ from busguard.protocol.attestation import (
     seal,
     verify_decision_record,
 )
-from busguard.protocol.envelope import b64url_decode_strict
 from busguard.protocol.identity import multikey_decode
 from busguard.protocol.keyfile import Identity
-from busguard.protocol.signing import Signer, verify_signature
+from busguard.protocol.signing import Signer
 from busguard.reconcile.policy import EscalationState, Item, Rejected, on_command, on_escalation
 from busguard.reconcile.operators import Operators
-from busguard.reconcile.records import COMMAND_CONTEXT, HEADER_COMMAND, HEADER_SIGNER, Reply, ResolveCommand, Resolution
+from busguard.reconcile.records import HEADER_COMMAND, HEADER_SIGNER, Reply, ResolveCommand, Resolution, SignedCommand, command_seal_ok
 from busguard.reconcile.store import Processed, ReconcileStore, States
 from busguard.runtime.faults import Faults
 from busguard.runtime.loop import BatchLoop
@@ -55,6 +56,7 @@ _json = msgspec.json.Encoder()
 class _Parsed(msgspec.Struct, frozen=True):
     escalation: Decision | None = None
     command: ResolveCommand | None = None
+    signed: SignedCommand | None = None  # the command's exact bytes and seal, for the audit log
     problem: Rejected | None = None
 
     @property
@@ -99,11 +101,7 @@ def parse(
             return _Parsed(problem=signer)
         key, operator = signer
         seals = [v for k, v in headers if k == HEADER_SEAL]
-        try:
-            ok = len(seals) == 1 and verify_signature(key, COMMAND_CONTEXT + value, b64url_decode_strict(seals[0], 64))
-        except ValueError:
-            ok = False
-        if not ok:
+        if not (len(seals) == 1 and command_seal_ok(value, seals[0], key)):
             whose = "the deployment's key" if operator is None else f"operator {operator!r}'s key"
             return _Parsed(problem=Rejected("bad_seal", f"resolve command is not sealed with {whose}"))
         try:
@@ -112,7 +110,9 @@ def parse(
             return _Parsed(problem=Rejected("wrong_type", f"resolve command: {exc}"))
         if operator is not None and command.operator != operator:
             return _Parsed(problem=Rejected("bad_seal", f"signed with operator {operator!r}'s key but names operator {command.operator!r}"))
-        return _Parsed(command=command)
+        named = [v for k, v in headers if k == HEADER_SIGNER]
+        signed = SignedCommand(body=value, seal=seals[0].decode("ascii"), signer=named[0].decode("ascii") if named else None)
+        return _Parsed(command=command, signed=signed)
     try:
         verify_decision_record(value, headers, guard_public_key)
     except AttestationError as exc:
@@ -137,15 +137,26 @@ class Reconciler:
         cfg: Config,
         *,
         identity: Identity,
+        guard_public_key: bytes,
         store: ReconcileStore,
         operators: WatchedFile[Operators] | None = None,
         metrics: Metrics | None = None,
         clock_ms: Callable[[], int] | None = None,
         faults: Faults | None = None,
     ) -> None:
+        """`identity` seals what the reconciler writes; `guard_public_key`
+        verifies the escalations it reads (and commands signed with the guard
+        key). They are one key only in a one-key deployment (no
+        `keys.reconciler_key`), which is logged as a warning."""
         self.cfg = cfg
         self.identity = identity
+        self.guard_public_key = guard_public_key
         self.signer = Signer(identity.seed)
+        if identity.public_key == guard_public_key:
+            log.warning(
+                "the reconciler seals with the guard key (one-key deployment); give it its own key (keys.reconciler_key) so the auditor can tell the roles apart",
+                reconciler=identity.agent_id,
+            )
         self.store = store
         self.metrics = metrics or Metrics(role="reconcile")
         self.operators = operators
@@ -175,7 +186,7 @@ class Reconciler:
     async def process(self, records: Sequence[Any]) -> list[Output]:
         operators = self.operators.current() if self.operators is not None else Operators.none()
         resolves = self.cfg.keys.guard_key_resolves
-        parsed = [parse(r.value, list(r.headers), self.identity.public_key, operators, resolves) for r in records]
+        parsed = [parse(r.value, list(r.headers), self.guard_public_key, operators, resolves) for r in records]
         now = self.clock_ms()
         sources = [(r.topic, r.partition, r.offset) for r in records]
         ids = {p.escalation_id for p in parsed if p.escalation_id is not None}
@@ -206,7 +217,7 @@ class Reconciler:
         if p.escalation is not None:
             return on_escalation(p.escalation, states.get(p.escalation.decision_id), source, now, auto)
         assert p.command is not None
-        return on_command(p.command, states.get(p.command.escalation_id), source, now)
+        return on_command(p.command, states.get(p.command.escalation_id), source, now, p.signed)
 
     def _outputs(self, items: list[Item], record: Any, p: _Parsed) -> list[Output]:
         out: list[Output] = []

@@ -61,10 +61,15 @@ class Setup:
     group: str
     guard_key: Path
     state_path: Path
+    reconciler_key: Path
 
     @property
     def guard(self) -> Identity:
         return read_key(self.guard_key)
+
+    @property
+    def reconciler(self) -> Identity:
+        return read_key(self.reconciler_key)
 
     @property
     def outputs(self) -> list[str]:
@@ -86,6 +91,8 @@ async def make_setup(
     await create_topics(bootstrap, t.all(), partitions=partitions)
     guard_key = tmp / "guard.key"
     write_key(guard_key, identity(f"guard-{tag}"))
+    reconciler_key = tmp / "reconciler.key"
+    write_key(reconciler_key, identity(f"reconciler-{tag}"))
     registry = "\n".join(f'[[agent]]\nid = "{identity(a).agent_id}"\n' for a in agents)
     (tmp / "keys.toml").write_text(registry)
     operator_list = "".join(f'[[operator]]\nname = "{name}"\npublic_key = "{multikey_encode(op.public_key)}"\n' for name, op in operators)
@@ -100,7 +107,12 @@ async def make_setup(
             topics=t,
             comment="Written by tests/integration/guardkit.py.",
             state={"path": str(state), "synchronous": "normal", "expire_interval_s": 5},
-            keys={"guard_key": str(guard_key), **({"operators": "operators.toml"} if operators else {})},
+            keys={
+                "guard_key": str(guard_key),
+                "reconciler_key": str(reconciler_key),
+                "create_reconciler_key": False,
+                **({"operators": "operators.toml"} if operators else {}),
+            },
             batch={"max_records": max_records, "max_payload_bytes": max_payload_bytes, "linger_ms": 20},
             log={"format": "json", "level": "info"},
             ops={"port": 0},
@@ -126,6 +138,7 @@ async def make_setup(
         group=f"guard-{tag}",
         guard_key=guard_key,
         state_path=state,
+        reconciler_key=reconciler_key,
     )
 
 

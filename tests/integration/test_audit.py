@@ -71,7 +71,7 @@ def _cfg(s: Setup) -> Config:
 
 async def _audit(s: Setup, **kw: object) -> tuple[AuditReport, float]:
     started = time.perf_counter()
-    report = await asyncio.to_thread(run_audit, _cfg(s), guard_public_key=s.guard.public_key, **kw)  # type: ignore[arg-type]
+    report = await asyncio.to_thread(run_audit, _cfg(s), guard_public_key=s.guard.public_key, reconciler_public_key=s.reconciler.public_key, **kw)  # type: ignore[arg-type]
     return report, time.perf_counter() - started
 
 
@@ -176,7 +176,7 @@ async def test_forgeries_are_caught_incrementally_and_by_the_cli(broker: Embedde
     await produce(s.bootstrap, s.downstream_handoffs, [(b"{}", [("busguard-decision-id", b"f" * 32)])], key=b"x")
 
     # the resumed pass reads only the two new records ...
-    cp = load_checkpoint(ckpt, _cfg(s), s.guard.public_key)
+    cp = load_checkpoint(ckpt, _cfg(s), s.guard.public_key, s.reconciler.public_key)
     assert cp is not None
     seen: list[int] = []
     await read_log(_cfg(s), s.guard.public_key, cp.ledger, cp.offsets, 800, seen.append)
@@ -190,7 +190,7 @@ async def test_forgeries_are_caught_incrementally_and_by_the_cli(broker: Embedde
     assert next(t for t in second.tasks if (t.kind, t.task_id) == ("handoff", "task-0")).forwards == 1
     # a from-scratch audit agrees with the incremental one (called straight
     # from this running event loop: run_audit then runs its own loop in a thread)
-    scratch = run_audit(_cfg(s), guard_public_key=s.guard.public_key, idle_ms=800)
+    scratch = run_audit(_cfg(s), guard_public_key=s.guard.public_key, reconciler_public_key=s.reconciler.public_key, idle_ms=800)
     assert msgspec.json.encode(scratch) == msgspec.json.encode(second)
 
     # 4. and the CLI exits 1, in JSON and as a table

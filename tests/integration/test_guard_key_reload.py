@@ -81,3 +81,41 @@ async def test_registry_changes_apply_to_the_next_batch_without_a_restart(broker
         assert guard.proc.pid == pid and guard.proc.poll() is None  # the same process throughout
     finally:
         assert guard.terminate() == 0, guard.tail()
+
+
+async def test_a_non_utf8_or_unreadable_registry_keeps_the_old_one_and_the_guard_running(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    s = await make_setup(tmp_path, broker.bootstrap, agents=("planner", "executor"))
+    guard = GuardProcess(s)
+    guard.wait_ready()
+    planner, outsider = sender("planner"), sender("outsider")
+    pid = guard.proc.pid
+    registry = s.dir / "keys.toml"
+    try:
+        # Not UTF-8: an editor saved it in Latin-1, enrolling the outsider. Nothing changes.
+        tmp = s.dir / "keys.toml.new"
+        tmp.write_bytes((_agents("planner", "executor", "outsider") + '# edited by J\xfcrgen\n').encode("latin-1"))
+        os.replace(tmp, registry)
+        first = await _decide(
+            s,
+            [planner.sign(kind="handoff", task_id="t-1", receiver="x", payload=WORK), outsider.sign(kind="handoff", task_id="t-2", receiver="x", payload=WORK)],
+            0,
+        )
+        assert [d.reason for d in first] == ["admitted", "unknown_sender"]
+        assert "key registry not reloaded" in guard.tail(200) and "0xfc" in guard.tail(200)
+
+        # Unreadable: the path is a directory for a while. Still the old registry, still running.
+        registry.unlink()
+        registry.mkdir()
+        second = await _decide(s, [planner.sign(kind="handoff", task_id="t-3", receiver="x", payload=WORK)], 2)
+        assert [d.reason for d in second] == ["admitted"]
+        registry.rmdir()
+
+        # A valid edit is picked up.
+        _registry(s, _agents("planner", "executor", "outsider"))
+        third = await _decide(s, [outsider.sign(kind="handoff", task_id="t-4", receiver="x", payload=WORK)], 3)
+        assert [d.reason for d in third] == ["admitted"]
+        metrics = guard.metrics()
+        assert (_reloads(metrics, "reloaded"), _reloads(metrics, "error")) == (1.0, 2.0), metrics
+        assert guard.proc.pid == pid and guard.proc.poll() is None
+    finally:
+        assert guard.terminate() == 0, guard.tail()

@@ -38,7 +38,7 @@ def resolutions(s: Setup, got) -> list[Resolution]:  # type: ignore[no-untyped-d
     for r in got[s.audit]:
         rec = audit_decoder.decode(r.value)
         if isinstance(rec, Resolution):
-            verify_decision_record(r.value, list(r.headers), s.guard.public_key)
+            verify_decision_record(r.value, list(r.headers), s.reconciler.public_key)  # the reconciler's own key, not the guard's
             out.append(rec)
     return out
 
@@ -74,7 +74,7 @@ async def test_automatic_and_operator_resolutions(broker: EmbeddedBroker, tmp_pa
         assert {f.resolved_as for f in finals.values()} == {"retransmission"}
         # replies carry the first admission back to the sender
         for r in got[s.replies]:
-            verify_decision_record(r.value, list(r.headers), s.guard.public_key)
+            verify_decision_record(r.value, list(r.headers), s.reconciler.public_key)
             reply = msgspec.json.decode(r.value, type=Reply)
             assert reply.to == identity("planner").agent_id and reply.admission.task_id == reply.task_id
         held = [res for res in resolutions(s, got) if res.stage == "held"]

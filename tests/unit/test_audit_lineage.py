@@ -24,13 +24,15 @@ from busguard.audit.commands import Checkpoint, add_commands, load_checkpoint, n
 from busguard.audit.lineage import INVARIANTS, AuditReport, Ledger
 from busguard.audit.reader import apply_audit, check_audit_record, check_forwarded
 from busguard.audit.report import StderrProgress, render_json, render_pending, render_table
-from busguard.config import Config, Route, TopicsConfig
+from busguard.config import Config, Route, TopicsConfig, load_config
 from busguard.errors import ConfigError
 from busguard.protocol.attestation import attest, attest_record, decision_bytes, seal
 from busguard.protocol.signing import Signer
 from busguard.protocol.identity import agent_id_for_key, multikey_encode
 from busguard.protocol.signing import public_key_from_seed
-from busguard.reconcile.records import Resolution, resolution_id
+from busguard.protocol.envelope import b64url_encode
+from busguard.protocol.signing import sign
+from busguard.reconcile.records import COMMAND_CONTEXT, ResolveCommand, Resolution, SignedCommand, resolution_id
 from busguard.runtime.outputs import Sealed, outputs_for
 from busguard.sdk.sender import SignedRecord
 
@@ -40,6 +42,8 @@ GUARD_SEED = hashlib.sha256(b"audit-test-guard").digest()
 GUARD_PK = public_key_from_seed(GUARD_SEED)
 GUARD_ID = agent_id_for_key(GUARD_PK)
 OTHER_SEED = hashlib.sha256(b"audit-test-impostor").digest()
+RECONCILER_SEED = hashlib.sha256(b"audit-test-reconciler").digest()
+RECONCILER_PK = public_key_from_seed(RECONCILER_SEED)
 TOPICS = TopicsConfig(audit="t.audit", reconciliation="t.reconcile", dead_letter="t.dlq", replies="t.replies")
 INPUT, DOWNSTREAM = "agents.in", "agents.admitted"
 ROUTES = {INPUT: DOWNSTREAM}
@@ -76,9 +80,10 @@ def forwarded(d: Decision, rec: SignedRecord, topic: str = DOWNSTREAM) -> Fwd:
     return primary.topic, primary.value, primary.headers
 
 
-def resolution_record(r: Resolution, seed: bytes = GUARD_SEED) -> Record:
+def resolution_record(r: Resolution, seed: bytes = RECONCILER_SEED) -> Record:
+    """Sealed as the reconciler seals it: with its own key."""
     body = msgspec.json.encode(r)
-    att = attest_record(GUARD_ID, r.resolution_id, "resolved" if r.stage == "final" else "held", r.resolved_as or "held", r.receipt_id, r.source, r.resolved_at, body)
+    att = attest_record(agent_id_for_key(public_key_from_seed(seed)), r.resolution_id, "resolved" if r.stage == "final" else "held", r.resolved_as or "held", r.receipt_id, r.source, r.resolved_at, body)
     return body, [("busguard-decision-id", r.resolution_id.encode()), ("busguard-attestation", att), ("busguard-seal", seal(Signer(seed), att))]
 
 
@@ -107,7 +112,7 @@ def ledger(scope: str = "global") -> Ledger:
 
 def feed(led: Ledger, *records: Record) -> Ledger:
     for value, headers in records:
-        apply_audit(led, check_audit_record(value, headers, GUARD_PK))
+        apply_audit(led, check_audit_record(value, headers, GUARD_PK, RECONCILER_PK))
     return led
 
 
@@ -261,7 +266,7 @@ def test_a_resolution_of_an_unknown_escalation_is_a_violation(world: World) -> N
 
 def test_two_final_resolution_ids_for_one_escalation_are_violations(world: World) -> None:
     right = resolve(world.esc)
-    other = resolve(world.esc, resolution_id="d" * 32, resolved_as="reject", by="operator:alice")
+    other = resolve(world.esc, resolution_id="d" * 32, resolved_as="reject")
     report = feed(world.ledger(), resolution_record(right), resolution_record(other)).report()
     assert sorted(codes(report)) == ["bad_resolution_id", "duplicate_resolution"]
     assert all(v.decision_id == world.esc.decision_id for v in report.violations)
@@ -269,7 +274,7 @@ def test_two_final_resolution_ids_for_one_escalation_are_violations(world: World
 
 def test_two_different_final_records_under_one_id_are_a_duplicate_resolution(world: World) -> None:
     a = resolve(world.esc)
-    b = resolve(world.esc, resolved_as="replay", by="operator:bob")
+    b = resolve(world.esc, resolved_as="replay")
     report = feed(world.ledger(), resolution_record(a), resolution_record(b)).report()
     assert codes(report) == ["duplicate_resolution"]
     assert report.summary.records == 9  # 7 decisions + two different resolution records
@@ -575,7 +580,7 @@ def test_table_and_json_rendering(world: World) -> None:
     assert f"{world.retx.receipt_id[:12]}->{world.first.receipt_id[:12]}" in table
     data = json.loads(render_json(report))
     assert set(data) == {"ok", "summary", "tasks", "pending", "violations"}
-    assert set(data["summary"]) == {"records", "decisions", "resolutions", "tasks", "forwarded", "duplicates", "escalations", "pending", "violations"}
+    assert set(data["summary"]) == {"records", "decisions", "resolutions", "tasks", "forwarded", "duplicates", "escalations", "pending", "violations", "single_key"}
     assert world.esc.decision_id in render_pending(report.pending)
     bad = feed(world.ledger(), audit_record(harness(100).one(handoff(sender("planner"))), seed=OTHER_SEED)).report()
     assert "VIOLATION" in render_table(bad) and "[forged_record]" in render_table(bad)
@@ -629,3 +634,111 @@ def test_add_commands_registers_audit_and_escalations(with_escalations: bool) ->
         assert p.parse_args(["escalations", "resolve"]).fn(None) == 0
     with pytest.raises(SystemExit):
         p.parse_args(["audit", "--config", "c", "--idle-ms", "0"])
+
+
+# -- separate keys for separate roles: who sealed, and who resolved --------------------
+
+ALICE_SEED, BOB_SEED = hashlib.sha256(b"audit-test-alice").digest(), hashlib.sha256(b"audit-test-bob").digest()
+ALICE_MK, BOB_MK = multikey_encode(public_key_from_seed(ALICE_SEED)), multikey_encode(public_key_from_seed(BOB_SEED))
+OPERATORS = {"alice": ALICE_MK, "bob": BOB_MK}
+
+
+def signed_command(esc: Decision, operator: str, seed: bytes | None, signer: str | None, resolve_as: str = "reject", note: str = "payload differs") -> SignedCommand:
+    """What `busguard escalations resolve` sends, as the reconciler keeps it (seed None: the guard key)."""
+    body = msgspec.json.encode(ResolveCommand(escalation_id=esc.decision_id, resolve_as=resolve_as, operator=operator, note=note, issued_at=5))  # type: ignore[arg-type]
+    return SignedCommand(body=body, seal=b64url_encode(sign(seed or GUARD_SEED, COMMAND_CONTEXT + body)), signer=signer)
+
+
+def by_operator(esc: Decision, name: str, command: SignedCommand | None, resolved_as: str = "reject", note: str = "payload differs") -> Resolution:
+    return resolve(esc, resolved_as=resolved_as, by=f"operator:{name}", note=note, command=command, supersedes=None)
+
+
+def keyed(world: World, *, single_key: bool = False, until: int | None = None) -> Ledger:
+    led = world.ledger()
+    led.operators, led.single_key_audit, led.single_key_until = dict(OPERATORS), single_key, until
+    return led
+
+
+def test_a_genuine_operator_resolution_passes(world: World) -> None:
+    r = by_operator(world.esc, "alice", signed_command(world.esc, "alice", ALICE_SEED, ALICE_MK))
+    report = feed(keyed(world), resolution_record(r)).report()
+    assert report.ok, report.violations
+    (e,) = next(t for t in report.tasks if t.task_id == "legacy-1").escalations
+    assert (e.status, e.by) == ("resolved", "operator:alice") and report.summary.single_key == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "command", "why"),
+    [
+        ("alice", None, "carries no signed command"),
+        ("alice", ("alice", None, None), "signed with the guard key"),
+        ("alice", ("alice", BOB_SEED, BOB_MK), f"not {ALICE_MK}"),  # bob's genuine command, relabelled as alice's
+        ("alice", ("alice", OTHER_SEED, ALICE_MK), "does not verify"),  # claims alice's key, signed by another
+        ("carol", ("carol", OTHER_SEED, multikey_encode(public_key_from_seed(OTHER_SEED))), "'carol' is not in the operators file"),
+        ("alice", ("alice", ALICE_SEED, ALICE_MK, "replay"), "differs in resolved_as"),  # alice said replay; the record says reject
+        ("alice", ("bob", ALICE_SEED, ALICE_MK), "differs in operator"),
+        ("alice", ("alice", ALICE_SEED, ALICE_MK, "reject", "something else"), "differs in note"),
+    ],
+)
+def test_an_operator_name_not_backed_by_that_operators_key_fails_the_audit(world: World, name: str, command: tuple | None, why: str) -> None:  # type: ignore[type-arg]
+    signed = None if command is None else signed_command(world.esc, *command)
+    report = feed(keyed(world), resolution_record(by_operator(world.esc, name, signed))).report()
+    assert codes(report) == ["unproven_operator"], report.violations
+    assert why in report.violations[0].detail and report.violations[0].decision_id == world.esc.decision_id, report.violations[0].detail
+
+
+def test_a_forged_resolution_sealed_with_the_reconciler_key_fails(world: World) -> None:
+    """The reconciler's key alone cannot put a name in the log: this one is
+    sealed correctly, but alice never signed the command it carries."""
+    alice_said = signed_command(world.esc, "alice", ALICE_SEED, ALICE_MK, resolve_as="reject")
+    forged = msgspec.structs.replace(alice_said, body=alice_said.body.replace(b'"reject"', b'"replay"'))
+    report = feed(keyed(world), resolution_record(by_operator(world.esc, "alice", forged, resolved_as="replay"))).report()
+    assert codes(report) == ["unproven_operator"] and "does not verify" in report.violations[0].detail
+
+
+def test_a_policy_resolution_carrying_a_command_is_a_violation(world: World) -> None:
+    r = resolve(world.esc, command=signed_command(world.esc, "alice", ALICE_SEED, ALICE_MK))
+    assert codes(feed(keyed(world), resolution_record(r)).report()) == ["unproven_operator"]
+
+
+def test_resolutions_must_be_sealed_with_the_reconciler_key(world: World) -> None:
+    report = feed(keyed(world), resolution_record(resolve(world.esc), seed=GUARD_SEED)).report()
+    assert codes(report) == ["guard_sealed_resolution"] and "keys.single_key_audit is off" in report.violations[0].detail
+    # and with neither key: forged, excluded
+    report = feed(keyed(world), resolution_record(resolve(world.esc), seed=OTHER_SEED)).report()
+    assert codes(report) == ["forged_record"] and report.summary.resolutions == 0
+
+
+def test_a_decision_sealed_with_the_reconciler_key_is_forged(world: World) -> None:
+    report = feed(ledger(), audit_record(world.fwd, seed=RECONCILER_SEED)).report()
+    assert codes(report) == ["forged_record"] and "only the guard key seals decisions" in report.violations[0].detail
+
+
+def test_a_one_key_deployment_passes_only_when_the_config_says_so(world: World) -> None:
+    """keys.single_key_audit: guard-sealed resolutions, and names the guard key
+    vouched for, pass and are counted; keys.single_key_until limits that to
+    escalations decided before the move to separate keys."""
+    policy = resolution_record(resolve(world.esc, "held"), seed=GUARD_SEED)
+    unproven = resolution_record(by_operator(world.esc, "ana", signed_command(world.esc, "ana", None, None)), seed=GUARD_SEED)
+    assert sorted(codes(feed(keyed(world), policy, unproven).report())) == ["guard_sealed_resolution", "guard_sealed_resolution", "unproven_operator"]
+    report = feed(keyed(world, single_key=True), policy, unproven).report()
+    assert report.ok and report.summary.single_key == 2
+    assert "2 resolution(s) accepted only under keys.single_key_audit" in render_table(report)
+    decided = world.esc.decided_at
+    assert feed(keyed(world, single_key=True, until=decided + 1), policy, unproven).report().ok  # decided before the cut-over
+    after = feed(keyed(world, single_key=True, until=decided), policy, unproven).report()
+    assert sorted(codes(after)) == ["guard_sealed_resolution", "guard_sealed_resolution", "unproven_operator"]
+    assert "at or after keys.single_key_until" in after.violations[0].detail
+    # after the cut-over, the reconciler's own seal and alice's own signature pass
+    genuine = resolution_record(by_operator(world.esc, "alice", signed_command(world.esc, "alice", ALICE_SEED, ALICE_MK)))
+    assert feed(keyed(world, single_key=True, until=decided), genuine).report().ok
+
+
+def test_the_auditor_takes_operators_and_single_key_settings_from_the_config(tmp_path: Path) -> None:
+    (tmp_path / "operators.toml").write_text(f'[[operator]]\nname = "alice"\npublic_key = "{ALICE_MK}"\n')
+    (tmp_path / "busguard.toml").write_text(
+        f'[[routes]]\nname = "r"\ninputs = ["{INPUT}"]\ndownstream = "{DOWNSTREAM}"\n'
+        '[keys]\noperators = "operators.toml"\nsingle_key_audit = true\nsingle_key_until = "2026-12-01T00:00:00Z"\n'
+    )
+    led = new_ledger(load_config(tmp_path / "busguard.toml", env={}))
+    assert led.operators == {"alice": ALICE_MK} and led.single_key_audit and led.single_key_until == 1_796_083_200_000

@@ -15,6 +15,9 @@ import pytest
 from busguard.config import Config, Route, load_config
 from busguard.errors import ConfigError
 from busguard.protocol.keys import KeyRegistry
+from busguard.reconcile.operators import Operators
+
+SMALL_ORDER = "z6MkeXATEjyXENzBXBxgC5EHk2JE5aqd7qMGGtDpLUH1e2Sj"  # the identity point: small order
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "config.md"
@@ -304,6 +307,12 @@ def test_a_missing_file_and_bad_toml_are_explained(tmp_path: Path) -> None:
         (ROUTE + "[batch]\nrevoke_budget_ms = 60000\n", "kafka.rebalance_timeout_ms", 60000, "more than batch.revoke_budget_ms (60000)"),
         (ROUTE + "[kafka]\nheartbeat_interval_ms = 10000\n", "kafka.heartbeat_interval_ms", 10000, "less than kafka.session_timeout_ms"),
         (ROUTE + "[keys]\nguard_key_resolves = false\n", "keys.guard_key_resolves", False, "unless keys.operators names who else may resolve"),
+        (ROUTE + '[keys]\nguard_key = "g.key"\nreconciler_key = "./g.key"\n', "keys.reconciler_key", "./g.key", "a key file other than keys.guard_key"),
+        (ROUTE + "[keys]\ncreate_reconciler_key = true\n", "keys.create_reconciler_key", True, "unless keys.reconciler_key names the file"),
+        (ROUTE + '[keys]\nguard_public_key = "z6Mkxyz"\n', "keys.guard_public_key", "z6Mkxyz", "an Ed25519 multikey"),
+        (ROUTE + f'[keys]\nguard_public_key = "{SMALL_ORDER}"\n', "keys.guard_public_key", SMALL_ORDER, "large prime order"),
+        (ROUTE + '[keys]\nsingle_key_until = "2026-12-01T00:00:00Z"\n', "keys.single_key_until", "2026-12-01T00:00:00Z", "only with keys.single_key_audit = true"),
+        (ROUTE + '[keys]\nsingle_key_audit = true\nsingle_key_until = "2026-12-01"\n', "keys.single_key_until", "2026-12-01", "an RFC 3339 UTC timestamp"),
     ],
 )
 def test_cross_field_rules(tmp_path: Path, text: str, field: str, value: object, allowed: str) -> None:
@@ -312,6 +321,30 @@ def test_cross_field_rules(tmp_path: Path, text: str, field: str, value: object,
     assert (err.file, err.field, err.value) == (path, field, value)
     assert allowed in err.allowed
     assert str(err) == f"{path}: {field} = {value!r}: {err.allowed}"
+
+
+def test_a_declared_guard_public_key_is_read_in_either_spelling(tmp_path: Path) -> None:
+    from busguard.protocol.identity import agent_id_for_key, multikey_encode
+    from busguard.protocol.signing import public_key_from_seed
+
+    pk = public_key_from_seed(bytes(range(32)))
+    for spelling in (multikey_encode(pk), agent_id_for_key(pk)):
+        assert load(tmp_path, ROUTE + f'[keys]\nguard_public_key = "{spelling}"\n').keys.guard_public_key_bytes == pk
+
+
+def test_a_guard_whose_key_is_not_the_declared_one_does_not_start(tmp_path: Path) -> None:
+    from busguard.cli import _open_runtime
+    from busguard.protocol.identity import multikey_encode
+    from busguard.protocol.keyfile import new_identity, write_key
+    from busguard.protocol.signing import public_key_from_seed
+
+    write_key(tmp_path / "guard.key", new_identity())
+    (tmp_path / "keys.toml").write_text("")
+    other = multikey_encode(public_key_from_seed(bytes(range(32))))
+    write(tmp_path, ROUTE + f'[state]\nbackend = "memory"\n[keys]\nguard_key = "guard.key"\nguard_public_key = "{other}"\n')
+    with pytest.raises(ConfigError) as info:
+        _open_runtime(load_config(tmp_path / "busguard.toml", env={}))  # what `busguard run` does before touching Kafka
+    assert info.value.field == "keys.guard_public_key" and "the public half of keys.guard_key" in info.value.allowed
 
 
 def test_the_boundaries_of_the_cross_field_rules_are_accepted(tmp_path: Path) -> None:
@@ -333,6 +366,10 @@ def test_the_shipped_config_and_registry_load() -> None:
     assert cfg.path(cfg.keys.registry) == (REPO / "configs" / "keys.toml").resolve()
     registry = KeyRegistry.load(cfg.path(cfg.keys.registry))
     assert len(registry.principals) == 3 and registry.open_enrollment is False
+    # separate keys for separate roles, and an operators file the auditor proves names with
+    assert cfg.keys.reconciler_key is not None and cfg.path(cfg.keys.reconciler_key) != cfg.path(cfg.keys.guard_key)
+    assert cfg.keys.operators is not None and len(Operators.load(cfg.path(cfg.keys.operators))) == 0
+    assert cfg.keys.single_key_audit is False
 
 
 def test_the_shipped_compose_overrides_are_real_keys() -> None:
@@ -347,6 +384,8 @@ def test_the_shipped_compose_overrides_are_real_keys() -> None:
         section, key = name[len("BUSGUARD_") :].lower().split("__")
         assert hasattr(getattr(cfg, section), key), name
     assert cfg.kafka.bootstrap_servers == "kafka:9092" and cfg.kafka.idempotence is True and cfg.ops.host == "0.0.0.0"
+    assert cfg.keys.reconciler_key is not None and Path(cfg.keys.reconciler_key).parent != Path(cfg.keys.guard_key).parent  # its own volume
+    assert "reconciler-key:/var/lib/busguard/reconciler-keys" not in text.split("\n  guard:")[1].split("\n  reconciler:")[0]  # the guard never mounts it
 
 
 def test_errors_name_the_unknown_key_and_the_environment_variable(tmp_path: Path) -> None:
@@ -394,3 +433,4 @@ def test_the_embedded_broker_config_loads_with_its_overrides_and_any_path(tmp_pa
     assert cfg.topics.dead_letter == "it.x.dead-letter"
     assert Path(cfg.state.path) == odd
     assert cfg.batch.max_records == 7
+    assert (cfg.keys.guard_key, cfg.keys.reconciler_key, cfg.keys.create_reconciler_key) == ("guard.key", "reconciler.key", True)  # one key per role

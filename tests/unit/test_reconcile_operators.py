@@ -4,6 +4,7 @@ reconciler authenticates a resolve command with it."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 import pytest
@@ -109,3 +110,93 @@ def test_a_bad_operators_file_names_the_field(tmp_path: Path, text: str, field: 
     with pytest.raises(ConfigError) as info:
         _operators(tmp_path, text.format(a=_mk(ALICE), b=_mk(BOB), small=small_order))
     assert info.value.field.startswith(field) and str(tmp_path / "operators.toml") in str(info.value), str(info.value)
+
+
+def test_an_operator_command_is_kept_byte_for_byte_in_its_resolution(ops: Operators, tmp_path: Path) -> None:
+    """So the auditor can check alice's signature itself, from the log."""
+    from busguard.admission.types import Coordinates
+    from busguard.reconcile.policy import EscalationState, on_command
+    from busguard.reconcile.records import SignedCommand, command_seal_ok
+    from tests.unit.test_reconcile_policy import escalations
+
+    _, conflict = escalations(tmp_path)
+    body = msgspec.json.encode(ResolveCommand(escalation_id=conflict.decision_id, resolve_as="reject", operator="alice", note="n", issued_at=1))
+    seal = b64url_encode(sign(ALICE, COMMAND_CONTEXT + body))
+    parsed = parse(body, [(HEADER_COMMAND, b"resolve"), ("busguard-seal", seal.encode()), (HEADER_SIGNER, _mk(ALICE).encode())], public_key_from_seed(GUARD), ops)
+    assert parsed.command is not None and parsed.signed == SignedCommand(body=body, seal=seal, signer=_mk(ALICE))
+    items, _ = on_command(parsed.command, EscalationState(escalation=conflict), Coordinates(topic="r", partition=0, offset=1), 9, parsed.signed)
+    final = items[0]
+    assert final.command == parsed.signed and final.by == "operator:alice"  # type: ignore[union-attr]
+    assert command_seal_ok(final.command.body, final.command.seal, public_key_from_seed(ALICE))  # type: ignore[union-attr]
+    # a guard-key command is kept too, with no signer: it proves no name
+    body, headers = _command("anyone", GUARD, None)
+    guard_signed = parse(body, headers, public_key_from_seed(GUARD), ops).signed
+    assert guard_signed is not None and guard_signed.signer is None and guard_signed.body == body
+
+
+class _Rec(NamedTuple):
+    """A consumed record's fields, as BatchLoop hands them to a stage."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+
+
+def _reconciler(tmp_path: Path, sealing_seed: bytes, ops: Operators):  # type: ignore[no-untyped-def]
+    from busguard.config import Config, TopicsConfig
+    from busguard.protocol.identity import agent_id_for_key
+    from busguard.protocol.keyfile import Identity
+    from busguard.reconcile.store import ReconcileStore
+    from busguard.reconcile.worker import Reconciler
+    from busguard.runtime.watched import WatchedFile
+
+    (tmp_path / "operators.toml").write_text(f'[[operator]]\nname = "alice"\npublic_key = "{_mk(ALICE)}"\n')
+    cfg = Config(topics=TopicsConfig(reconciliation="t.rec", audit="t.audit", dead_letter="t.dlq", replies="t.replies"))
+    pk = public_key_from_seed(sealing_seed)
+    return Reconciler(
+        cfg,
+        identity=Identity(seed=sealing_seed, public_key=pk, agent_id=agent_id_for_key(pk)),
+        guard_public_key=public_key_from_seed(GUARD),
+        store=ReconcileStore(tmp_path / "reconcile.db"),
+        operators=WatchedFile(tmp_path / "operators.toml", Operators.load, what="operators file"),
+        clock_ms=lambda: 7,
+    )
+
+
+def test_the_reconciler_seals_with_its_own_key_and_keeps_the_signed_command(tmp_path: Path, ops: Operators, capsys: pytest.CaptureFixture[str]) -> None:
+    import asyncio
+
+    from busguard.protocol.attestation import AttestationError, attest, decision_bytes, seal, verify_decision_record
+    from busguard.protocol.identity import agent_id_for_key
+    from busguard.protocol.signing import Signer
+    from busguard.reconcile.records import Resolution, audit_decoder
+    from tests.unit.test_reconcile_policy import escalations
+
+    reconciler_seed = seed("reconciler")
+    worker = _reconciler(tmp_path, reconciler_seed, ops)
+    assert "seals with the guard key" not in capsys.readouterr().out
+    _, conflict = escalations(tmp_path)
+    body = decision_bytes(conflict)
+    att = attest(conflict, body, agent_id_for_key(public_key_from_seed(GUARD)))
+    escalation = _Rec("t.rec", 0, 0, b"t", body, [("busguard-decision-id", conflict.decision_id.encode()), ("busguard-attestation", att), ("busguard-seal", seal(Signer(GUARD), att))])
+    cmd = msgspec.json.encode(ResolveCommand(escalation_id=conflict.decision_id, resolve_as="reject", operator="alice", note="n", issued_at=1))
+    command = _Rec("t.rec", 0, 1, b"t", cmd, [(HEADER_COMMAND, b"resolve"), ("busguard-seal", b64url_encode(sign(ALICE, COMMAND_CONTEXT + cmd)).encode()), (HEADER_SIGNER, _mk(ALICE).encode())])
+    outputs = asyncio.run(worker.process([escalation, command]))
+    audit = [o for o in outputs if o.topic == "t.audit"]
+    assert len(audit) == 2  # held, then alice's final
+    for o in audit:
+        verify_decision_record(o.value, o.headers, public_key_from_seed(reconciler_seed))
+        with pytest.raises(AttestationError):
+            verify_decision_record(o.value, o.headers, public_key_from_seed(GUARD))
+    final = audit_decoder.decode(audit[1].value)  # type: ignore[arg-type]
+    assert isinstance(final, Resolution) and final.by == "operator:alice" and final.command is not None
+    assert (final.command.body, final.command.signer) == (cmd, _mk(ALICE))
+
+
+def test_a_reconciler_without_its_own_key_warns(tmp_path: Path, ops: Operators, capsys: pytest.CaptureFixture[str]) -> None:
+    _reconciler(tmp_path, GUARD, ops)
+    out = capsys.readouterr().out
+    assert "the reconciler seals with the guard key" in out and "keys.reconciler_key" in out

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate busguard's wire-protocol vectors: valid.json, invalid.json, sequences.json.
+"""Generate busguard's wire-protocol vectors: valid.json, invalid.json, sequences.json, resolutions.json.
 
 Deterministic: every key seed, nonce and session id is a SHA-256 of a fixed
 string, the receiver clock is fixed, and Ed25519 signing is deterministic, so
@@ -874,6 +874,121 @@ def build_sequences() -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------- files
 
 
+# ------------------------------------------------------------- resolutions.json
+#
+# What the auditor checks about who resolved what (docs/protocol.md 12.1,
+# 12.3, 12.4): decisions sealed with the guard key, resolutions with the
+# reconciler key, and an operator's name proven by the operator's own
+# signature over the resolve command the resolution carries.
+
+ATTESTATION_CONTEXT = b"busguard/attestation/v1\x00"
+COMMAND_CONTEXT = b"busguard/command/v1\x00"
+RESOLUTION_ID_CONTEXT = b"busguard/resolution/v1\x00"
+ROLE_SIGNERS = {name: Signer(name) for name in ("guard", "reconciler", "operator-alice", "operator-bob")}
+GUARD, RECONCILER, ALICE, BOB = (ROLE_SIGNERS[n] for n in ("guard", "reconciler", "operator-alice", "operator-bob"))
+ESC_TASK = "t-conflict"
+WITNESS_ID, ESCALATION_ID = decision_id(10), decision_id(11)
+RESOLVED_AT = NOW_MS + 60_000
+RECONCILE_SOURCE = {"topic": "busguard.reconciliation", "partition": 0, "offset": 4}
+
+
+def _json(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def sealed(value: bytes, sealer: Signer, record_id: str, outcome: str, reason: str, receipt: str | None, source: dict[str, Any], at: int) -> list[list[str]]:
+    """The three headers every busguard record carries, built by hand."""
+    att = _json({"v": 1, "guard": "tulpa:" + sealer.multikey, "decision_id": record_id, "outcome": outcome, "reason": reason,
+                 "receipt_id": receipt, "source": source, "decided_at": at, "decision_sha256": hashlib.sha256(value).hexdigest()})  # fmt: skip
+    seal = b64url(sealer.sign(ATTESTATION_CONTEXT + att)).encode("ascii")
+    return [[k, b64(v) or ""] for k, v in (("busguard-decision-id", record_id.encode()), ("busguard-attestation", att), ("busguard-seal", seal))]
+
+
+def resolution_log() -> list[dict[str, Any]]:
+    """The guard's two decisions about the task: its admission and the conflicting re-send."""
+    witness_rid, conflict_rid = hashlib.sha256(b"vectors-witness").hexdigest(), hashlib.sha256(b"vectors-conflict").hexdigest()
+    out = []
+    for did, outcome, reason, rid, offset in ((WITNESS_ID, "forward", "admitted", witness_rid, 10), (ESCALATION_ID, "escalate", "task_conflict", conflict_rid, 11)):
+        src = {"topic": TOPIC, "partition": 0, "offset": offset}
+        fields = {"type": "decision", "decision_id": did, "outcome": outcome, "reason": reason, "source": src, "decided_at": NOW_MS,
+                  "receipt_id": rid, "kind": "handoff", "task_id": ESC_TASK}  # fmt: skip
+        value = _json(fields)
+        out.append({"description": f"the guard's {outcome} decision", "value_b64": b64(value),
+                    "headers": sealed(value, GUARD, did, outcome, reason, rid, src, NOW_MS)})  # fmt: skip
+    return out
+
+
+def resolve_command(operator: str, resolve_as: str = "reject", note: str = "payload differs; planner asked to re-issue") -> bytes:
+    return _json({"v": 1, "escalation_id": ESCALATION_ID, "resolve_as": resolve_as, "operator": operator, "note": note, "issued_at": NOW_MS + 30_000})
+
+
+def resolution_vector(description: str, stage: str, expect: list[str], *, by: str = "policy", resolved_as: str | None = "reject",
+                      note: str = "payload differs; planner asked to re-issue", command: dict[str, Any] | None = None,
+                      sealer: Signer = RECONCILER) -> dict[str, Any]:  # fmt: skip
+    rid = hashlib.sha256(RESOLUTION_ID_CONTEXT + f"{ESCALATION_ID}\x00{stage}".encode()).hexdigest()[:32]
+    fields: dict[str, Any] = {"type": "resolution", "resolution_id": rid, "escalation_id": ESCALATION_ID, "stage": stage}
+    if stage == "final":
+        fields["resolved_as"] = resolved_as
+    fields.update({"by": by, "note": note, "kind": "handoff", "task_id": ESC_TASK, "source": RECONCILE_SOURCE, "resolved_at": RESOLVED_AT})
+    if command is not None:
+        fields["command"] = command
+    value = _json(fields)
+    outcome = "resolved" if stage == "final" else "held"
+    return {"description": description, "value_b64": b64(value),
+            "headers": sealed(value, sealer, rid, outcome, resolved_as or "held", None, RECONCILE_SOURCE, RESOLVED_AT),
+            "expect": {"ok": not expect, "violations": expect}}  # fmt: skip
+
+
+def signed(body: bytes, key: Signer | None, signer: Signer | None) -> dict[str, Any]:
+    """A resolution's `command`: the exact bytes, the seal by `key` (None: the guard key), the claimed signer."""
+    out: dict[str, Any] = {"body": b64(body), "seal": b64url((key or GUARD).sign(COMMAND_CONTEXT + body))}
+    if signer is not None:
+        out["signer"] = signer.multikey
+    return out
+
+
+def build_resolutions() -> list[dict[str, Any]]:
+    alice_says = resolve_command("alice")
+    return [
+        resolution_vector("held for an operator by the policy, sealed with the reconciler key", "held", [], resolved_as=None, note="task_conflict: held"),
+        resolution_vector("alice's resolution, carrying the command she signed with her key", "final", [], by="operator:alice", command=signed(alice_says, ALICE, ALICE)),
+        resolution_vector("alice's genuine resolution, but sealed with the guard key", "final", ["guard_sealed_resolution"], by="operator:alice",
+                          command=signed(alice_says, ALICE, ALICE), sealer=GUARD),  # fmt: skip
+        resolution_vector("names alice, no command", "final", ["unproven_operator"], by="operator:alice"),
+        resolution_vector("names alice, command signed with the guard key (no signer)", "final", ["unproven_operator"], by="operator:alice",
+                          command=signed(alice_says, None, None)),  # fmt: skip
+        resolution_vector("names alice, command claims alice's key but mallory signed it", "final", ["unproven_operator"], by="operator:alice",
+                          command=signed(alice_says, SIGNERS["mallory"], ALICE)),  # fmt: skip
+        resolution_vector("names alice, command genuinely signed by bob (naming alice)", "final", ["unproven_operator"], by="operator:alice",
+                          command=signed(alice_says, BOB, BOB)),  # fmt: skip
+        resolution_vector("alice signed resolve_as replay; the resolution says reject", "final", ["unproven_operator"], by="operator:alice",
+                          command=signed(resolve_command("alice", "replay"), ALICE, ALICE)),  # fmt: skip
+        resolution_vector("names carol, who is not in the operators file", "final", ["unproven_operator"], by="operator:carol",
+                          command=signed(resolve_command("carol"), SIGNERS["mallory"], SIGNERS["mallory"])),  # fmt: skip
+        resolution_vector("a policy resolution carrying an operator's command", "final", ["unproven_operator"], command=signed(alice_says, ALICE, ALICE)),
+        resolution_vector("sealed with neither the guard's nor the reconciler's key", "final", ["forged_record"], sealer=SIGNERS["mallory"]),
+    ]
+
+
+def resolutions_document() -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "description": "Resolutions on the audit topic and what `busguard audit` concludes. Judge each vector alone: the "
+        "log records (the guard's decisions) plus that one resolution, with guard_public_key, reconciler_public_key and "
+        "operators; expect.violations lists the violation codes (sorted), empty when the audit passes. The auditor is "
+        "not in single-key mode.",
+        "generator": "tests/vectors/generate.py",
+        "encoding": {k: ENCODING_NOTES[k] for k in ("value_b64", "headers", "hex")},
+        "signers_note": "TEST KEYS ONLY: seed_hex is the RFC 8032 private key, published so other implementations can reproduce every signature",
+        "signers": {name: s.describe() for name, s in {**ROLE_SIGNERS, "mallory": SIGNERS["mallory"]}.items()},
+        "guard_public_key": GUARD.multikey,
+        "reconciler_public_key": RECONCILER.multikey,
+        "operators": [{"name": "alice", "public_key": ALICE.multikey}, {"name": "bob", "public_key": BOB.multikey}],
+        "log": resolution_log(),
+        "vectors": build_resolutions(),
+    }
+
+
 def header(description: str) -> dict[str, Any]:
     return {
         "format": FORMAT,
@@ -908,6 +1023,7 @@ def documents() -> dict[str, dict[str, Any]]:
                      "field; a step's now overrides the file's now."),
             "scenarios": build_sequences(),
         },
+        "resolutions.json": resolutions_document(),
     }
 
 
