@@ -1,4 +1,6 @@
-"""Regenerate the example traces in this directory (they are committed; this shows how a recorder fills the hashes).
+"""Regenerate the example traces here and the JSON schemas in docs/schemas/ (all committed).
+
+This also shows how a recorder fills the hashes.
 
     .venv/bin/python examples/taint/make_examples.py
 
@@ -16,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from busguard.policies.taint.hashing import derive_input_hash
+from busguard.policies.taint.model import Ledger, Trace, schema_document
 
 HERE = Path(__file__).parent
+SCHEMAS = HERE.parent.parent / "docs" / "schemas"
 
 
 def h(text: str) -> str:
@@ -54,6 +58,9 @@ def write(name: str, doc: dict[str, Any]) -> None:
 
 
 def main() -> None:
+    SCHEMAS.mkdir(exist_ok=True)
+    for name, typ in (("taint-trace.schema.json", Trace), ("taint-ledger.schema.json", Ledger)):
+        (SCHEMAS / name).write_text(json.dumps(schema_document(typ), indent=2) + "\n", encoding="utf-8")
     # Seed 003's incident: the process died between the outbound write and its acknowledgment.
     write("incident.trace.json", trace([
         node("read_secret", "read_secret", external="vault path kv/prod/payments-api", output="the API key"),

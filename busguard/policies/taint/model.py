@@ -33,40 +33,40 @@ Id = Annotated[str, msgspec.Meta(min_length=1)]
 class Node(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """One recorded step: a tool call, a model output, a retrieval read or an inter-agent message."""
 
-    id: Id
-    predecessors: list[Id] = []
-    operation: str
-    side_effects: bool
-    outcome: Outcome
-    token: Id | None = None
-    external_input_hash: Hash | None = None
-    input_hash: Hash | None
-    output_hash: Hash | None
-    sinks: list[Id] = []
+    id: Annotated[str, msgspec.Meta(min_length=1, description="unique within the trace")]
+    predecessors: Annotated[list[Id], msgspec.Meta(description="ids of the nodes whose outputs this node consumed, in the order its input hash commits to them; no repeats")] = []
+    operation: Annotated[str, msgspec.Meta(description="what ran, e.g. read_secret, summarize, post_message")]
+    side_effects: Annotated[bool, msgspec.Meta(description="true if the step can change state outside the trace (only such nodes touch sinks)")]
+    outcome: Annotated[Outcome, msgspec.Meta(description="success, failure and abort are terminal; pending and unknown are not")]
+    token: Annotated[Id | None, msgspec.Meta(description="the idempotency token the step ran under (required in effect for side-effecting nodes: see condition 2)")] = None
+    external_input_hash: Annotated[Hash | None, msgspec.Meta(description="hash of the input that came from outside the trace (prompt, literal arguments); null if none")] = None
+    input_hash: Annotated[Hash | None, msgspec.Meta(description="the recorded input hash; must equal the one derived from external_input_hash and the predecessors' output hashes (docs/taint.md); null only for an aborted node that took no input")]
+    output_hash: Annotated[Hash | None, msgspec.Meta(description="SHA-256 of the step's output; null if it produced none")]
+    sinks: Annotated[list[Id], msgspec.Meta(description="external destinations the step touched (channels, endpoints, stores); no repeats")] = []
 
 
 class Trace(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """A recorded agent trace: a DAG of nodes, each naming its predecessors."""
 
     format: Literal["busguard.taint-trace.v1"]
-    trace_id: str | None = None
-    tainted_output: Id | None = None
-    nodes: list[Node]
+    trace_id: Annotated[str | None, msgspec.Meta(description="free-form label, shown nowhere in the verdict")] = None
+    tainted_output: Annotated[Id | None, msgspec.Meta(description="the node whose output is tainted; the CLI's --output overrides it; absent: every leaf")] = None
+    nodes: Annotated[list[Node], msgspec.Meta(description="in any order; node ids unique, predecessors must name nodes of this list, no cycles")]
 
 
 class Effect(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """One execution the gateway performed under a token, and the sinks it reached."""
 
-    id: str | None = None
-    status: Outcome
-    sinks: list[Id] = []
+    id: Annotated[str | None, msgspec.Meta(description="the gateway's own id for this execution (a delivery id), for people")] = None
+    status: Annotated[Outcome, msgspec.Meta(description="success, failure and abort are terminal")]
+    sinks: Annotated[list[Id], msgspec.Meta(description="sinks this execution reached; no repeats")] = []
 
 
 class LedgerEntry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Everything the gateway did under one idempotency token."""
 
-    token: Id
-    effects: Annotated[list[Effect], msgspec.Meta(min_length=1)]
+    token: Annotated[str, msgspec.Meta(min_length=1, description="at most one entry per token")]
+    effects: Annotated[list[Effect], msgspec.Meta(min_length=1, description="every execution performed under the token, retries included")]
 
 
 class Ledger(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -74,6 +74,20 @@ class Ledger(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     format: Literal["busguard.taint-ledger.v1"]
     entries: list[LedgerEntry]
+
+
+SCHEMA_DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
+
+
+def schema_document(typ: type[Trace] | type[Ledger]) -> dict[str, object]:
+    """The JSON schema shipped in docs/schemas/ (generated, so it cannot drift from the decoder).
+
+    JSON Schema cannot say "ids unique", "predecessors name existing nodes"
+    or "no cycles"; build_graph enforces those and docs/taint.md states them.
+    """
+    generated = msgspec.json.schema(typ)
+    what = "trace" if typ is Trace else "ledger"
+    return {"$schema": SCHEMA_DIALECT, "title": f"busguard taint {what} ({TRACE_FORMAT if typ is Trace else LEDGER_FORMAT})", **generated}
 
 
 class TraceError(ValueError):
@@ -91,7 +105,21 @@ class TraceError(ValueError):
     @classmethod
     def from_validation(cls, file: str, exc: msgspec.ValidationError, data: object) -> TraceError:
         c = ConfigError.from_validation(file, exc, data)
-        return cls(c.file, c.field, c.value, c.allowed.replace("docs/config.md", "docs/taint.md"))
+        allowed = c.allowed.replace("docs/config.md", "docs/taint.md")
+        if allowed.startswith("Invalid enum value"):
+            last = c.field.rsplit(".", 1)[-1]
+            allowed = _ENUMS.get(last, allowed)
+        elif "matching regex '^[0-9a-f]{64}$'" in allowed:
+            allowed = "a SHA-256 as 64 lowercase hex digits, or null"
+        return cls(c.file, c.field, c.value, allowed)
+
+
+_OUTCOMES: Final = "one of success, failure, abort (terminal), pending, unknown"
+_ENUMS: Final = {
+    "outcome": _OUTCOMES,
+    "status": _OUTCOMES,
+    "format": f"{TRACE_FORMAT!r} for a trace, {LEDGER_FORMAT!r} for a ledger",
+}
 
 
 class Graph:
@@ -221,8 +249,10 @@ def _topological(nodes: Sequence[Node], preds: list[list[int]], file: str) -> li
         seen[i] = len(path)
         path.append(i)
         i = next(j for j in preds[i] if pending[j] > 0)
-    cycle = [nodes[j].id for j in reversed(path[seen[i]:])]
+    loop = path[seen[i]:][::-1]  # in execution order: each node is the next one's predecessor
+    first = min(loop)
+    at = loop.index(first)
+    cycle = [nodes[j].id for j in loop[at:] + loop[:at]]
     shown = " -> ".join([*cycle, cycle[0]])
-    first = min(path[seen[i]:])
     raise TraceError(file, f"nodes[{first}].predecessors", None, f"the trace has a cycle ({shown}); a trace is a DAG")
 

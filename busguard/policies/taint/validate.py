@@ -169,7 +169,7 @@ def leaves(graph: Graph) -> list[int]:
     for row in graph.preds:
         for j in row:
             has_succ[j] = 1
-    return [i for i in graph.order if not has_succ[i]]
+    return [i for i in range(len(has_succ)) if not has_succ[i]]  # in the order of the nodes array
 
 
 def validate(
