@@ -30,7 +30,7 @@ Hash = Annotated[
 Id = Annotated[str, msgspec.Meta(min_length=1)]
 
 
-class Node(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class Node(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, gc=False):
     """One recorded step: a tool call, a model output, a retrieval read or an inter-agent message."""
 
     id: Annotated[str, msgspec.Meta(min_length=1, description="unique within the trace")]

@@ -70,7 +70,7 @@ class Finding(msgspec.Struct, kw_only=True):
     detail: str
 
 
-class NodeAttribution(msgspec.Struct, kw_only=True):
+class NodeAttribution(msgspec.Struct, kw_only=True, gc=False):
     """A cone node in the taint graph. Every node of the cone is attributed; none is cleared."""
 
     id: str
@@ -189,13 +189,13 @@ def validate(
     by_token = check_ledger(ledger, ledger_source) if ledger is not None else {}
     nodes, preds = graph.nodes, graph.preds
     if outputs:
-        out_idx = []
+        chosen: dict[int, None] = {}
         for oid in outputs:
             i = graph.index.get(oid)
             if i is None:
                 raise TraceError(source, "output", oid, "must name a node of this trace")
-            if i not in out_idx:
-                out_idx.append(i)
+            chosen[i] = None
+        out_idx = list(chosen)
     elif graph.trace.tainted_output is not None:
         out_idx = [graph.index[graph.trace.tainted_output]]
     else:
@@ -242,9 +242,11 @@ def validate(
         k = first_holder.setdefault(t, i)
         if k != i:
             holders.setdefault(t, [k]).append(i)
-    collisions: list[tuple[int, str, list[str]]] = []  # (position of first holder, token, reasons)
+    collisions: list[tuple[int, str, list[str]]] = []  # (first holder, token, reasons)
+    reasons_of: dict[str, list[str]] = {}
     for t, group in holders.items():
-        collisions.append((first_holder[t], t, [f"carried by {len(group)} cone nodes"]))
+        reasons_of[t] = [f"carried by {len(group)} cone nodes"]
+        collisions.append((first_holder[t], t, reasons_of[t]))
     for t, entry in by_token.items():
         k = first_holder.get(t, -1)
         if k < 0:
@@ -257,8 +259,8 @@ def validate(
         if unseen:
             reasons.append(f"the ledger shows it reaching {', '.join(unseen)}, which no cone node carrying it records")
         if reasons:
-            if t in holders:
-                next(c for c in collisions if c[1] == t)[2].extend(reasons)
+            if t in reasons_of:
+                reasons_of[t].extend(reasons)
             else:
                 collisions.append((k, t, reasons))
     position = {i: p for p, i in enumerate(cone)} if collisions else {}
@@ -284,12 +286,16 @@ def validate(
 
     # Condition 3: no successor of an aborted predecessor that is not itself aborted.
     c3: list[Finding] = []
+    aborted = bytearray(len(nodes))
     for i in cone:
-        mine = outcome(i)
-        if mine == "abort":
+        if outcome(i) == "abort":
+            aborted[i] = 1
+    for i in cone if any(aborted) else ():
+        if aborted[i]:
             continue
+        mine = outcome(i)
         for j in preds[i]:
-            if outcome(j) == "abort":
+            if aborted[j]:
                 what = "executed" if mine in EXECUTED else f"has outcome {mine} (may have executed)"
                 c3.append(Finding(condition=3, kind="causal_violation", nodes=[nodes[j].id, nodes[i].id], resolved=False,
                                   detail=f"{nodes[i].id} {what} although its predecessor {nodes[j].id} aborted: the recorded order is not the execution order"))
@@ -378,7 +384,7 @@ def _plan(
         token_sinks[t] = sorted(union)
         tokens.append(TokenReplay(token=t, nodes=[nodes[h].id for h in group], effects=list(entry.effects), sinks=token_sinks[t]))
     attributed: list[NodeAttribution] = []
-    by_sink: dict[str, tuple[list[str], list[str]]] = {}
+    by_sink: dict[str, tuple[list[str], dict[str, None]]] = {}  # sink -> (node ids, tokens as an ordered set)
     edges = 0
     for i in cone:
         node = nodes[i]
@@ -395,10 +401,10 @@ def _plan(
             sinks=sinks, sinks_from="ledger" if from_ledger else "span",
         ))
         for s in sinks:
-            ids, toks = by_sink.setdefault(s, ([], []))
+            ids, toks = by_sink.setdefault(s, ([], {}))
             ids.append(node.id)
-            if t is not None and t not in toks:
-                toks.append(t)
+            if t is not None:
+                toks[t] = None
     forced = sorted({f.condition for f in findings if f.resolved})
     return ReplayPlan(
         unit="token" if forced else "span",
@@ -406,7 +412,7 @@ def _plan(
         outputs=[nodes[i].id for i in out_idx],
         edges=edges,
         nodes=attributed,
-        sinks=[SinkAttribution(sink=s, nodes=ids, tokens=toks) for s, (ids, toks) in sorted(by_sink.items())],
+        sinks=[SinkAttribution(sink=s, nodes=ids, tokens=list(toks)) for s, (ids, toks) in sorted(by_sink.items())],
         tokens=tokens,
         findings=findings,
     )
