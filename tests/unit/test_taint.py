@@ -365,3 +365,25 @@ def test_malformed_ledgers_are_refused(doc: dict[str, object], field: str, messa
 def test_an_output_that_is_not_a_node_is_malformed() -> None:
     with pytest.raises(TraceError, match="output = 'nope': must name a node"):
         validate(incident(), outputs=["nope"])
+
+
+def test_condition_2_findings_follow_the_cone_order() -> None:
+    t = trace(
+        node("a", ext="1", fx=True, token="t", sinks=["s"]),
+        node("b", ["a"], fx=True, sinks=["s"]),
+        node("c", ["b"], fx=True, token="t", sinks=["s"]),
+    )
+    result = validate(t)
+    assert isinstance(result, ReplayRefused)
+    assert [(f.kind, f.nodes) for f in result.findings] == [("token_collision", ["a", "c"]), ("missing_token", ["b"])]
+
+
+def test_long_lists_are_cut_in_text_but_not_in_json() -> None:
+    from busguard.policies.taint.render import render
+
+    t = trace(node("root", ext="1", outcome="pending"), *[node(f"leaf{k}", ["root"]) for k in range(60)])
+    result = validate(t)
+    assert isinstance(result, ReplayRefused) and len(result.outputs) == 60 and len(result.suspect) == 61
+    text = render(result, "text")
+    assert "... and 40 more (--json lists all)" in text and "... and 11 more (--json lists all)" in text
+    assert len(msgspec.json.decode(render(result, "json"))["suspect"]) == 61

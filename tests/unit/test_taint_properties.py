@@ -197,7 +197,7 @@ def test_nodes_outside_the_cone_do_not_affect_the_verdict(case: tuple[Trace, Led
     before = validate(trace, ledger, outputs)
     ids = [n.id for n in trace.nodes]
     # Extra nodes may hang off anything (they are descendants, never ancestors, of the output), with any faults.
-    extra = []
+    extra: list[Node] = []
     for k in range(data.draw(st.integers(1, 4))):
         preds = data.draw(st.lists(st.sampled_from(ids + [e.id for e in extra]), unique=True, max_size=3))
         extra.append(Node(

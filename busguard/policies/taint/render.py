@@ -32,8 +32,15 @@ def _finding_line(f: Finding) -> str:
     return f"  [{f.condition}] {f.kind} {', '.join(f.nodes)}{tok}: {f.detail}"
 
 
+def _some(ids: list[str], limit: int = 20) -> str:
+    """A list for people: long ones are cut, saying how many were left out (the JSON has them all)."""
+    if len(ids) <= limit:
+        return ", ".join(ids)
+    return ", ".join(ids[:limit]) + f", ... and {len(ids) - limit} more (--json lists all)"
+
+
 def _scope(outputs: list[str]) -> str:
-    return "the cone of " + ", ".join(outputs)
+    return "the cone of " + _some(outputs)
 
 
 def text(result: Result) -> str:
@@ -45,7 +52,7 @@ def text(result: Result) -> str:
         lines.append(f"conditions failing irrecoverably: {', '.join(map(str, result.conditions))}")
         lines.append("findings:")
         lines.extend(_finding_line(f) for f in result.findings)
-        lines.append(f"suspect, every node of the cone ({len(result.suspect)}), none cleared: {', '.join(result.suspect)}")
+        lines.append(f"suspect, every node of the cone ({len(result.suspect)}), none cleared: {_some(result.suspect, 50)}")
         lines.append("no taint graph: any graph drawn through the unknowable nodes would be fabricated; scope them by hand")
         return "\n".join(lines) + "\n"
     forced = f", forced by condition {', '.join(map(str, result.forced_by))}" if result.forced_by else ""

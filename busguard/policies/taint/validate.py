@@ -228,7 +228,7 @@ def validate(
         return resolved_outcome.get(i, nodes[i].outcome)
 
     # Condition 2: tokens unique within the cone, ledger included.
-    c2: list[Finding] = []
+    c2_at: list[tuple[int, Finding]] = []  # (node index, finding)
     first_holder: dict[str, int] = {}
     holders: dict[str, list[int]] = {}  # only tokens carried by two or more cone nodes
     for i in cone:
@@ -236,8 +236,8 @@ def validate(
         t = node.token
         if t is None:
             if node.side_effects:
-                c2.append(Finding(condition=2, kind="missing_token", nodes=[node.id], resolved=False,
-                                  detail="side-effecting node without an idempotency token: its effects cannot be told apart or looked up in the ledger"))
+                c2_at.append((i, Finding(condition=2, kind="missing_token", nodes=[node.id], resolved=False,
+                                         detail="side-effecting node without an idempotency token: its effects cannot be told apart or looked up in the ledger")))
             continue
         k = first_holder.setdefault(t, i)
         if k != i:
@@ -263,10 +263,8 @@ def validate(
                 reasons_of[t].extend(reasons)
             else:
                 collisions.append((k, t, reasons))
-    position = {i: p for p, i in enumerate(cone)} if collisions else {}
-    collisions.sort(key=lambda c: position[c[0]])
     rebuilt: set[str] = set()
-    for _, t, reasons in collisions:
+    for k, t, reasons in collisions:
         entry = by_token.get(t)
         ok = resolves(entry)
         if ok:
@@ -276,9 +274,13 @@ def validate(
             tail = "; the ledger has no entry for it, so the effects cannot be rebuilt"
         else:
             tail = "; its ledger entry still has non-terminal effects, so the effects cannot be rebuilt"
-        group = holders.get(t, [first_holder[t]])
-        c2.append(Finding(condition=2, kind="token_collision", nodes=[nodes[h].id for h in group], token=t, resolved=ok,
-                          detail=f"token {t} is shared by distinct effects: {'; '.join(reasons)}{tail}"))
+        group = holders.get(t, [k])
+        c2_at.append((k, Finding(condition=2, kind="token_collision", nodes=[nodes[h].id for h in group], token=t, resolved=ok,
+                                 detail=f"token {t} is shared by distinct effects: {'; '.join(reasons)}{tail}")))
+    if c2_at:  # collisions join the missing tokens in cone order, by each token's first holder
+        position = {i: p for p, i in enumerate(cone)}
+        c2_at.sort(key=lambda pair: position[pair[0]])
+    c2 = [f for _, f in c2_at]
     for i in resolved_outcome:
         t = nodes[i].token
         assert t is not None
