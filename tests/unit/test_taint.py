@@ -337,7 +337,10 @@ def n(id: str, preds: list[str] | None = None, **extra: object) -> dict[str, obj
         (raw(n("a"), tainted_output="zzz"), "tainted_output", "must name a node"),
         (raw(n("a"), version=2), "version", "not a known key"),
         (b'{"format": "busguard.taint-trace.v1", "nodes": [', "", "not valid JSON"),
-        (msgspec.json.encode({"format": "v0", "nodes": []}), "format", "'busguard.taint-trace.v1' for a trace"),
+        (msgspec.json.encode({"format": "v0", "nodes": [n("a")]}), "format", "'busguard.taint-trace.v1' for a trace"),
+        (raw(), "nodes", "length >= 1"),
+        (raw(n("a")).replace(b'"outcome":"success"', b'"outcome":"pending","outcome":"success"'), "outcome",
+         "appears twice in one object \\(in the object with id/token 'a'\\)"),
     ],
 )
 def test_malformed_traces_are_refused_with_a_clear_error(data: bytes, field: str, message: str) -> None:
@@ -345,6 +348,12 @@ def test_malformed_traces_are_refused_with_a_clear_error(data: bytes, field: str
         build_graph(decode_trace(data, "t.json"), "t.json")
     assert (exc.value.file, exc.value.field) == ("t.json", field)
     assert re.search(message, str(exc.value)), str(exc.value)
+
+
+def test_a_ledger_with_a_key_twice_is_malformed() -> None:
+    data = b'{"format": "busguard.taint-ledger.v1", "entries": [{"token": "t", "effects": [{"status": "pending", "status": "success"}]}]}'
+    with pytest.raises(TraceError, match="l.json: status: the key appears twice in one object"):
+        decode_ledger(data, "l.json")
 
 
 @pytest.mark.parametrize(

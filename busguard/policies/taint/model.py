@@ -9,6 +9,7 @@ schemas in docs/schemas/ are generated from these Structs.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Annotated, Final, Literal
 
@@ -51,7 +52,7 @@ class Trace(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     format: Literal["busguard.taint-trace.v1"]
     trace_id: Annotated[str | None, msgspec.Meta(description="free-form label, shown nowhere in the verdict")] = None
     tainted_output: Annotated[Id | None, msgspec.Meta(description="the node whose output is tainted; the CLI's --output overrides it; absent: every leaf")] = None
-    nodes: Annotated[list[Node], msgspec.Meta(description="in any order; node ids unique, predecessors must name nodes of this list, no cycles")]
+    nodes: Annotated[list[Node], msgspec.Meta(min_length=1, description="in any order; node ids unique, predecessors must name nodes of this list, no cycles")]
 
 
 class Effect(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -153,15 +154,41 @@ def _decode(data: bytes, typ: type[msgspec.Struct], file: str, what: str) -> obj
         raise TraceError(file, "", None, f"not valid JSON for a {what}: {exc}") from None
 
 
+class _DuplicateKey(Exception):
+    pass
+
+
+def _refuse_duplicate_keys(pairs: list[tuple[str, object]]) -> None:
+    if len(pairs) > 1 and len({k for k, _ in pairs}) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise _DuplicateKey(k, next((v for key, v in pairs if key in ("id", "token") and isinstance(v, str)), None))
+            seen.add(k)
+
+
+def _no_duplicate_keys(data: bytes, file: str) -> None:
+    """msgspec keeps the last of two equal keys; another reader may keep the first. Two `outcome`s
+    in one node would let two checkers disagree about the same file, so such input is malformed."""
+    try:
+        json.loads(data, object_pairs_hook=_refuse_duplicate_keys)
+    except _DuplicateKey as dup:
+        key, owner = dup.args
+        where = f" (in the object with id/token {owner!r})" if owner is not None else ""
+        raise TraceError(file, key, None, f"the key appears twice in one object{where}; each key at most once") from None
+
+
 def decode_trace(data: bytes, file: str = "trace") -> Trace:
     trace = _decode(data, Trace, file, "trace")
     assert isinstance(trace, Trace)
+    _no_duplicate_keys(data, file)
     return trace
 
 
 def decode_ledger(data: bytes, file: str = "ledger") -> Ledger:
     ledger = _decode(data, Ledger, file, "ledger")
     assert isinstance(ledger, Ledger)
+    _no_duplicate_keys(data, file)
     check_ledger(ledger, file)
     return ledger
 
