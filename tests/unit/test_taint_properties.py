@@ -228,3 +228,33 @@ def test_a_refusal_carries_no_graph_and_a_plan_attributes_the_whole_cone(case: t
         pos = {nid: k for k, nid in enumerate(ids)}
         assert all(p in pos and pos[p] < pos[n.id] for n in result.nodes for p in n.predecessors)
         assert (result.unit == "token") == bool(result.forced_by) == bool(result.findings)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(1, 7).flatmap(lambda n: st.lists(st.lists(st.integers(0, n - 1), unique=True, max_size=3), min_size=n, max_size=n)))
+def test_cycles_are_refused_exactly_when_a_node_reaches_itself(pred_lists: list[list[int]]) -> None:
+    from busguard.policies.taint.model import TraceError, build_graph
+
+    nodes = [Node(id=f"n{k}", predecessors=[f"n{p}" for p in ps], operation="op", side_effects=False, outcome="success",
+                  input_hash=None, output_hash=None) for k, ps in enumerate(pred_lists)]
+    trace = Trace(format="busguard.taint-trace.v1", nodes=nodes)
+    reach = {k: set(ps) for k, ps in enumerate(pred_lists)}  # ancestors, by fixed point
+    while True:
+        grown = {k: r | {a for p in r for a in reach[p]} for k, r in reach.items()}
+        if grown == reach:
+            break
+        reach = grown
+    cyclic = any(k in r for k, r in reach.items())
+    try:
+        graph = build_graph(trace)
+    except TraceError as exc:
+        assert cyclic and "cycle" in str(exc)
+        shown = str(exc).split("cycle (")[1].split(")")[0].split(" -> ")
+        assert shown[0] == shown[-1]
+        for a, b in zip(shown, shown[1:]):  # each step of the reported cycle is a real edge a -> b
+            assert a in nodes[int(b[1:])].predecessors
+    else:
+        assert not cyclic
+        pos = {i: k for k, i in enumerate(graph.order)}
+        assert sorted(graph.order) == list(range(len(nodes)))
+        assert all(pos[p] < pos[i] for i, row in enumerate(graph.preds) for p in row)
