@@ -80,6 +80,11 @@ def test_a_ledger_that_agrees_with_a_terminal_trace_leaves_the_plan_at_span_leve
     assert isinstance(result, ReplayPlan) and (result.unit, result.forced_by, result.findings, result.tokens) == ("span", [], [], [])
 
 
+def test_the_ledger_does_not_overrule_a_terminal_outcome() -> None:
+    result = validate(incident("success"), ledger({"tok-post": [("pending", ["chat:#ops"])]}))
+    assert isinstance(result, ReplayPlan) and result.unit == "span" and result.nodes[-1].outcome == "success"
+
+
 # -- condition 2 -----------------------------------------------------------------
 
 
