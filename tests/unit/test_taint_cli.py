@@ -164,3 +164,9 @@ def test_exit_codes_from_a_real_process(tmp_path: Path) -> None:
         {"id": "b", "predecessors": ["a"], "operation": "x", "side_effects": False, "outcome": "success", "input_hash": None, "output_hash": None},
     ]}))
     assert (rc(str(INCIDENT), "--ledger", str(LEDGER)), rc(str(INCIDENT)), rc(str(cyclic))) == (0, 1, 2)
+
+
+def test_the_picture_in_the_docs_is_what_the_command_draws() -> None:
+    out = io.StringIO()
+    assert check(INCIDENT, LEDGER, [], "mermaid", out, io.StringIO()) == EXIT_VALID
+    assert f"```mermaid\n{out.getvalue()}```" in (ROOT / "docs" / "taint.md").read_text()

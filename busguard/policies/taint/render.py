@@ -80,8 +80,9 @@ def text(result: Result) -> str:
 
 
 def _mq(label: str) -> str:
-    """A Mermaid quoted label: quotes and angle brackets as entity codes."""
-    return '"' + label.replace("&", "#amp;").replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;") + '"'
+    """A Mermaid quoted label: '#' (Mermaid's entity marker), quotes and angle brackets as entity codes."""
+    escaped = label.replace("#", "#35;").replace("&", "#38;").replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
+    return '"' + escaped + '"'
 
 
 def mermaid(result: Result) -> str:
