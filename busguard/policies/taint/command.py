@@ -75,7 +75,7 @@ def check(trace_path: Path, ledger_path: Path | None, outputs: Sequence[str], fm
             trace = decode_trace(data, source)
             graph = build_graph(trace, source)
             ledger = decode_ledger(ledger_data, str(ledger_path)) if ledger_data is not None else None
-            result = validate(graph, ledger, outputs or None, source=source, ledger_source=str(ledger_path))
+            result = validate(graph, ledger, outputs or None, source=source, ledger_source=str(ledger_path or "ledger"))
     except TraceError as exc:
         if fmt == "json":
             out.write(msgspec.json.encode(Malformed(file=exc.file, field=exc.field, value=exc.value, error=str(exc))).decode() + "\n")
