@@ -443,6 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--wait", type=float, default=30.0, help="seconds to wait for the reconciler's resolution (0: don't wait)")
     sp.add_argument("--config", required=True)
     _register_audit(sub, add, add_esc)
+    from busguard.policies.taint.command import add_commands as add_taint_commands
+
+    add_taint_commands(sub)
     return p
 
 
