@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Sequence
 from typing import Final, Literal
 
 import msgspec
@@ -28,6 +29,7 @@ WindowKey = tuple[str, str]
 TaskKey = tuple[str, str]
 """(kind, task_id)"""
 DECISION_ID_CONTEXT: Final = b"busguard/decision/v1\x00"
+RECORD_CONTEXT: Final = b"busguard/record/v1\x00"
 
 
 class Coordinates(msgspec.Struct, frozen=True, kw_only=True):
@@ -51,6 +53,33 @@ def decision_id(namespace: str, source: Coordinates) -> str:
     then the offset as 16 hex digits: one hash per partition, not per record.
     """
     return _partition_prefix(namespace, source.topic, source.partition) + source.offset.to_bytes(8).hex()
+
+
+def _field(data: bytes | None) -> bytes:
+    return b"\x00" if data is None else b"\x01" + len(data).to_bytes(4) + data
+
+
+def headers_encoding(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
+    """An unambiguous encoding of a record's headers, in order: u32 count,
+    then per header u32 name length, UTF-8 name, and its value as a field
+    (0x00 for null, else 0x01, u32 length, bytes). Lengths are big-endian."""
+    parts = [len(headers).to_bytes(4)]
+    for name, value in headers:
+        raw = name.encode()
+        parts += (len(raw).to_bytes(4), raw, _field(value))
+    return b"".join(parts)
+
+
+def record_sha256(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]]) -> str:
+    """The identity of an input record's bytes (key, value and headers), for
+    telling the record a decision was made for from another one later found
+    at the same position: the receipt alone does not cover the headers, and
+    the value only through a hash the guard may never have reached."""
+    h = hashlib.sha256(RECORD_CONTEXT)
+    h.update(_field(key))
+    h.update(_field(value))
+    h.update(headers_encoding(headers))
+    return h.hexdigest()
 
 
 class AdmissionPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -118,6 +147,7 @@ class Decision(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, tag_fi
     signature: bytes | None = None
     supersedes: str | None = None
     prior: TaskEntry | None = None
+    record_sha256: str | None = None
 
 
 class NonceRecord(msgspec.Struct, frozen=True, gc=False):
