@@ -283,7 +283,11 @@ class OutputBudget:
         self.limit = max_message_bytes
         self.compression = compression
         self.batch_size = producer_batch_size(max_message_bytes, compression)
-        self._proof = worst_proof(guard_id)
+        # What the worst-case proof headers add to any record: their own
+        # bytes, plus a byte each for the header count's and the record
+        # length's varints growing.
+        proof = worst_proof(guard_id)
+        self._proof_bytes = record_size(None, None, proof) - record_size(None, None, []) + 2
 
     def sent_size(self, o: Output) -> int:
         return compressed_batch_size(o, self.compression)
@@ -298,7 +302,7 @@ class OutputBudget:
     ) -> str | None:
         """Why `d`'s forward cannot be produced, or None. Seals (and, past the
         cheap bound, compresses) only records that are close to the limit."""
-        if BATCH_OVERHEAD + record_size(record_key, value, [*headers, *self._proof]) <= self.batch_size:
+        if BATCH_OVERHEAD + record_size(record_key, value, headers) + self._proof_bytes <= self.batch_size:
             return None
         s = seal(d)
         proof = [(HEADER_DECISION_ID, d.decision_id.encode()), (HEADER_ATTESTATION, s.attestation), (HEADER_SEAL, s.seal)]

@@ -256,3 +256,13 @@ def test_the_cheap_bound_never_admits_what_the_exact_size_refuses() -> None:
             assert batch_size(primary) <= budget.limit
         seen.add(d.reason)
     assert seen == {Reason.ADMITTED, Reason.OUTPUT_TOO_LARGE}
+
+
+def test_a_decision_never_carries_the_inputs_unbounded_bytes() -> None:
+    """Audit and escalation records carry the decision: nothing in it may grow with the input
+    (a reserved header's name is the sender's, of any length)."""
+    rec = sender("planner").sign(kind="handoff", task_id="t", receiver=agent("executor"), payload=b"work")
+    (d,) = Harness().feed_raw([(rec.value, [*rec.headers, ("busguard-" + "x" * 2_000_000, b"")])])
+    assert d.reason == Reason.RESERVED_HEADER and len(d.detail) < 300
+    _, audit = outputs_for(_sealer()(d), b"k", rec.value, rec.headers, "down", TOPICS, 1 << 20)
+    assert batch_size(audit) < 16_384
