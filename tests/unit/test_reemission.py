@@ -4,17 +4,21 @@ and the replacement is reported. No Kafka."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from busguard.admission.batch import Input, admit_batch
-from busguard.admission.types import Coordinates, Decision, record_sha256
+from busguard.admission.types import Coordinates, Decision, headers_encoding, record_sha256
 from busguard.protocol.reasons import Outcome, Reason
 from busguard.state.base import StateStore
 from busguard.state.memory import MemoryStore
 from busguard.state.sqlite import SqliteStore
+from busguard.state.sqlitedb import key, transaction
 
 from .harness import NOW, Harness, agent, sender
 
@@ -82,12 +86,19 @@ def test_a_changed_key_at_a_decided_position_is_judged_afresh(store: StateStore)
     assert again.reason == Reason.EXACT_DUPLICATE and len(replaced) == 1
 
 
-def test_a_decision_stored_without_a_digest_is_matched_on_its_receipt() -> None:
-    """Decisions persisted before record_sha256 existed still re-emit after an upgrade."""
-    h, value, headers, first = _first(MemoryStore(created_at=NOW - 3_600_000))
+def test_a_decision_stored_without_a_digest_is_matched_on_its_receipt(store: StateStore) -> None:
+    """Decisions persisted before record_sha256 existed (the same bytes as a
+    decision with it unset: omitted defaults) still re-emit after an upgrade."""
+    h, value, headers, first = _first(store)
     legacy = msgspec.structs.replace(first, record_sha256=None)
-    assert isinstance(h.store, MemoryStore)
-    h.store.decisions[(AT.topic, AT.partition, AT.offset)] = (legacy, NOW + 10**9)
+    if isinstance(store, MemoryStore):
+        store.decisions[(AT.topic, AT.partition, AT.offset)] = (legacy, NOW + 10**9)
+    else:
+        assert isinstance(store, SqliteStore)
+        with transaction(store._db) as db:
+            db.execute("UPDATE decisions SET body=? WHERE k=?", (msgspec.msgpack.encode(legacy), key(AT.topic, AT.partition, AT.offset)))
+        assert b"record_sha256" not in msgspec.msgpack.encode(legacy)
+    assert store.decision_at(AT) == legacy
     again, replaced = _feed(h, value, [*headers, ("trace", b"x")])
     assert again == legacy and not replaced
 
@@ -122,3 +133,19 @@ def test_the_record_digest_separates_fields() -> None:
         record_sha256(None, b"", [("b", b""), ("a", b"")]),
     }
     assert len(digests) == 10
+
+
+def _field(x: bytes | None) -> bytes:
+    return b"\x00" if x is None else b"\x01" + len(x).to_bytes(4, "big") + x
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    key=st.one_of(st.none(), st.binary(max_size=40)),
+    value=st.one_of(st.none(), st.binary(max_size=200)),
+    headers=st.lists(st.tuples(st.text(max_size=20), st.one_of(st.none(), st.binary(max_size=50))), max_size=8),
+)
+def test_the_record_digest_is_the_documented_one(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]]) -> None:
+    """docs/protocol.md §12.3: SHA-256(context ‖ F(key) ‖ F(value) ‖ headers encoding)."""
+    expected = hashlib.sha256(b"busguard/record/v1\x00" + _field(key) + _field(value) + headers_encoding(headers)).hexdigest()
+    assert record_sha256(key, value, headers) == expected
