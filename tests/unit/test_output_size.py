@@ -12,6 +12,7 @@ import hashlib
 import os
 import random
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 from aiokafka.codec import has_lz4, has_snappy, has_zstd
@@ -21,7 +22,8 @@ from hypothesis import strategies as st
 
 from busguard.admission.batch import Input, admit_batch
 from busguard.admission.types import Coordinates, Decision, headers_encoding
-from busguard.config import MIN_MAX_MESSAGE_BYTES, Compression, TopicsConfig
+from busguard.config import MIN_MAX_MESSAGE_BYTES, Compression, TopicsConfig, load_config
+from busguard.errors import ConfigError
 from busguard.protocol.attestation import attest, decision_bytes, open_attestation, seal
 from busguard.protocol.keyfile import Identity, new_identity
 from busguard.protocol.reasons import Outcome, Reason
@@ -266,3 +268,34 @@ def test_a_decision_never_carries_the_inputs_unbounded_bytes() -> None:
     assert d.reason == Reason.RESERVED_HEADER and len(d.detail) < 300
     _, audit = outputs_for(_sealer()(d), b"k", rec.value, rec.headers, "down", TOPICS, 1 << 20)
     assert batch_size(audit) < 16_384
+
+
+# -- config -----------------------------------------------------------------------------------
+
+
+def _cfg(tmp_path: Path, kafka: str) -> Path:
+    p = tmp_path / "busguard.toml"
+    p.write_text(f'[kafka]\n{kafka}\n[[routes]]\nname = "h"\ninputs = ["in"]\ndownstream = "out"\n')
+    return p
+
+
+def test_the_default_limit_is_apache_kafkas_and_outputs_are_gzipped(tmp_path: Path) -> None:
+    k = load_config(_cfg(tmp_path, "")).kafka
+    assert (k.max_message_bytes, k.compression) == (1_048_588, "gzip")
+
+
+def test_a_limit_below_the_bounded_dead_letters_room_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(_cfg(tmp_path, "max_message_bytes = 65535"))
+    assert err.value.field == "kafka.max_message_bytes" and err.value.value == 65535
+
+
+def test_a_codec_without_its_package_is_refused_at_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import aiokafka.codec
+
+    monkeypatch.setattr(aiokafka.codec, "has_zstd", lambda: False)
+    with pytest.raises(ConfigError) as err:
+        load_config(_cfg(tmp_path, 'compression = "zstd"'))
+    assert err.value.field == "kafka.compression" and err.value.value == "zstd"
+    monkeypatch.setattr(aiokafka.codec, "has_zstd", lambda: True)
+    assert load_config(_cfg(tmp_path, 'compression = "zstd"')).kafka.compression == "zstd"
