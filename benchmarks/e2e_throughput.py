@@ -66,7 +66,7 @@ def write_config(tmp: Path, bootstrap: str, args: argparse.Namespace) -> Path:
             group_id="bench-guard",
             topics=TOPICS,
             comment="Written by benchmarks/e2e_throughput.py.",
-            kafka={"create_topics": False},
+            kafka={"create_topics": False, "compression": args.compression},
             state={"synchronous": args.synchronous},
             batch={"max_records": args.max_records, "verify_threads": args.verify_threads},
             log={"level": "warning"},
@@ -349,6 +349,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-records", type=int, default=500, help="[batch] max_records (default: the config default)")
     p.add_argument("--verify-threads", type=int, default=2)
     p.add_argument("--synchronous", choices=["full", "normal"], default="full")
+    p.add_argument("--compression", choices=["none", "gzip", "snappy", "lz4", "zstd"], default="gzip", help="[kafka] compression (default: the config default)")
     p.add_argument("--timeout", type=float, default=300)
     p.add_argument("--no-relay", action="store_true", help="skip the relay baseline")
     p.add_argument("--profile", metavar="FILE", help="run the guard under cProfile and write its stats to FILE")

@@ -18,12 +18,13 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
 from busguard.admission.types import AdmissionPolicy
 from busguard.errors import ConfigError, read_toml
+from busguard.protocol.identity import canonical_principal
 from busguard.protocol.timestamps import parse_timestamp
 
 ENV_PREFIX = "BUSGUARD_"
@@ -32,6 +33,13 @@ _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 Positive = Annotated[int, msgspec.Meta(ge=1)]
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
+
+
+Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
+#: The smallest kafka.max_message_bytes accepted: room for the bounded
+#: dead-letter record (busguard.runtime.outputs) with every field at its
+#: longest, many times over.
+MIN_MAX_MESSAGE_BYTES: Final = 65_536
 
 
 class KafkaConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -48,12 +56,19 @@ class KafkaConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
     create_topics: bool = False
     topic_partitions: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 4
+    #: The brokers' limit on one record batch (Apache Kafka's message.max.bytes,
+    #: or the output topics' max.message.bytes if lower). Default: Kafka's.
+    max_message_bytes: Annotated[int, msgspec.Meta(ge=MIN_MAX_MESSAGE_BYTES, le=1 << 30)] = 1_048_588
+    compression: Compression = "gzip"
 
 
 class Route(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     name: str
     inputs: list[str]
     downstream: str
+    #: Agent ids this route delivers to; a receipt addressed to anyone else is
+    #: rejected (`wrong_receiver`). None: any receiver.
+    receivers: list[str] | None = None
 
 
 class TopicsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -170,6 +185,12 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
         """Input topic -> the downstream topic its admitted records go to."""
         return {t: r.downstream for r in self.routes for t in r.inputs}
 
+    @property
+    def receivers(self) -> dict[str, frozenset[str]]:
+        """Input topic -> the canonical principals its route serves, for the
+        routes that declare `receivers` (validated at load)."""
+        return {t: frozenset(map(canonical_principal, r.receivers)) for r in self.routes if r.receivers is not None for t in r.inputs}
+
     def downstream_for(self, topic: str) -> str:
         return self.downstreams[topic]
 
@@ -233,6 +254,12 @@ def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Confi
     return cfg
 
 
+def _codec_available(codec: str) -> bool:
+    from aiokafka import codec as codecs
+
+    return bool({"gzip": codecs.has_gzip, "snappy": codecs.has_snappy, "lz4": codecs.has_lz4, "zstd": codecs.has_zstd}[codec]())
+
+
 def validate(cfg: Config) -> None:
     """Cross-field rules msgspec cannot express."""
     f = cfg.source
@@ -274,6 +301,14 @@ def validate(cfg: Config) -> None:
         for t in [*route.inputs, route.downstream]:
             if _TOPIC.fullmatch(t) is None:
                 raise ConfigError(f, f"routes[{i}]", t, "Kafka topic names: 1-249 characters of [A-Za-z0-9._-]")
+        if route.receivers is not None:
+            if not route.receivers:
+                raise ConfigError(f, f"routes[{i}].receivers", [], "at least one agent id, or leave receivers out to serve any receiver")
+            for agent in route.receivers:
+                try:
+                    canonical_principal(agent)
+                except ValueError as exc:
+                    raise ConfigError(f, f"routes[{i}].receivers", agent, f"agent ids as senders use them ({exc})") from None
         for t in route.inputs:
             if t in seen_inputs:
                 raise ConfigError(f, f"routes[{i}].inputs", t, f"each input topic belongs to one route (already in {seen_inputs[t]!r})")
@@ -289,6 +324,10 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f, "kafka.rebalance_timeout_ms", cfg.kafka.rebalance_timeout_ms, f"more than batch.revoke_budget_ms ({cfg.batch.revoke_budget_ms})")
     if cfg.kafka.heartbeat_interval_ms >= cfg.kafka.session_timeout_ms:
         raise ConfigError(f, "kafka.heartbeat_interval_ms", cfg.kafka.heartbeat_interval_ms, "less than kafka.session_timeout_ms")
+    if cfg.kafka.compression != "none" and not _codec_available(cfg.kafka.compression):
+        raise ConfigError(
+            f, "kafka.compression", cfg.kafka.compression, "a codec whose Python package is installed (none and gzip need none; see docs/config.md)"
+        )
     if not cfg.keys.guard_key_resolves and cfg.keys.operators is None:
         raise ConfigError(f, "keys.guard_key_resolves", False, "true unless keys.operators names who else may resolve (nobody could)")
     _validate_keys(cfg, f)

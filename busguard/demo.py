@@ -469,7 +469,8 @@ def _judge(sc: Scenario, tap: Tap, cfg: Config, guard_public_key: bytes, operato
                 s.problems.append(f"expected {s.expect_dest}")
             if placed[0] in tap.downstream:
                 try:
-                    verify_admitted(placed[1].value, list(placed[1].headers), guard_public_key)
+                    # as its receiver would: the demo addresses handoffs to "executor", acks to "planner"
+                    verify_admitted(placed[1].value, list(placed[1].headers), guard_public_key, "executor" if d.kind == "handoff" else "planner")
                     s.attested = True
                 except AttestationError as exc:
                     s.attested = False

@@ -10,17 +10,18 @@ guard processes share one store.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple, Protocol
 
 import msgspec
 
 from busguard.admission.decide import Candidate, decide, precheck, verify
 from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Coordinates, Decision, Effects, NonceKey, NonceRecord, TaskEntry, TaskKey
-from busguard.admission.types import WindowKey, WindowRecord
+from busguard.admission.types import WindowKey, WindowRecord, record_sha256
 from busguard.admission.window import WindowState
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES
 from busguard.protocol.keys import KeyRegistry, KeyWindow
+from busguard.protocol.reasons import Outcome, Reason
 
 SourceKey = tuple[str, int, int]
 
@@ -55,6 +56,8 @@ class BatchState:
         self._snap = snapshot
         self.trusted_from = snapshot.trusted_from
         self.decisions: list[Decision] = []
+        #: (earlier, new) for each decided position found holding another record
+        self.replaced: list[tuple[Decision, Decision]] = []
         self.new_decisions: dict[SourceKey, Decision] = {}
         self.nonces: dict[NonceKey, NonceRecord] = {}
         self.windows: dict[WindowKey, WindowRecord] = {}
@@ -91,6 +94,22 @@ class Input(NamedTuple):
     source: Coordinates
     value: bytes | None
     headers: Sequence[tuple[str, bytes]]
+    key: bytes | None = None
+
+
+def same_record(earlier: Decision, digest: str, receipt_id: str | None) -> bool:
+    """Whether the record at a decided position is the one it was decided for.
+
+    By the digest of its key, value and headers; a decision persisted before
+    digests were recorded has none and is matched on its receipt id, as then."""
+    if earlier.record_sha256 is not None:
+        return earlier.record_sha256 == digest
+    return earlier.receipt_id == receipt_id
+
+
+#: Judges a would-be forward against the outputs' size limit: a detail when
+#: the forwarded record could not be produced, None when it fits.
+Oversize = Callable[[Decision, Input], str | None]
 
 
 class Store(Protocol):
@@ -126,14 +145,28 @@ def admit_batch(
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     verify_many: VerifyMany = verify_serially,
     after_decide: Callable[[], None] | None = None,
+    receivers: Mapping[str, frozenset[str]] | None = None,
+    oversize: Oversize | None = None,
+    on_replaced: Callable[[Decision, Decision], None] | None = None,
 ) -> list[Decision]:
     """One decision per input, in input order, persisted before returning.
 
     Signatures are verified before the store's write lock is taken (they are
     the slow part and need no state); everything that reads or writes state
     happens inside one transaction.
+
+    `receivers`: per input topic, the canonical receivers its route serves
+    (topics absent: any receiver). `oversize`: a forward it refuses becomes
+    `reject`/`output_too_large` before it is persisted, with no state effects,
+    so the audit record says what was emitted. `on_replaced(earlier, new)`
+    is called, after the transaction, for each decided position that held a
+    different record and was judged afresh.
     """
-    checked = [precheck(i.source, i.value, i.headers, registry, now_ms, policy, max_payload_bytes) for i in inputs]
+    served = receivers or {}
+    checked = [
+        precheck(i.source, i.value, i.headers, registry, now_ms, policy, max_payload_bytes, served.get(i.source.topic)) for i in inputs
+    ]
+    digests = [record_sha256(i.key, i.value, i.headers) for i in inputs]
     candidates = [c for c in checked if isinstance(c, Candidate)]
     keys_by_candidate = dict(zip(map(id, candidates), verify_many(candidates), strict=True))
 
@@ -145,19 +178,33 @@ def admit_batch(
         # Only a re-delivery after a crash (or a caller feeding one position
         # twice) has an earlier decision; skip the lookups otherwise.
         seen_before = bool(snapshot.decisions) or len(set(sources)) < len(sources)
-        for sk, c in zip(sources, checked, strict=True):
+        for sk, c, digest, item in zip(sources, checked, digests, inputs, strict=True):
             earlier = state.earlier(sk) if seen_before else None
             # The same record at a decided position is re-emitted as decided.
             # A different one there (the topic was recreated, or its log lost
             # while this store was kept) is judged afresh.
-            if earlier is not None and earlier.receipt_id == (c.envelope.receipt_id if isinstance(c, Candidate) else c.receipt_id):
+            if earlier is not None and same_record(earlier, digest, c.envelope.receipt_id if isinstance(c, Candidate) else c.receipt_id):
                 state.decisions.append(earlier)
-            elif isinstance(c, Decision):
-                state.apply(sk, c, NO_EFFECTS)
+                continue
+            if isinstance(c, Decision):
+                decision, effects = msgspec.structs.replace(c, record_sha256=digest), NO_EFFECTS
             else:
-                state.apply(sk, *decide(c, keys_by_candidate[id(c)], state, now_ms, policy))
+                decision, effects = decide(c, keys_by_candidate[id(c)], state, now_ms, policy)
+                decision = msgspec.structs.replace(decision, record_sha256=digest)
+                if oversize is not None and decision.outcome == Outcome.FORWARD:
+                    detail = oversize(decision, item)
+                    if detail is not None:
+                        decision = msgspec.structs.replace(decision, outcome=Outcome.REJECT, reason=Reason.OUTPUT_TOO_LARGE, detail=detail)
+                        effects = NO_EFFECTS
+            if earlier is not None:
+                state.replaced.append((earlier, decision))
+            state.apply(sk, decision, effects)
         if after_decide is not None:
             after_decide()  # a test hook: crash here and the transaction never commits
         return state
 
-    return store.run_batch(keys, now_ms, decide_all).decisions
+    done = store.run_batch(keys, now_ms, decide_all)
+    if on_replaced is not None:
+        for earlier, new in done.replaced:
+            on_replaced(earlier, new)
+    return done.decisions

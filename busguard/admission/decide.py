@@ -126,9 +126,13 @@ def precheck(
     now_ms: int,
     policy: AdmissionPolicy,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    receivers: frozenset[str] | None = None,
 ) -> Candidate | Decision:
-    """Stateless checks, cheapest first. Returns a reject decision or a candidate."""
-    checked = _precheck(source, value, headers, registry, now_ms, policy, max_payload_bytes)
+    """Stateless checks, cheapest first. Returns a reject decision or a candidate.
+
+    `receivers`: the canonical principals the record's route serves, or None
+    when the route declares none (any receiver is accepted)."""
+    checked = _precheck(source, value, headers, registry, now_ms, policy, max_payload_bytes, receivers)
     if isinstance(checked, Candidate):
         return checked
     reason, detail, env, principal = checked
@@ -150,6 +154,7 @@ def _precheck(
     now_ms: int,
     policy: AdmissionPolicy,
     max_payload_bytes: int,
+    receivers: frozenset[str] | None,
 ) -> Candidate | _Refusal:
     try:
         env = open_envelope(value, headers, max_payload_bytes)
@@ -182,6 +187,17 @@ def _precheck(
     found = registry.lookup(principal, r.key_id, now_ms)
     if found.reason is not None:
         return found.reason, found.detail, env, principal
+    # Last of the stateless checks, so before the signature: a record for
+    # another receiver records nothing (no nonce, sequence or task), and a
+    # handoff copied onto the wrong route cannot use up the nonce of its
+    # delivery on the right one.
+    if receivers is not None:
+        try:
+            to = _principal_of(r.receiver)
+        except ValueError as exc:
+            return Reason.MALFORMED_AGENT_ID, str(exc), env, principal
+        if to not in receivers:
+            return Reason.WRONG_RECEIVER, f"receiver {r.receiver[:128]!r} is not one this route serves", env, principal
     nonce_key = (principal if policy.nonce_scope == "principal" else "", r.nonce)
     window_key = None if r.session_id is None else (principal, r.session_id)
     return Candidate(source, env, principal, found.keys, issued, nonce_key, (r.kind, r.task_id), window_key)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import struct
+from collections.abc import Sequence
 from typing import Final, Literal
 
 import msgspec
@@ -28,6 +30,7 @@ WindowKey = tuple[str, str]
 TaskKey = tuple[str, str]
 """(kind, task_id)"""
 DECISION_ID_CONTEXT: Final = b"busguard/decision/v1\x00"
+RECORD_CONTEXT: Final = b"busguard/record/v1\x00"
 
 
 class Coordinates(msgspec.Struct, frozen=True, kw_only=True):
@@ -51,6 +54,44 @@ def decision_id(namespace: str, source: Coordinates) -> str:
     then the offset as 16 hex digits: one hash per partition, not per record.
     """
     return _partition_prefix(namespace, source.topic, source.partition) + source.offset.to_bytes(8).hex()
+
+
+def _field(data: bytes | None) -> bytes:
+    return b"\x00" if data is None else b"\x01" + len(data).to_bytes(4) + data
+
+
+def headers_encoding(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
+    """An unambiguous encoding of a record's headers, in order: u32 count,
+    then per header u32 name length, UTF-8 name, and its value as a field
+    (0x00 for null, else 0x01, u32 length, bytes). Lengths are big-endian."""
+    parts = [len(headers).to_bytes(4)]
+    for name, value in headers:
+        raw = name.encode()
+        parts += (len(raw).to_bytes(4), raw, _field(value))
+    return b"".join(parts)
+
+
+_RECORD_HASH: Final = hashlib.sha256(RECORD_CONTEXT)
+_flag_len: Final = struct.Struct(">BI").pack
+_u32: Final = struct.Struct(">I").pack
+
+
+def record_sha256(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]]) -> str:
+    """The identity of an input record's bytes (key, value and headers), for
+    telling the record a decision was made for from another one later found
+    at the same position: the receipt alone does not cover the headers, and
+    the value only through a hash the guard may never have reached.
+
+    SHA-256 of RECORD_CONTEXT, F(key), F(value) and `headers_encoding`.
+    Spelled out (one join, one update) because it runs per record."""
+    h = _RECORD_HASH.copy()
+    parts = [b"\x00" if key is None else _flag_len(1, len(key)), key or b"", b"\x00" if value is None else _flag_len(1, len(value)), value or b""]
+    parts.append(_u32(len(headers)))
+    for name, v in headers:
+        raw = name.encode()
+        parts += (_u32(len(raw)), raw, b"\x00" if v is None else _flag_len(1, len(v)), v or b"")
+    h.update(b"".join(parts))
+    return h.hexdigest()
 
 
 class AdmissionPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -93,7 +134,10 @@ class Decision(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, tag_fi
     """One per input record. Everything reconciliation and audit need is here,
     so neither has to consult busguard's private state. Tagged (`"type":
     "decision"`) because the audit topic also carries resolutions. Built
-    positionally on the hot path (decide._decision): keep the field order."""
+    positionally on the hot path (decide._decision): keep the field order.
+    `record_sha256` (set by admit_batch) names the exact input record, so a
+    decided position re-emits its decision only for that record; None in
+    decisions stored before it existed."""
 
     decision_id: str
     outcome: str
@@ -118,6 +162,7 @@ class Decision(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, tag_fi
     signature: bytes | None = None
     supersedes: str | None = None
     prior: TaskEntry | None = None
+    record_sha256: str | None = None
 
 
 class NonceRecord(msgspec.Struct, frozen=True, gc=False):

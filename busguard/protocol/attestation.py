@@ -28,7 +28,8 @@ import msgspec
 
 from busguard.admission.types import Coordinates, Decision
 from busguard.protocol.envelope import HEADER_RECEIPT, b64url_decode_strict, b64url_encode
-from busguard.protocol.receipt import payload_hash, receipt_id
+from busguard.protocol.identity import canonical_principal
+from busguard.protocol.receipt import ReceiptError, decode_receipt, payload_hash, receipt_id
 from busguard.protocol.signing import Signer, verify_signature
 
 ATTESTATION_CONTEXT: Final = b"busguard/attestation/v1\x00"
@@ -117,13 +118,39 @@ def open_attestation(headers: Sequence[tuple[str, bytes]], guard_public_key: byt
     return decode_attestation(found[HEADER_ATTESTATION])
 
 
-def verify_admitted(value: bytes, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes) -> Attestation:
-    """For downstream agents: prove a record was admitted by busguard.
+def verify_admitted(
+    value: bytes, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes, receiver: str | None, *, any_receiver: bool = False
+) -> Attestation:
+    """For downstream agents: prove a record was admitted by busguard, for you.
 
-    Checks the guard's seal, then everything `check_admitted` checks.
-    Raises AttestationError otherwise.
+    Checks the guard's seal, then everything `check_admitted` checks, then
+    that the admitted receipt is addressed to `receiver` (the opener's own
+    agent id, compared as canonical principals): a handoff signed for
+    someone else must not be acted on, or a receipt could be redirected.
+    `receiver=None, any_receiver=True` skips that last check, for readers
+    that act for no one (auditors, taps). Raises AttestationError otherwise.
     """
-    return check_admitted(open_attestation(headers, guard_public_key), value, headers)
+    if (receiver is None) != any_receiver:
+        raise TypeError("pass the opener's agent id as receiver, or receiver=None with any_receiver=True")
+    att = check_admitted(open_attestation(headers, guard_public_key), value, headers)
+    if receiver is not None:
+        check_receiver(headers, receiver)
+    return att
+
+
+def check_receiver(headers: Sequence[tuple[str, bytes]], receiver: str) -> None:
+    """The (single) receipt in `headers` is addressed to `receiver`, as canonical principals."""
+    want = canonical_principal(receiver)  # a malformed own id is the caller's bug: ValueError
+    raw = [v for k, v in headers if k == HEADER_RECEIPT]
+    if len(raw) != 1:
+        raise AttestationError("exactly one busguard-receipt header is required")
+    try:
+        addressed = decode_receipt(raw[0]).receiver
+        to = canonical_principal(addressed)
+    except (ReceiptError, ValueError) as exc:
+        raise AttestationError(f"busguard-receipt: {exc}") from None
+    if to != want:
+        raise AttestationError(f"the receipt is addressed to {addressed[:128]!r}, not to {receiver[:128]!r}")
 
 
 def check_admitted(att: Attestation, value: bytes, headers: Sequence[tuple[str, bytes]]) -> Attestation:

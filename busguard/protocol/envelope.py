@@ -81,7 +81,8 @@ def _our_headers(headers: Sequence[tuple[str, bytes]]) -> tuple[bytes, bytes]:
                 raise ReceiptError(Reason.DUPLICATE_HEADER, f"header {HEADER_SIGNATURE!r} appears more than once")
             signature = value or b""
         elif key[:9].lower() == RESERVED_PREFIX:  # any case: some clients fold header names
-            raise ReceiptError(Reason.RESERVED_HEADER, f"header {key!r} is reserved for busguard's own output")
+            # the name is the sender's and unbounded: cut, so the decision stays bounded by the receipt
+            raise ReceiptError(Reason.RESERVED_HEADER, f"header {key[:128]!r} is reserved for busguard's own output")
     if receipt is None:
         raise ReceiptError(Reason.MISSING_HEADER, f"header {HEADER_RECEIPT!r} is required")
     if signature is None:

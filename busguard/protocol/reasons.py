@@ -45,6 +45,9 @@ class Reason(enum.StrEnum):
     EXPIRED_KEY = "expired_key"
     BAD_SIGNATURE = "bad_signature"
     PAYLOAD_HASH_MISMATCH = "payload_hash_mismatch"
+    # --- reject: routing and delivery ------------------------------------
+    WRONG_RECEIVER = "wrong_receiver"
+    OUTPUT_TOO_LARGE = "output_too_large"
     # --- reject: freshness and replay ------------------------------------
     TIMESTAMP_EXPIRED = "timestamp_expired"
     TIMESTAMP_TOO_FAR_FUTURE = "timestamp_too_far_future"

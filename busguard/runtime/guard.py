@@ -30,7 +30,7 @@ from busguard.runtime.faults import Faults
 from busguard.runtime.watched import WatchedFile
 from busguard.runtime.loop import BatchLoop
 from busguard.runtime.ops import Metrics
-from busguard.runtime.outputs import Output, Sealed, outputs_for
+from busguard.runtime.outputs import Output, OutputBudget, Sealed, outputs_for
 from busguard.state.base import StateStore
 
 log = structlog.get_logger(__name__)
@@ -64,6 +64,8 @@ class Guard:
         self.faults = faults or Faults(None)
         self.policy = cfg.policy()
         self.downstreams = cfg.downstreams
+        self.receivers = cfg.receivers
+        self.budget = OutputBudget(cfg.kafka.max_message_bytes, cfg.kafka.compression, identity.agent_id)
         self._pool = ThreadPoolExecutor(cfg.batch.verify_threads, thread_name_prefix="busguard-crypto")
         self.loop = BatchLoop(
             cfg,
@@ -158,12 +160,33 @@ class Guard:
             max_payload_bytes=self.cfg.batch.max_payload_bytes,
             verify_many=self._verify_many,
             after_decide=lambda: self.faults.reached("decided"),
+            receivers=self.receivers,
+            oversize=lambda d, item: self.budget.forward_refusal(d, item.key, item.value, item.headers, self._seal_one),
+            on_replaced=self._replaced,
+        )
+
+    def _replaced(self, earlier: Decision, new: Decision) -> None:
+        """A decided position now holds another record: its topic was
+        recreated or rewritten under a kept store. Worth an operator's look."""
+        self.metrics.replaced_decisions.labels(new.source.topic).inc()
+        log.warning(
+            "decided position holds a different record; judged afresh",
+            topic=new.source.topic,
+            partition=new.source.partition,
+            offset=new.source.offset,
+            decision_id=new.decision_id,
+            earlier_outcome=earlier.outcome,
+            earlier_receipt_id=earlier.receipt_id,
+            earlier_record_sha256=earlier.record_sha256,
+            record_sha256=new.record_sha256,
+            outcome=new.outcome,
+            reason=new.reason,
         )
 
     # -- Stage ---------------------------------------------------------------
 
     async def process(self, records: Sequence[Any]) -> list[Output]:
-        inputs = [Input(Coordinates(topic=r.topic, partition=r.partition, offset=r.offset), r.value, list(r.headers)) for r in records]
+        inputs = [Input(Coordinates(topic=r.topic, partition=r.partition, offset=r.offset), r.value, list(r.headers), r.key) for r in records]
         # off the event loop, so heartbeats and /healthz keep flowing
         t0 = time.perf_counter()
         decisions = await asyncio.to_thread(self._decide_and_persist, inputs, self.clock_ms())
@@ -174,7 +197,7 @@ class Guard:
         outputs: list[Output] = []
         max_payload = self.cfg.batch.max_payload_bytes
         for record, s, item in zip(records, sealed, inputs, strict=True):
-            outputs += outputs_for(s, record.key, record.value, item.headers, self.downstreams[record.topic], self.cfg.topics, max_payload)
+            outputs += outputs_for(s, record.key, record.value, item.headers, self.downstreams[record.topic], self.cfg.topics, max_payload, self.budget)
         self._account(decisions)
         return outputs
 

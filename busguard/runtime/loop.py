@@ -46,7 +46,7 @@ from aiokafka.partitioner import murmur2
 from busguard.config import Config
 from busguard.runtime.faults import Faults
 from busguard.runtime.ops import Liveness, Metrics, OpsServer
-from busguard.runtime.outputs import Output
+from busguard.runtime.outputs import Output, producer_batch_size
 
 log = structlog.get_logger(__name__)
 
@@ -140,8 +140,11 @@ class BatchLoop:
             acks="all" if k.acks == "all" else 1,
             enable_idempotence=k.idempotence,
             linger_ms=5,
-            max_batch_size=self.cfg.batch.max_payload_bytes + 262_144,
-            max_request_size=self.cfg.batch.max_payload_bytes + 262_144,
+            # Batches fill to a size that compresses to at most the brokers'
+            # limit; a larger output travels alone, checked by OutputBudget.
+            compression_type=None if k.compression == "none" else k.compression,
+            max_batch_size=producer_batch_size(k.max_message_bytes, k.compression),
+            max_request_size=k.max_message_bytes,
             request_timeout_ms=k.request_timeout_ms,
         )
         consumer = AIOKafkaConsumer(

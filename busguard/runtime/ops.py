@@ -60,6 +60,12 @@ class Metrics:
             ["file", "result"],
             registry=self.registry,
         )
+        self.replaced_decisions = Counter(
+            "busguard_replaced_decisions_total",
+            "Decided input positions found holding a different record (a recreated or rewritten topic) and judged afresh",
+            ["topic"],
+            registry=self.registry,
+        )
         self.role = role
 
     def render(self) -> bytes:

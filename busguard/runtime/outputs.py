@@ -8,16 +8,27 @@ one signature per input serves both (see busguard.protocol.attestation).
 Because this is a pure function of the persisted decision and the input
 record, a crash-restart re-emits byte-identical records with the same
 decision id, which is what lets downstream consumers dedupe.
+
+Sizes: a broker refuses a record batch larger than its message.max.bytes, and
+a refused produce stops the guard on the same record at every restart. So
+`OutputBudget` measures each output as Kafka counts it (a v2 record batch:
+61 bytes of batch header plus the record's varint encoding; compressed with
+aiokafka's own batch builder when only compression can make it fit). A
+forward that cannot fit is refused before its decision is persisted (see
+admission.batch, `oversize`); a dead-letter that cannot fit is replaced by a
+bounded one that carries no input bytes, only their lengths and SHA-256.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Final, NamedTuple
 
-from busguard.admission.types import Coordinates, Decision
-from busguard.config import TopicsConfig
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+from busguard.admission.types import Coordinates, Decision, headers_encoding
+from busguard.config import Compression, TopicsConfig
 from busguard.protocol.attestation import (
     HEADER_ATTESTATION,
     HEADER_DECISION_ID,
@@ -28,11 +39,21 @@ from busguard.protocol.attestation import (
     HEADER_SEAL,
     HEADER_SOURCE,
 )
-from busguard.protocol.reasons import Outcome
+from busguard.protocol.attestation import attest_record
+from busguard.protocol.reasons import Outcome, Reason
 
 MAX_DETAIL_BYTES = 1024
 HEADER_ORIGINAL_LENGTH = "busguard-original-length"
 HEADER_ORIGINAL_SHA256 = "busguard-original-sha256"
+HEADER_ORIGINAL_HEADERS_LENGTH = "busguard-original-headers-length"
+HEADER_ORIGINAL_HEADERS_SHA256 = "busguard-original-headers-sha256"
+HEADER_ORIGINAL_KEY_LENGTH = "busguard-original-key-length"
+HEADER_ORIGINAL_KEY_SHA256 = "busguard-original-key-sha256"
+#: A v2 record batch's header: base offset (8), length (4), leader epoch (4),
+#: magic (1), CRC (4), attributes (2), last offset delta (4), first and max
+#: timestamps (8 + 8), producer id (8), epoch (2), base sequence (4), count (4).
+BATCH_OVERHEAD: Final = 61
+_CODEC_IDS: Final = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
 class Output(NamedTuple):
@@ -66,6 +87,7 @@ def outputs_for(
     downstream: str,
     topics: TopicsConfig,
     max_payload_bytes: int,
+    budget: OutputBudget | None = None,
 ) -> tuple[Output, Output]:
     d = sealed.decision
     did = d.decision_id.encode()
@@ -75,14 +97,41 @@ def outputs_for(
     # The audit topic is placed by input partition, not by hashing unique task ids.
     audit = Output(topics.audit, task_key, sealed.decision_json, [*proof, (HEADER_OUTCOME, d.outcome.encode()), (HEADER_REASON, d.reason.encode())], at, part)
     if d.outcome == Outcome.FORWARD:
-        return Output(downstream, record_key, value, [*headers, *proof], at, part if record_key is None else None), audit
+        return forward_output(downstream, record_key, value, headers, proof, at, part), audit
     if d.outcome == Outcome.ESCALATE:
         # keyed by task id: operators' resolve commands follow it into the same partition
         return Output(topics.reconciliation, task_key, sealed.decision_json, audit.headers, at), audit
     prior = d.prior.decision_id if d.prior is not None else None
-    return dead_letter(
-        topics.dead_letter, record_key, value, headers, d.decision_id, d.reason, d.detail, d.source, d.outcome, prior, proof[1:], max_payload_bytes, at
-    ), audit
+    why = (d.decision_id, d.reason, d.detail, d.source, d.outcome, prior, proof[1:])
+    primary = dead_letter(topics.dead_letter, record_key, value, headers, *why, max_payload_bytes, at)
+    if budget is not None and not budget.fits(primary):
+        primary = bounded_dead_letter(topics.dead_letter, record_key, value, headers, *why, at)
+    return primary, audit
+
+
+def forward_output(
+    downstream: str,
+    record_key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes]],
+    proof: Sequence[tuple[str, bytes]],
+    timestamp_ms: int | None,
+    partition: int,
+) -> Output:
+    return Output(downstream, record_key, value, [*headers, *proof], timestamp_ms, partition if record_key is None else None)
+
+
+def _why(decision_id: str, outcome: str, reason: str, detail: str, source: Coordinates, prior_decision_id: str | None) -> list[tuple[str, bytes]]:
+    extra = [
+        (HEADER_DECISION_ID, decision_id.encode()),
+        (HEADER_OUTCOME, outcome.encode()),
+        (HEADER_REASON, reason.encode()),
+        (HEADER_DETAIL, detail.encode()[:MAX_DETAIL_BYTES]),
+        (HEADER_SOURCE, f"{source.topic}/{source.partition}/{source.offset}".encode()),
+    ]
+    if prior_decision_id is not None:
+        extra.append((HEADER_PRIOR, prior_decision_id.encode()))
+    return extra
 
 
 def dead_letter(
@@ -101,15 +150,7 @@ def dead_letter(
     timestamp_ms: int | None = None,
 ) -> Output:
     """The original value and headers untouched, followed by why."""
-    extra = [
-        (HEADER_DECISION_ID, decision_id.encode()),
-        (HEADER_OUTCOME, outcome.encode()),
-        (HEADER_REASON, reason.encode()),
-        (HEADER_DETAIL, detail.encode()[:MAX_DETAIL_BYTES]),
-        (HEADER_SOURCE, f"{source.topic}/{source.partition}/{source.offset}".encode()),
-    ]
-    if prior_decision_id is not None:
-        extra.append((HEADER_PRIOR, prior_decision_id.encode()))
+    extra = _why(decision_id, outcome, reason, detail, source, prior_decision_id)
     if value is not None and max_payload_bytes is not None and len(value) > max_payload_bytes:
         # Too big to re-produce safely: point at the original (still in the
         # input topic at busguard-source) and identify it by hash instead.
@@ -120,3 +161,156 @@ def dead_letter(
     else:
         spread = None
     return Output(topic, record_key, value, [*headers, *extra, *proof], timestamp_ms, spread)
+
+
+def bounded_dead_letter(
+    topic: str,
+    record_key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes]],
+    decision_id: str,
+    reason: str,
+    detail: str,
+    source: Coordinates,
+    outcome: str = Outcome.REJECT,
+    prior_decision_id: str | None = None,
+    proof: Sequence[tuple[str, bytes]] = (),
+    timestamp_ms: int | None = None,
+) -> Output:
+    """A dead-letter too large to carry its input: why, plus the length and
+    SHA-256 of the value, the headers (their `headers_encoding`) and the key,
+    and nothing of the input itself, so its size has a bound that does not
+    depend on the input (tests/unit/test_output_size.py). The original is
+    still in the input topic at busguard-source."""
+    extra = _why(decision_id, outcome, reason, detail, source, prior_decision_id)
+    if value is not None:
+        extra += [(HEADER_ORIGINAL_LENGTH, str(len(value)).encode()), (HEADER_ORIGINAL_SHA256, hashlib.sha256(value).hexdigest().encode())]
+    encoded = headers_encoding(headers)
+    extra += [(HEADER_ORIGINAL_HEADERS_LENGTH, str(len(encoded)).encode()), (HEADER_ORIGINAL_HEADERS_SHA256, hashlib.sha256(encoded).hexdigest().encode())]
+    if record_key is not None:
+        extra += [(HEADER_ORIGINAL_KEY_LENGTH, str(len(record_key)).encode()), (HEADER_ORIGINAL_KEY_SHA256, hashlib.sha256(record_key).hexdigest().encode())]
+    return Output(topic, decision_id.encode(), None, [*extra, *proof], timestamp_ms, source.partition)
+
+
+def _varint_size(n: int) -> int:
+    """Bytes of Kafka's zigzag varint for a (32 or 64 bit) signed value."""
+    z = (n << 1) ^ (n >> 63)
+    size = 1
+    while z >= 0x80:
+        z >>= 7
+        size += 1
+    return size
+
+
+def record_size(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]]) -> int:
+    """One record's bytes in a v2 batch, its length prefix included, as the
+    first record of its batch (offset and timestamp deltas 0)."""
+    body = 3  # attributes, timestamp delta, offset delta
+    body += 1 if key is None else _varint_size(len(key)) + len(key)
+    body += 1 if value is None else _varint_size(len(value)) + len(value)
+    body += _varint_size(len(headers))
+    for name, v in headers:
+        n = len(name.encode())
+        body += _varint_size(n) + n + (1 if v is None else _varint_size(len(v)) + len(v))
+    return body + _varint_size(body)
+
+
+def batch_size(o: Output) -> int:
+    """The uncompressed record batch holding only `o`."""
+    return BATCH_OVERHEAD + record_size(o.key, o.value, o.headers)
+
+
+def compressed_batch_size(o: Output, compression: Compression) -> int:
+    """The record batch holding only `o`, built and compressed by the same
+    aiokafka builder the producer uses: exactly what the broker is sent."""
+    if compression == "none":
+        return batch_size(o)
+    builder = DefaultRecordBatchBuilder(2, _CODEC_IDS[compression], 0, -1, -1, 0, 0)
+    builder.append(0, o.timestamp_ms or 0, key=o.key, value=o.value, headers=list(o.headers))
+    return len(builder.build())
+
+
+def codec_expansion(compression: Compression, n: int) -> int:
+    """An upper bound on how much `compression` can grow n incompressible
+    bytes (aiokafka's builder sends a batch compressed even when it grew).
+    From each format's worst case: deflate stored blocks plus the gzip
+    wrapper (zlib's deflateBound); snappy n/6 + 32 per 32 KiB xerial block;
+    LZ4 frames store incompressible 64 KiB blocks raw (LZ4F_compressBound);
+    zstd n/256 (ZSTD_COMPRESSBOUND); each with 64 bytes of framing slack."""
+    if compression == "none":
+        return 0
+    if compression == "gzip":
+        return n // 4096 + n // 16384 + n // (1 << 25) + 64
+    if compression == "snappy":
+        return n // 6 + 36 * (n // 32768 + 1) + 64
+    if compression == "lz4":
+        return n // 255 + 8 * (n // 65536 + 1) + 64
+    return n // 256 + 128  # zstd
+
+
+def producer_batch_size(max_message_bytes: int, compression: Compression) -> int:
+    """The producer's max_batch_size: a batch of records filled to this many
+    uncompressed bytes still fits max_message_bytes once compressed."""
+    return max_message_bytes - codec_expansion(compression, max_message_bytes)
+
+
+def worst_proof(guard_id: str) -> list[tuple[str, bytes]]:
+    """Proof headers at least as long as any the guard writes: the
+    attestation of a decision whose every field is at its longest."""
+    att = attest_record(
+        guard_id,
+        "f" * 32,
+        max(map(str, Outcome), key=len),
+        max(map(str, Reason), key=len),
+        "f" * 64,
+        Coordinates(topic="x" * 249, partition=-(2**31), offset=-(2**63)),
+        -(2**63),
+        b"",
+    )
+    return [(HEADER_DECISION_ID, b"f" * 32), (HEADER_ATTESTATION, att), (HEADER_SEAL, b"A" * 86)]
+
+
+class OutputBudget:
+    """What fits under the brokers' kafka.max_message_bytes.
+
+    An output whose uncompressed batch is at most the producer's batch size
+    fits whatever batch it joins (the builder fills batches to that size,
+    which compresses to at most the limit). A larger one travels alone in
+    its batch (the builder admits it only into an empty batch and nothing
+    after it), so building that single-record batch measures it exactly."""
+
+    def __init__(self, max_message_bytes: int, compression: Compression, guard_id: str) -> None:
+        self.limit = max_message_bytes
+        self.compression = compression
+        self.batch_size = producer_batch_size(max_message_bytes, compression)
+        # What the worst-case proof headers add to any record: their own
+        # bytes, plus a byte each for the header count's and the record
+        # length's varints growing.
+        proof = worst_proof(guard_id)
+        self._proof_bytes = record_size(None, None, proof) - record_size(None, None, []) + 2
+
+    def sent_size(self, o: Output) -> int:
+        return compressed_batch_size(o, self.compression)
+
+    def fits(self, o: Output) -> bool:
+        if batch_size(o) <= self.batch_size:
+            return True
+        return self.compression != "none" and self.sent_size(o) <= self.limit
+
+    def forward_refusal(
+        self, d: Decision, record_key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]], seal: Callable[[Decision], Sealed]
+    ) -> str | None:
+        """Why `d`'s forward cannot be produced, or None. Seals (and, past the
+        cheap bound, compresses) only records that are close to the limit."""
+        if BATCH_OVERHEAD + record_size(record_key, value, headers) + self._proof_bytes <= self.batch_size:
+            return None
+        s = seal(d)
+        proof = [(HEADER_DECISION_ID, d.decision_id.encode()), (HEADER_ATTESTATION, s.attestation), (HEADER_SEAL, s.seal)]
+        o = forward_output("", record_key, value, headers, proof, d.decided_at, d.source.partition)
+        if self.fits(o):
+            return None
+        return (
+            f"the forwarded record would be a {self.sent_size(o)}-byte record batch (compression {self.compression}), "
+            f"over kafka.max_message_bytes {self.limit}: value {len(value or b'')} bytes, {len(headers)} headers, "
+            f"key {len(record_key or b'')} bytes"
+        )

@@ -1,11 +1,13 @@
 """For agents downstream of busguard: accept only what busguard admitted.
 
-    admitted = open_admitted(record.value, record.headers, guard_public_key)
+    admitted = open_admitted(record.value, record.headers, guard_public_key, my_agent_id)
     if admitted.decision_id in already_done: skip   # re-emissions share the id
     work(admitted.receipt.task_id, admitted.payload)
 
 The guard's public key comes from the operator (e.g. `busguard keygen`'s
-output for the guard key); never from the record itself.
+output for the guard key); never from the record itself. `my_agent_id` is the
+opener's own id: a receipt addressed to anyone else is refused, so a handoff
+admitted for one agent cannot be redirected to another.
 """
 
 from __future__ import annotations
@@ -26,10 +28,15 @@ class Admitted(msgspec.Struct, frozen=True, kw_only=True):
     payload: bytes
 
 
-def open_admitted(value: bytes | None, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes) -> Admitted:
-    """Verify busguard's attestation on a forwarded record and return the
-    receipt it admitted. Raises AttestationError (a ValueError) otherwise."""
+def open_admitted(
+    value: bytes | None, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes, receiver: str | None, *, any_receiver: bool = False
+) -> Admitted:
+    """Verify busguard's attestation on a forwarded record, and that its
+    receipt is addressed to `receiver` (your agent id; `tulpa:`/`ink:`
+    spellings of one key are the same receiver), and return the receipt it
+    admitted. Raises AttestationError (a ValueError) otherwise.
+    `receiver=None, any_receiver=True` opts out of the receiver check."""
     payload = value if value is not None else b""
-    att = verify_admitted(payload, list(headers), guard_public_key)
+    att = verify_admitted(payload, list(headers), guard_public_key, receiver, any_receiver=any_receiver)
     raw = next(v for k, v in headers if k == HEADER_RECEIPT)
     return Admitted(decision_id=att.decision_id, attestation=att, receipt=decode_receipt(raw), payload=payload)

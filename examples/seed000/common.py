@@ -185,11 +185,12 @@ def check_direct(value: bytes | None, headers: Sequence[tuple[str, bytes]]) -> I
     return Inbound(receipt=env.receipt, receipt_id=env.receipt_id, payload=env.payload, decision_id=None)
 
 
-def check_admitted(value: bytes | None, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes) -> Inbound:
-    """Behind busguard: the guard's sealed attestation says it admitted exactly this record."""
+def check_admitted(value: bytes | None, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes, receiver: str) -> Inbound:
+    """Behind busguard: the guard's sealed attestation says it admitted exactly
+    this record, and its receipt is addressed to `receiver` (the reader)."""
     payload = value if value is not None else b""
     try:
-        att = verify_admitted(payload, headers, guard_public_key)
+        att = verify_admitted(payload, headers, guard_public_key, receiver)
     except AttestationError as exc:
         raise Refused("not_admitted", str(exc)) from None
     raw = next(v for k, v in headers if k == HEADER_RECEIPT)  # verify_admitted checked there is exactly one
@@ -200,9 +201,9 @@ def check_admitted(value: bytes | None, headers: Sequence[tuple[str, bytes]], gu
     return Inbound(receipt=receipt, receipt_id=receipt_id(raw), payload=payload, decision_id=att.decision_id)
 
 
-def check(pipeline: Pipeline, value: bytes | None, headers: Sequence[tuple[str, bytes]]) -> Inbound:
-    """The check that fits this deployment."""
-    return check_admitted(value, headers, pipeline.guard_key()) if pipeline.guarded else check_direct(value, headers)
+def check(pipeline: Pipeline, value: bytes | None, headers: Sequence[tuple[str, bytes]], receiver: str) -> Inbound:
+    """The check that fits this deployment, for the agent `receiver`."""
+    return check_admitted(value, headers, pipeline.guard_key(), receiver) if pipeline.guarded else check_direct(value, headers)
 
 
 # -- Kafka ---------------------------------------------------------------------

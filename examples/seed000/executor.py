@@ -182,7 +182,7 @@ async def main() -> int:
             if args.tasks and journal.acked() >= args.tasks:
                 break  # recovery finished the last task
             try:
-                handoff = check(pipeline, msg.value, headers_of(msg))
+                handoff = check(pipeline, msg.value, headers_of(msg), pipeline.executor)
             except Refused as exc:
                 say(NAME, f"refused a record at offset {msg.offset}: {exc}")
                 continue

@@ -84,7 +84,7 @@ async def main() -> int:
             for msg in (m for recs in batch.values() for m in recs):
                 last = time.monotonic()
                 try:
-                    ack = check(pipeline, msg.value, headers_of(msg))
+                    ack = check(pipeline, msg.value, headers_of(msg), pipeline.planner)
                 except Refused as exc:
                     refused.append({"offset": msg.offset, "reason": exc.reason})
                     say(NAME, f"refused a record at offset {msg.offset}: {exc}")

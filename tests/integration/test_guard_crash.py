@@ -76,7 +76,7 @@ def check_exactly_once(s: Setup, got, coords: list[tuple[int, int]], expected: l
     # downstream: every admitted record, duplicates only as exact copies with the same decision id
     by_id: dict[bytes, set[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]]] = defaultdict(set)
     for r in got[s.downstream_handoffs]:
-        verify_admitted(r.value, list(r.headers), gk)
+        verify_admitted(r.value, list(r.headers), gk, identity("executor").agent_id)
         by_id[header(r, "busguard-decision-id") or b""].add((r.key, r.value, tuple(r.headers)))
     assert len(by_id) == expected.count("admitted")
     assert all(len(v) == 1 for v in by_id.values()), "a downstream duplicate differs from the original"

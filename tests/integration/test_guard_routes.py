@@ -57,11 +57,11 @@ async def test_every_route_and_every_malformed_input(broker: EmbeddedBroker, tmp
     decided = {msgspec.json.decode(r.value, type=Decision).decision_id: msgspec.json.decode(r.value, type=Decision) for r in got[s.audit]}
     # outputs carry the decision time as their record timestamp, so re-emissions are identical there too
     assert fwd.timestamp == decided[header(fwd, "busguard-decision-id").decode()].decided_at  # type: ignore[union-attr]
-    att = verify_admitted(fwd.value, list(fwd.headers), gk)
+    att = verify_admitted(fwd.value, list(fwd.headers), gk, identity("executor").agent_id)
     assert att.receipt_id == clean.receipt_id and att.outcome == "forward"
     assert [(k, v) for k, v in fwd.headers][: len(clean.headers)] == clean.headers
     (fwd_ack,) = got[s.downstream_acks]
-    assert verify_admitted(fwd_ack.value, list(fwd_ack.headers), gk).receipt_id == ack.receipt_id
+    assert verify_admitted(fwd_ack.value, list(fwd_ack.headers), gk, identity("planner").agent_id).receipt_id == ack.receipt_id
     # reconciliation: the legacy retry, with both receipts and the supersedes link
     (esc,) = got[s.reconciliation]
     d = msgspec.json.decode(esc.value, type=Decision)

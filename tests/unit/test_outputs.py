@@ -34,7 +34,7 @@ def test_forward_keeps_value_and_headers_and_is_verifiable() -> None:
     (d,) = Harness().feed(rec)
     primary, audit = _route(d, rec.value, rec.headers)
     assert primary.topic == "downstream" and primary.value == b"work" and primary.headers[:2] == rec.headers
-    adm = open_admitted(primary.value, primary.headers, GUARD.public_key)
+    adm = open_admitted(primary.value, primary.headers, GUARD.public_key, agent("executor"))
     assert adm.receipt.task_id == "t" and adm.decision_id == d.decision_id and adm.payload == b"work"
     assert audit.topic == TOPICS.audit and msgspec.json.decode(audit.value, type=Decision) == d
     verify_decision_record(audit.value, audit.headers, GUARD.public_key)  # type: ignore[arg-type]
@@ -62,7 +62,7 @@ def test_receivers_refuse_anything_tampered(tamper: str) -> None:
     else:
         headers = [(k, b"A" * 86 if k == "busguard-seal" else v) for k, v in headers]
     with pytest.raises(AttestationError):
-        verify_admitted(value or b"", headers, key)
+        verify_admitted(value or b"", headers, key, agent("executor"))
 
 
 def test_escalation_and_rejects_never_reach_downstream() -> None:
@@ -82,7 +82,7 @@ def test_escalation_and_rejects_never_reach_downstream() -> None:
         assert primary.topic == TOPICS.dead_letter and primary.value == value and primary.headers[: len(headers)] == headers
         assert got["busguard-reason"] == d.reason.encode() and got["busguard-outcome"] == d.outcome.encode()
         with pytest.raises(AttestationError):
-            verify_admitted(primary.value or b"", primary.headers, GUARD.public_key)
+            verify_admitted(primary.value or b"", primary.headers, GUARD.public_key, agent("executor"))
     assert dict(_route(dup, first.value, first.headers)[0].headers)["busguard-prior-decision-id"] == dup.prior.decision_id.encode()  # type: ignore[union-attr]
 
 

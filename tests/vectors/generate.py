@@ -464,6 +464,13 @@ def build_valid() -> list[dict[str, Any]]:
         "The receipt header may be up to 4096 bytes (here padded with insignificant whitespace).",
         padded, *ex,
     )
+    add(
+        "receiver_served_under_its_other_spelling",
+        "The record's route declares receivers (the vector's receivers field); the receipt names the auditor as "
+        "tulpa:z..., the route lists it as ink:z...: one key, one canonical principal, so the route serves it.",
+        compact(receipt_fields(nonce_label="served-alias", receiver=AUDITOR.tulpa)), *ex,
+        receivers=["planner", AUDITOR.ink],
+    )
     return vs
 
 
@@ -646,6 +653,14 @@ def build_invalid() -> list[dict[str, Any]]:
         HANDOFF_PAYLOAD, headers_for(pretty, EXECUTOR.sig_header(compact(f))), "bad_signature")
     r = compact(fields("all-zero-sig"))
     add("bad_signature_all_zero", "64 zero bytes.", HANDOFF_PAYLOAD, headers_for(r, b"A" * 86), "bad_signature")
+
+    # --- routing (a vector's receivers: the receivers its route declares)
+    signed("wrong_receiver", "The receipt is for 'planner'; the record's route serves only the auditor.",
+           compact(fields("wrong-receiver")), "wrong_receiver", receivers=[AUDITOR.ink])
+    add("wrong_receiver_before_signature",
+        "Checked before the signature: a record for another receiver is wrong_receiver even with a bad signature "
+        "(and, like every reject, uses up nothing).",
+        HANDOFF_PAYLOAD, headers_for(compact(fields("wrong-receiver-forged")), b"A" * 86), "wrong_receiver", receivers=["auditor"])
     return vs
 
 
@@ -1009,12 +1024,14 @@ def header(description: str) -> dict[str, Any]:
 def documents() -> dict[str, dict[str, Any]]:
     return {
         "valid.json": {
-            **header("Records busguard must admit (forward/admitted), each alone against a fresh store."),
+            **header("Records busguard must admit (forward/admitted), each alone against a fresh store. A vector may set "
+                     "receivers: the agent ids its route declares (absent: any receiver)."),
             "vectors": build_valid(),
         },
         "invalid.json": {
             **header("Records busguard must reject, each alone against a fresh store, with the expected reason code. "
-                     "A vector may set max_payload_bytes (else the file's value applies)."),
+                     "A vector may set max_payload_bytes (else the file's value applies), and receivers: the agent ids "
+                     "its route declares (absent: any receiver)."),
             "vectors": build_invalid(),
         },
         "sequences.json": {
