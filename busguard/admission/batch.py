@@ -15,12 +15,13 @@ from typing import NamedTuple, Protocol
 
 import msgspec
 
-from busguard.admission.decide import Candidate, decide, precheck, verify
+from busguard.admission.decide import Candidate, decide, precheck, undecodable, verify
 from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Coordinates, Decision, Effects, NonceKey, NonceRecord, TaskEntry, TaskKey
 from busguard.admission.types import WindowKey, WindowRecord
 from busguard.admission.window import WindowState
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES
 from busguard.protocol.keys import KeyRegistry, KeyWindow
+from busguard.protocol.reasons import Reason
 
 SourceKey = tuple[str, int, int]
 
@@ -91,6 +92,9 @@ class Input(NamedTuple):
     source: Coordinates
     value: bytes | None
     headers: Sequence[tuple[str, bytes]]
+    #: (reason, detail) when the client could not decode the record
+    #: (busguard.runtime.records): rejected as such, never prechecked.
+    undecodable: tuple[Reason, str] | None = None
 
 
 class Store(Protocol):
@@ -133,7 +137,10 @@ def admit_batch(
     the slow part and need no state); everything that reads or writes state
     happens inside one transaction.
     """
-    checked = [precheck(i.source, i.value, i.headers, registry, now_ms, policy, max_payload_bytes) for i in inputs]
+    checked = [
+        precheck(i.source, i.value, i.headers, registry, now_ms, policy, max_payload_bytes) if i.undecodable is None else undecodable(i.source, now_ms, policy, *i.undecodable)
+        for i in inputs
+    ]
     candidates = [c for c in checked if isinstance(c, Candidate)]
     keys_by_candidate = dict(zip(map(id, candidates), verify_many(candidates), strict=True))
 
