@@ -252,7 +252,7 @@ class PartitionDecoder:
             if magic == 2:
                 yield from self._v2(batch, base, next_base)
             elif magic in (0, 1):
-                yield from self._legacy(batch, base, magic)
+                yield from self._legacy(batch, base, magic, next_base)
             else:
                 yield from self._placeholders(batch, base, base, base, f"magic byte {magic} is not a Kafka record format")
             if first and self.next_fetch_offset == start_offset:
@@ -453,7 +453,7 @@ class PartitionDecoder:
         if broken:
             yield from self._placeholders(batch, base, prev + 1, last, broken)
 
-    def _legacy(self, batch: bytes, base: int, magic: int) -> Iterator[ConsumerRecord | Undecodable]:
+    def _legacy(self, batch: bytes, base: int, magic: int, next_base: int | None) -> Iterator[ConsumerRecord | Undecodable]:
         from aiokafka.record.legacy_records import LegacyRecordBatch
 
         try:
@@ -461,6 +461,8 @@ class PartitionDecoder:
             offsets = [r.offset for r in recs]
             if offsets != sorted(set(offsets)):
                 raise _Corrupt("offsets out of order")
+            if offsets and next_base is not None and offsets[-1] >= next_base:
+                raise _Corrupt("offsets run into the next batch")
         except Exception as exc:  # noqa: BLE001 - any failure of the client's decoder is data
             yield from self._placeholders(batch, base, base, base, f"legacy v{magic} message set does not decode: {type(exc).__name__}: {exc}")
             return
