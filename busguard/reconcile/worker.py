@@ -230,7 +230,7 @@ class Reconciler:
             else:
                 did = decision_id(self.namespace, source)
                 key, value, headers = preserved(record, self.cfg.batch.max_payload_bytes)
-                out.append(dead_letter(self.cfg.topics.dead_letter, key, value, headers, did, item.reason, item.detail, source, max_payload_bytes=self.cfg.batch.max_payload_bytes))
+                out.append(dead_letter(self.cfg.topics.dead_letter, key, value, headers, did, item.reason, item.detail, source, max_payload_bytes=self.cfg.batch.max_payload_bytes if type(record) is Undecodable else None))
                 log.warning("reconciliation input dead-lettered", reason=item.reason, detail=item.detail, topic=source.topic, partition=source.partition, offset=source.offset)
         return out
 

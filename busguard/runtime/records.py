@@ -155,7 +155,11 @@ def preserved(item: Any, max_bytes: int) -> tuple[bytes | None, bytes | None, li
     if u.raw_headers is None:
         return None, u.raw, [(HEADER_ORIGINAL_FORM, FORM_RECORD.encode())]
     encoded = _pairs.encode([[k, v] for k, v in u.raw_headers])
-    if len(encoded) > max_bytes:
+    # The dead letter must stay producible: headers, key and the value as
+    # it will be kept (a value over the limit is replaced by its hash) fit
+    # within max_bytes together, or the headers go by hash too.
+    kept_value = len(u.value) if u.value is not None and len(u.value) <= max_bytes else 0
+    if len(encoded) + kept_value + len(u.key or b"") > max_bytes:
         kept = [(HEADER_ORIGINAL_HEADERS_LENGTH, str(len(encoded)).encode()), (HEADER_ORIGINAL_HEADERS_SHA256, hashlib.sha256(encoded).hexdigest().encode())]
     else:
         kept = [(HEADER_ORIGINAL_HEADERS, encoded)]

@@ -127,12 +127,16 @@ class Campaign:
 
     # -- one fetch -------------------------------------------------------------
 
-    def decide_fetch(self, batches: Sequence[Batch], fetch_offset: int) -> None:
+    def decide_fetch(self, batches: Sequence[Batch], fetch_offset: int) -> int:
         """Decode and decide one fetch, check it, add to the stats; never raises
-        for a crash or broken invariant (they are counted), so a campaign runs on."""
+        for a crash or broken invariant (they are counted), so a campaign runs on.
+        Returns the first offset the decoder did not cover: a mutated header
+        may claim offsets beyond what the generator meant, and the next fetch
+        must start after them (a store remembers decisions by position)."""
         s = self.stats
         s.fetches += 1
         raw = b"".join(b.raw for b in batches)
+        self.end = fetch_offset
         try:
             self._check(batches, raw, fetch_offset)
         except InvariantBroken as exc:
@@ -141,6 +145,7 @@ class Campaign:
             s.crashes += 1
             if len(s.crash_samples) < 20:
                 s.crash_samples.append(f"{type(exc).__name__}: {exc} (fetch {raw[:64].hex()}…)")
+        return self.end
 
     def _check(self, batches: Sequence[Batch], raw: bytes, fetch_offset: int) -> None:
         s = self.stats
@@ -153,7 +158,7 @@ class Campaign:
             if len(items) >= self.MAX_ITEMS_PER_FETCH:
                 s.truncated += 1
                 break
-        end = records.next_fetch_offset
+        end = self.end = max(records.next_fetch_offset, max((i.offset + 1 for i in items), default=0))
         offsets = [i.offset for i in items]
         if any(b <= a for a, b in zip(offsets, offsets[1:], strict=False)):
             raise InvariantBroken(f"offsets not strictly increasing: {offsets[:20]}")

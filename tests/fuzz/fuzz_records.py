@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         while camp.stats.records < args.records:
             batches, fetch_offset, base = gen.fetch(base)
-            camp.decide_fetch(batches, fetch_offset)
+            base = max(base, camp.decide_fetch(batches, fetch_offset))
             if camp.stats.records - last_report >= 100_000:
                 last_report = camp.stats.records
                 print(f"… {camp.stats.records} records, {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)

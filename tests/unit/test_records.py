@@ -221,6 +221,10 @@ def test_preserved_parts_decode_back_to_the_original_record() -> None:
     # too large to copy: identified by hash instead
     _, _, small = preserved(u, 8)
     assert HEADER_ORIGINAL_HEADERS not in dict(small) and len(_h(small, HEADER_ORIGINAL_HEADERS_SHA256)) == 64
+    # the JSON alone fits, but not with the key and value the dead letter keeps
+    json_len = len(_h(headers, HEADER_ORIGINAL_HEADERS))
+    assert HEADER_ORIGINAL_HEADERS in dict(preserved(u, json_len + 3)[2])
+    assert HEADER_ORIGINAL_HEADERS not in dict(preserved(u, json_len + 2)[2])
 
 
 def test_preserved_record_and_batch_forms() -> None:
