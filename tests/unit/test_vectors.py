@@ -124,9 +124,11 @@ def test_every_reason_code_in_the_vectors_is_real() -> None:
 
 
 def test_vectors_cover_every_reason_a_record_can_earn() -> None:
-    """Every code decide() can emit today appears in at least one vector."""
+    """Every code decide() can emit today appears in at least one vector
+    (the Kafka decode layer's codes in batches.json, test_batch_vectors.py)."""
     reasons = {v["expect"]["reason"] for n in ("valid.json", "invalid.json") for v in DOCS[n]["vectors"]}
     reasons |= {st["expect"]["reason"] for s in DOCS["sequences.json"]["scenarios"] for st in s["steps"]}
+    reasons |= {what for v in _load("batches.json")["vectors"] for _, what in v["expect"]}
     assert {r.value for r in Reason} - reasons == set()
 
 
