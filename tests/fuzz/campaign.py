@@ -241,7 +241,9 @@ class Generator:
         return f"fz-{self.c.tasks}-{self.rng.getrandbits(32):08x}"
 
     def valid(self) -> Rec:
-        r = self.c.planner.sign(kind="handoff", task_id=self._task(), receiver=self.c.receiver, payload=b'{"op":"fuzz","n":%d}' % self.n)
+        # the nonce from the seeded RNG (not the SDK's `secrets`), so a seed reproduces a campaign
+        nonce = f"{self.rng.getrandbits(128):032x}"
+        r = self.c.planner.sign(kind="handoff", task_id=self._task(), receiver=self.c.receiver, payload=b'{"op":"fuzz","n":%d}' % self.n, nonce=nonce)
         return self.c.planner.agent_id.encode(), r.value, [(k.encode(), v) for k, v in r.headers]
 
     def _signed_raw(self, receipt: bytes, value: bytes) -> list[tuple[bytes, bytes | None]]:
