@@ -15,7 +15,7 @@ from typing import NamedTuple, Protocol
 
 import msgspec
 
-from busguard.admission.decide import Candidate, decide, precheck, verify
+from busguard.admission.decide import Candidate, decide, precheck, undecodable, verify
 from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Coordinates, Decision, Effects, NonceKey, NonceRecord, TaskEntry, TaskKey
 from busguard.admission.types import WindowKey, WindowRecord, record_sha256
 from busguard.admission.window import WindowState
@@ -95,6 +95,9 @@ class Input(NamedTuple):
     value: bytes | None
     headers: Sequence[tuple[str, bytes]]
     key: bytes | None = None
+    #: (reason, detail) when the client could not decode the record
+    #: (busguard.runtime.records): rejected as such, never prechecked.
+    undecodable: tuple[Reason, str] | None = None
 
 
 def same_record(earlier: Decision, digest: str, receipt_id: str | None) -> bool:
@@ -164,7 +167,10 @@ def admit_batch(
     """
     served = receivers or {}
     checked = [
-        precheck(i.source, i.value, i.headers, registry, now_ms, policy, max_payload_bytes, served.get(i.source.topic)) for i in inputs
+        precheck(i.source, i.value, i.headers, registry, now_ms, policy, max_payload_bytes, served.get(i.source.topic))
+        if i.undecodable is None
+        else undecodable(i.source, now_ms, policy, *i.undecodable)
+        for i in inputs
     ]
     digests = [record_sha256(i.key, i.value, i.headers) for i in inputs]
     candidates = [c for c in checked if isinstance(c, Candidate)]

@@ -139,6 +139,12 @@ def precheck(
     return _decision(decision_id(policy.namespace, source), source, now_ms, Outcome.REJECT, reason, detail, env, principal)
 
 
+def undecodable(source: Coordinates, now_ms: int, policy: AdmissionPolicy, reason: Reason, detail: str) -> Decision:
+    """The reject decision for a record the Kafka client could not decode
+    (busguard.runtime.records): there is no receipt to look at."""
+    return _decision(decision_id(policy.namespace, source), source, now_ms, Outcome.REJECT, reason, detail)
+
+
 _Refusal = tuple[Reason, str, Envelope | None, str | None]
 
 #: A stream has few senders and every record names one: memoise the mapping

@@ -38,7 +38,9 @@ from busguard.protocol.attestation import (
     verify_admitted,
     verify_decision_record,
 )
+from busguard.protocol.reasons import Reason
 from busguard.reconcile.records import AuditRecord, Resolution, audit_decoder
+from busguard.runtime.records import Undecodable, consumer_options
 
 Offsets = dict[str, dict[int, int]]
 """topic -> partition -> next offset to read."""
@@ -62,6 +64,20 @@ class RawRecord(NamedTuple):
     topic: str
     value: bytes | None
     headers: list[tuple[str, bytes]]
+    #: why the Kafka client could not decode it (busguard.runtime.records);
+    #: busguard never writes such a record, so it is foreign to the log
+    undecodable: str | None = None
+
+
+def _raw(topic: str, r: Any) -> RawRecord:
+    if type(r) is not Undecodable:
+        return RawRecord(topic, r.value, _headers(r))
+    # No seal can be read from it: it is reported as a forged (unsealed)
+    # record, identified by its preserved bytes (or, for the offsets of an
+    # undecodable batch that do not carry its bytes, by its coordinates).
+    ident = r.raw if r.carrier or r.reason != Reason.UNDECODABLE_BATCH else None
+    value = ident if ident is not None else f"{r.topic}/{r.partition}/{r.offset}".encode()
+    return RawRecord(topic, value, [], f"{r.reason} at {r.topic}/{r.partition}/{r.offset}: {r.detail}")
 
 
 # -- per-record checks (run in worker threads; pure apart from the crypto) ------
@@ -103,10 +119,16 @@ def seal_digest(headers: Sequence[tuple[str, bytes]]) -> bytes | None:
 
 
 def check_audit_record(
-    value: bytes | None, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes, reconciler_public_key: bytes | None = None
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes]],
+    guard_public_key: bytes,
+    reconciler_public_key: bytes | None = None,
+    undecodable: str | None = None,
 ) -> CheckedAudit:
     """Verify one audit record's seal (with the guard's key, else the
     reconciler's) and decode it; the Ledger judges whose key may seal what."""
+    if undecodable is not None:
+        return CheckedAudit(value, None, False, f"the Kafka record cannot be decoded ({undecodable})")
     if value is None:
         return CheckedAudit(None, None, False, "the record has no value")
     why = ""
@@ -242,6 +264,7 @@ async def scan(
         request_timeout_ms=cfg.kafka.request_timeout_ms,
         max_partition_fetch_bytes=max(4_194_304, cfg.batch.max_payload_bytes + 262_144),
         fetch_max_bytes=52_428_800,
+        **consumer_options(),  # an undecodable record is reported, not fatal
     )
     await consumer.start()
     try:
@@ -271,7 +294,7 @@ async def scan(
         try:
             while True:
                 batch = await consumer.getmany(timeout_ms=max(1, min(_POLL_MS, idle_ms)), max_records=MAX_RECORDS_PER_POLL)
-                records = [RawRecord(tp.topic, r.value, _headers(r)) for tp in sorted(batch, key=lambda t: (t.topic, t.partition)) for r in batch[tp]]
+                records = [_raw(tp.topic, r) for tp in sorted(batch, key=lambda t: (t.topic, t.partition)) for r in batch[tp]]
                 await settle()
                 if not records:
                     if time.monotonic() - last_new >= idle_s:
@@ -314,7 +337,7 @@ async def read_log(
 
     async def handle(raws: list[RawRecord]) -> None:
         # audit records first, so their verified seals spare the downstream copies a second verify
-        for checked in await in_threads(lambda r: check_audit_record(r.value, r.headers, guard_public_key, reconciler_public_key), [r for r in raws if r.topic == audit]):
+        for checked in await in_threads(lambda r: check_audit_record(r.value, r.headers, guard_public_key, reconciler_public_key, r.undecodable), [r for r in raws if r.topic == audit]):
             if checked.seal is not None:
                 seals.add(checked.seal)
             apply_audit(ledger, checked)
@@ -344,7 +367,7 @@ async def find_escalation(
 
     async def handle(raws: list[RawRecord]) -> None:
         for r in raws:
-            if r.value is None:
+            if r.value is None or r.undecodable is not None:
                 continue
             try:
                 rec = audit_decoder.decode(r.value)

@@ -27,12 +27,14 @@ from busguard.protocol.envelope import b64url_encode
 from busguard.protocol.identity import multikey_encode
 from busguard.protocol.keyfile import read_key
 from busguard.protocol.signing import sign
+from busguard.runtime.records import Undecodable, consumer_options
 from busguard.reconcile.records import COMMAND_CONTEXT, HEADER_COMMAND, HEADER_SIGNER, ResolveCommand, Resolution, ResolvedAs, audit_decoder
 
 
 async def _find_key(cfg: Config, topic: str, record_id: str, idle_ms: int = 1500) -> bytes | None:
     """The Kafka key of the record on `topic` whose decision id is `record_id`."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=cfg.kafka.bootstrap_servers, enable_auto_commit=False, auto_offset_reset="earliest")
+    # tolerant: a foreign record on the topic the client cannot decode is passed over, not fatal
+    consumer = AIOKafkaConsumer(bootstrap_servers=cfg.kafka.bootstrap_servers, enable_auto_commit=False, auto_offset_reset="earliest", **consumer_options())
     await consumer.start()
     try:
         parts = consumer.partitions_for_topic(topic) or set()
@@ -56,7 +58,8 @@ async def _find_key(cfg: Config, topic: str, record_id: str, idle_ms: int = 1500
 
 
 async def _wait_for_resolution(cfg: Config, escalation_id: str, deadline: float) -> Resolution | None:
-    consumer = AIOKafkaConsumer(bootstrap_servers=cfg.kafka.bootstrap_servers, enable_auto_commit=False, auto_offset_reset="earliest")
+    # tolerant: a foreign record on the topic the client cannot decode is passed over, not fatal
+    consumer = AIOKafkaConsumer(bootstrap_servers=cfg.kafka.bootstrap_servers, enable_auto_commit=False, auto_offset_reset="earliest", **consumer_options())
     await consumer.start()
     try:
         await consumer._client.force_metadata_update()
@@ -66,6 +69,8 @@ async def _wait_for_resolution(cfg: Config, escalation_id: str, deadline: float)
         while time.monotonic() < deadline:
             for recs in (await consumer.getmany(timeout_ms=500)).values():
                 for r in recs:
+                    if type(r) is Undecodable:
+                        continue
                     try:
                         rec = audit_decoder.decode(r.value)
                     except msgspec.MsgspecError:

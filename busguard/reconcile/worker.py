@@ -45,6 +45,7 @@ from busguard.runtime.faults import Faults
 from busguard.runtime.loop import BatchLoop
 from busguard.runtime.ops import Metrics
 from busguard.runtime.outputs import Output, dead_letter
+from busguard.runtime.records import Undecodable, preserved
 from busguard.runtime.watched import WatchedFile
 
 log = structlog.get_logger(__name__)
@@ -186,7 +187,12 @@ class Reconciler:
     async def process(self, records: Sequence[Any]) -> list[Output]:
         operators = self.operators.current() if self.operators is not None else Operators.none()
         resolves = self.cfg.keys.guard_key_resolves
-        parsed = [parse(r.value, list(r.headers), self.guard_public_key, operators, resolves) for r in records]
+        parsed = [
+            parse(r.value, list(r.headers), self.guard_public_key, operators, resolves)
+            if type(r) is not Undecodable
+            else _Parsed(problem=Rejected(r.reason, r.detail))
+            for r in records
+        ]
         now = self.clock_ms()
         sources = [(r.topic, r.partition, r.offset) for r in records]
         ids = {p.escalation_id for p in parsed if p.escalation_id is not None}
@@ -234,7 +240,8 @@ class Reconciler:
                 out.append(self._sealed(self.cfg.topics.replies, item.to.encode(), body, item.resolution_id, "reply", "retransmission", item.admission.receipt_id, source, item.admission.admitted_at))
             else:
                 did = decision_id(self.namespace, source)
-                out.append(dead_letter(self.cfg.topics.dead_letter, record.key, record.value, list(record.headers), did, item.reason, item.detail, source))
+                key, value, headers = preserved(record, self.cfg.batch.max_payload_bytes)
+                out.append(dead_letter(self.cfg.topics.dead_letter, key, value, headers, did, item.reason, item.detail, source, max_payload_bytes=self.cfg.batch.max_payload_bytes if type(record) is Undecodable else None))
                 log.warning("reconciliation input dead-lettered", reason=item.reason, detail=item.detail, topic=source.topic, partition=source.partition, offset=source.offset)
         return out
 

@@ -25,12 +25,14 @@ from busguard.config import Config
 from busguard.protocol.attestation import attest, decision_bytes, seal
 from busguard.protocol.keyfile import Identity
 from busguard.protocol.keys import KeyRegistry, KeyWindow
+from busguard.protocol.reasons import Reason
 from busguard.protocol.signing import Signer
 from busguard.runtime.faults import Faults
 from busguard.runtime.watched import WatchedFile
 from busguard.runtime.loop import BatchLoop
 from busguard.runtime.ops import Metrics
 from busguard.runtime.outputs import Output, OutputBudget, Sealed, outputs_for
+from busguard.runtime.records import Undecodable, preserved
 from busguard.state.base import StateStore
 
 log = structlog.get_logger(__name__)
@@ -186,7 +188,13 @@ class Guard:
     # -- Stage ---------------------------------------------------------------
 
     async def process(self, records: Sequence[Any]) -> list[Output]:
-        inputs = [Input(Coordinates(topic=r.topic, partition=r.partition, offset=r.offset), r.value, list(r.headers), r.key) for r in records]
+        max_payload = self.cfg.batch.max_payload_bytes
+        inputs = [
+            Input(Coordinates(topic=r.topic, partition=r.partition, offset=r.offset), r.value, list(r.headers), r.key)
+            if type(r) is not Undecodable
+            else self._undecodable(r, max_payload)
+            for r in records
+        ]
         # off the event loop, so heartbeats and /healthz keep flowing
         t0 = time.perf_counter()
         decisions = await asyncio.to_thread(self._decide_and_persist, inputs, self.clock_ms())
@@ -195,11 +203,17 @@ class Guard:
         self.metrics.phase_seconds.labels("decide_persist").observe(t1 - t0)
         self.metrics.phase_seconds.labels("seal").observe(time.perf_counter() - t1)
         outputs: list[Output] = []
-        max_payload = self.cfg.batch.max_payload_bytes
         for record, s, item in zip(records, sealed, inputs, strict=True):
-            outputs += outputs_for(s, record.key, record.value, item.headers, self.downstreams[record.topic], self.cfg.topics, max_payload, self.budget)
+            outputs += outputs_for(s, record.key, item.value, item.headers, self.downstreams[record.topic], self.cfg.topics, max_payload, self.budget)
         self._account(decisions)
         return outputs
+
+    @staticmethod
+    def _undecodable(r: Undecodable, max_payload: int) -> Input:
+        """A placeholder's input carries its preserved bytes (runtime/records.py)
+        as the value and headers its dead-letter record will hold."""
+        _, value, headers = preserved(r, max_payload)
+        return Input(Coordinates(topic=r.topic, partition=r.partition, offset=r.offset), value, headers, undecodable=(Reason(r.reason), r.detail))
 
     def _account(self, decisions: Sequence[Decision]) -> None:
         # one metric update per (outcome, reason) per batch, not per record

@@ -47,6 +47,7 @@ from busguard.config import Config
 from busguard.runtime.faults import Faults
 from busguard.runtime.ops import Liveness, Metrics, OpsServer
 from busguard.runtime.outputs import Output, producer_batch_size
+from busguard.runtime.records import consumer_options
 
 log = structlog.get_logger(__name__)
 
@@ -162,6 +163,9 @@ class BatchLoop:
             request_timeout_ms=k.request_timeout_ms,
             max_partition_fetch_bytes=max(1_048_576, self.cfg.batch.max_payload_bytes + 262_144),
             fetch_max_bytes=52_428_800,
+            # a record the client cannot decode arrives as an Undecodable
+            # placeholder instead of raising out of getmany()
+            **consumer_options(),
         )
         ops = OpsServer(self.metrics, self.liveness.check, self.cfg.ops.host, self.cfg.ops.port) if self.cfg.ops.port else None
         await producer.start()

@@ -131,9 +131,11 @@ NOT_A_WIRE_VECTOR = {Reason.OUTPUT_TOO_LARGE.value}
 
 
 def test_vectors_cover_every_reason_a_record_can_earn() -> None:
-    """Every code decide() can emit today appears in at least one vector."""
+    """Every code decide() can emit today appears in at least one vector
+    (the Kafka decode layer's codes in batches.json, test_batch_vectors.py)."""
     reasons = {v["expect"]["reason"] for n in ("valid.json", "invalid.json") for v in DOCS[n]["vectors"]}
     reasons |= {st["expect"]["reason"] for s in DOCS["sequences.json"]["scenarios"] for st in s["steps"]}
+    reasons |= {what for v in _load("batches.json")["vectors"] for _, what in v["expect"]}
     assert {r.value for r in Reason} - reasons == NOT_A_WIRE_VECTOR
 
 

@@ -1,0 +1,265 @@
+"""The tolerant fetch decoder (busguard/runtime/records.py): every offset of a
+fetch yields exactly one item, and what aiokafka would raise on becomes a
+placeholder carrying its bytes."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Any
+
+import msgspec
+import pytest
+from aiokafka.consumer import fetcher
+from aiokafka.errors import CorruptRecordException
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from aiokafka.structs import ConsumerRecord, TopicPartition
+
+from busguard.admission.batch import Input, admit_batch
+from busguard.admission.types import AdmissionPolicy, Coordinates
+from busguard.protocol.reasons import Reason
+from busguard.runtime.records import (
+    FORM_BATCH,
+    FORM_BATCH_REF,
+    FORM_PARTS,
+    FORM_RECORD,
+    HEADER_BATCH_OFFSET,
+    HEADER_BATCH_SHA256,
+    HEADER_ORIGINAL_FORM,
+    HEADER_ORIGINAL_HEADERS,
+    HEADER_ORIGINAL_HEADERS_SHA256,
+    RAW_KEYS,
+    PartitionDecoder,
+    Undecodable,
+    consumer_options,
+    preserved,
+)
+from busguard.runtime.outputs import dead_letter
+from busguard.state.memory import MemoryStore
+from tests.fuzz.batches import CODECS, batch, fix_crc, record, with_base_offset
+
+from .harness import NOW, registry
+
+consumer_options()  # install the hook, as busguard's consumers do
+
+
+def _partition_records(raw: bytes, fetch_offset: int = 0, tolerant: bool = True) -> Any:
+    """aiokafka's fetcher object for one partition's bytes, as _proc_fetch_request builds it."""
+    return fetcher.PartitionRecords(
+        TopicPartition("t", 0), fetcher.MemoryRecords(raw), None, fetch_offset, RAW_KEYS if tolerant else None, None, True, 0
+    )
+
+
+def _decode(raw: bytes, fetch_offset: int = 0) -> list[Any]:
+    return list(_partition_records(raw, fetch_offset))
+
+
+def _kinds(items: list[Any]) -> list[tuple[int, str]]:
+    return [(i.offset, i.reason if type(i) is Undecodable else "ok") for i in items]
+
+
+def _three(middle_headers: list[tuple[bytes, bytes | None]], codec: int = 0, base: int = 0) -> bytes:
+    return batch([record(0, b"k", b"v0", [(b"a", b"1")]), record(1, b"k", b"v1", middle_headers), record(2, b"k", b"v2", [])], codec=codec, base_offset=base)
+
+
+# -- the test encoder is Kafka's format --------------------------------------------
+
+
+def test_test_encoder_matches_aiokafkas_builder() -> None:
+    b = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 10**7)
+    b.append(0, 1_700_000_000_000, b"k", b"v", [("h", b"x"), ("n", None)])
+    b.append(1, 1_700_000_000_000, None, b"", [])
+    assert bytes(b.build()) == batch([record(0, b"k", b"v", [(b"h", b"x"), (b"n", None)]), record(1, None, b"", [])])
+
+
+# -- the fast path: what aiokafka returns, unchanged ---------------------------------
+
+
+@pytest.mark.parametrize("codec", sorted(CODECS))
+def test_valid_batches_in_every_codec_decode_as_aiokafka_decodes_them(codec: str) -> None:
+    raw = _three([(b"h", b"x"), (b"n", None)], CODECS[codec]) + _three([], CODECS[codec], base=3)
+    mine = _decode(raw)
+    theirs = list(_partition_records(raw, tolerant=False))
+    assert mine == theirs and [r.offset for r in mine] == [0, 1, 2, 3, 4, 5]
+    assert all(type(r) is ConsumerRecord for r in mine)
+    assert mine[1].headers == (("h", b"x"), ("n", None))
+
+
+def test_consumers_that_did_not_opt_in_keep_aiokafkas_behaviour() -> None:
+    raw = _three([(b"\xff", b"x")])
+    # what kills a guard without the tolerant path (the pure-Python decoder wraps it)
+    with pytest.raises((UnicodeDecodeError, CorruptRecordException)):
+        list(_partition_records(raw, tolerant=False))
+
+
+# -- record-level placeholders -------------------------------------------------------
+
+
+@pytest.mark.parametrize("codec", sorted(CODECS))
+def test_a_non_utf8_header_name_is_one_placeholder_and_its_neighbours_are_records(codec: str) -> None:
+    raw = _three([(b"ok", b"1"), (b"\xff\xfe", b"x"), (b"n", None)], CODECS[codec])
+    items = _decode(raw)
+    assert _kinds(items) == [(0, "ok"), (1, Reason.UNDECODABLE_HEADER), (2, "ok")]
+    u = items[1]
+    assert (u.key, u.value, u.raw_headers) == (b"k", b"v1", ((b"ok", b"1"), (b"\xff\xfe", b"x"), (b"n", None)))
+    assert u.raw == record(1, b"k", b"v1", [(b"ok", b"1"), (b"\xff\xfe", b"x"), (b"n", None)])
+    assert items[2].value == b"v2" and items[0].headers == (("a", b"1"),)
+
+
+def test_a_record_whose_fields_do_not_parse_is_undecodable_record() -> None:
+    good = record(0, b"k", b"v0", [])
+    # a key length that runs past the end of its record
+    broken = b"\x16" + b"\x00\x00\x02" + b"\x7e" + b"kk" + b"\x00" * 5
+    raw = batch([good, broken, record(2, b"k", b"v2", [])])
+    items = _decode(raw)
+    assert _kinds(items) == [(0, "ok"), (1, Reason.UNDECODABLE_RECORD), (2, "ok")]
+    assert items[1].raw == broken and items[1].raw_headers is None
+
+
+# -- batch-level placeholders --------------------------------------------------------
+
+
+def test_a_crc_mismatch_makes_every_offset_of_the_batch_one_placeholder() -> None:
+    bad = batch([record(i, b"k", b"v", []) for i in range(3)], base_offset=10, crc=1)
+    good = batch([record(0, b"k", b"w", [])], base_offset=13)
+    items = _decode(bad + good, 10)
+    assert _kinds(items) == [(10, Reason.UNDECODABLE_BATCH), (11, Reason.UNDECODABLE_BATCH), (12, Reason.UNDECODABLE_BATCH), (13, "ok")]
+    carrier, *refs = items[:3]
+    assert carrier.carrier and carrier.raw == bad and not any(r.carrier or r.raw for r in refs)
+    assert {u.batch_sha256 for u in items[:3]} == {hashlib.sha256(bad).hexdigest()} and {u.batch_offset for u in items[:3]} == {10}
+
+
+@pytest.mark.parametrize("attributes", [5, 6, 7])
+def test_an_unknown_codec_id_is_undecodable_batch(attributes: int) -> None:
+    raw = batch([record(i, None, b"v", []) for i in range(2)], attributes=attributes)
+    items = _decode(raw)
+    assert _kinds(items) == [(0, Reason.UNDECODABLE_BATCH), (1, Reason.UNDECODABLE_BATCH)]
+    assert "unknown compression codec id" in items[0].detail
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_a_corrupt_compressed_frame_is_undecodable_batch_and_the_next_batch_is_read(codec: str) -> None:
+    raw = batch([], payload=b"\x00garbage-frame", count=2, last_offset_delta=1, attributes=CODECS[codec])
+    items = _decode(raw + _three([], base=2))
+    assert _kinds(items) == [(0, Reason.UNDECODABLE_BATCH), (1, Reason.UNDECODABLE_BATCH), (2, "ok"), (3, "ok"), (4, "ok")]
+    assert f"{codec} records do not decompress" in items[0].detail
+
+
+def test_out_of_order_offset_deltas_make_the_whole_batch_undecodable() -> None:
+    raw = batch([record(1, b"k", b"a", []), record(0, b"k", b"b", [])])
+    assert _kinds(_decode(raw)) == [(0, Reason.UNDECODABLE_BATCH), (1, Reason.UNDECODABLE_BATCH)]
+
+
+def test_records_that_cannot_be_delimited_end_the_batch_after_the_good_ones() -> None:
+    recs = [record(i, b"k", b"v%d" % i, []) for i in range(4)]
+    body = b"".join(recs)
+    raw = batch([], payload=body[: len(recs[0]) + len(recs[1]) + 3], count=4, last_offset_delta=3)
+    assert _kinds(_decode(raw)) == [(0, "ok"), (1, "ok"), (2, Reason.UNDECODABLE_BATCH), (3, Reason.UNDECODABLE_BATCH)]
+
+
+def test_a_control_batch_outside_a_transaction_is_not_silently_skipped() -> None:
+    raw = batch([record(0, b"k", b"v", [])], attributes=0x20)
+    assert _kinds(_decode(raw)) == [(0, Reason.UNDECODABLE_BATCH)]
+
+
+def test_a_span_is_capped_below_the_next_batchs_base_offset() -> None:
+    liar = batch([record(0, None, b"v", [])], last_offset_delta=1_000_000, crc=7)
+    items = _decode(liar + _three([], base=2))
+    assert _kinds(items) == [(0, Reason.UNDECODABLE_BATCH), (1, Reason.UNDECODABLE_BATCH), (2, "ok"), (3, "ok"), (4, "ok")]
+
+
+# -- position ---------------------------------------------------------------------
+
+
+def test_offsets_before_the_fetch_offset_are_skipped_in_every_path() -> None:
+    bad = batch([record(i, b"k", b"v", []) for i in range(4)], base_offset=20, crc=1)
+    assert [i.offset for i in _decode(bad, 22)] == [22, 23]
+    assert [i.offset for i in _decode(_three([(b"\xff", b"")], base=20), 21)] == [21, 22]
+    assert [i.offset for i in _decode(_three([], base=20), 22)] == [22]
+
+
+def test_the_position_moves_past_the_fetched_offset_even_when_the_header_lies() -> None:
+    # CRC fixed over a header whose last offset delta is negative: the batch
+    # "covers" nothing at the fetched offset 5, which the broker says it holds
+    raw = with_base_offset(batch([record(0, None, b"v", [])], last_offset_delta=-3, crc=3), 0)
+    records = _partition_records(raw, 5)
+    items = list(records)
+    assert _kinds(items) == [(5, Reason.UNDECODABLE_BATCH)] and items[0].carrier
+    assert records.next_fetch_offset == 6
+
+
+def test_a_stop_after_max_records_resumes_at_the_next_offset() -> None:
+    raw = batch([record(i, b"k", b"v", []) for i in range(5)], crc=9)
+    records = _partition_records(raw)
+    first = [next(records), next(records)]
+    assert [i.offset for i in first] == [0, 1] and records.next_fetch_offset == 2
+
+
+def test_decoder_is_pure_over_its_bytes() -> None:
+    raw = _three([(b"\xff", b"x")], CODECS["zstd"]) + batch([record(0, None, b"v", [])], base_offset=3, crc=1)
+    assert list(PartitionDecoder("t", 0, raw, 0)) == list(PartitionDecoder("t", 0, raw, 0))
+
+
+def test_mutated_bytes_with_a_fixed_crc_still_yield_one_item_per_offset() -> None:
+    raw = bytearray(_three([(b"h", b"x")]))
+    assert raw[70] == 0x02  # the first record's header count (1, zigzag)
+    raw[70] ^= 0x40  # now 33 headers, which its length cannot hold
+    assert _kinds(_decode(fix_crc(raw))) == [(0, Reason.UNDECODABLE_RECORD), (1, "ok"), (2, "ok")]
+
+
+# -- the preserved, recoverable form --------------------------------------------------
+
+
+def _h(headers: list[tuple[str, bytes]], name: str) -> bytes:
+    return dict(headers)[name]
+
+
+def test_preserved_parts_decode_back_to_the_original_record() -> None:
+    (u,) = [i for i in _decode(_three([(b"\xff\xfe", b"x"), (b"n", None)])) if type(i) is Undecodable]
+    key, value, headers = preserved(u, 1_048_576)
+    assert (key, value, _h(headers, HEADER_ORIGINAL_FORM)) == (b"k", b"v1", FORM_PARTS.encode())
+    pairs = msgspec.json.decode(_h(headers, HEADER_ORIGINAL_HEADERS))
+    assert [(base64.b64decode(k), None if v is None else base64.b64decode(v)) for k, v in pairs] == [(b"\xff\xfe", b"x"), (b"n", None)]
+    # too large to copy: identified by hash instead
+    _, _, small = preserved(u, 8)
+    assert HEADER_ORIGINAL_HEADERS not in dict(small) and len(_h(small, HEADER_ORIGINAL_HEADERS_SHA256)) == 64
+    # the JSON alone fits, but not with the key and value the dead letter keeps
+    json_len = len(_h(headers, HEADER_ORIGINAL_HEADERS))
+    assert HEADER_ORIGINAL_HEADERS in dict(preserved(u, json_len + 3)[2])
+    assert HEADER_ORIGINAL_HEADERS not in dict(preserved(u, json_len + 2)[2])
+
+
+def test_preserved_record_and_batch_forms() -> None:
+    rec = [i for i in _decode(batch([record(0, None, b"v", []), b"\x16\x00\x00\x02\x7ekk\x00\x00\x00\x00\x00"])) if type(i) is Undecodable][0]
+    assert preserved(rec, 10**6) == (None, rec.raw, [(HEADER_ORIGINAL_FORM, FORM_RECORD.encode())])
+    bad = batch([record(i, None, b"v", []) for i in range(2)], crc=1)
+    carrier, ref = _decode(bad)
+    sha = hashlib.sha256(bad).hexdigest().encode()
+    assert preserved(carrier, 10**6) == (None, bad, [(HEADER_ORIGINAL_FORM, FORM_BATCH.encode()), (HEADER_BATCH_OFFSET, b"0"), (HEADER_BATCH_SHA256, sha)])
+    assert preserved(ref, 10**6) == (None, None, [(HEADER_ORIGINAL_FORM, FORM_BATCH_REF.encode()), (HEADER_BATCH_OFFSET, b"0"), (HEADER_BATCH_SHA256, sha)])
+
+
+# -- into admission and the dead letter -------------------------------------------------
+
+
+def test_a_placeholder_becomes_one_reject_with_its_reason_and_a_dead_letter_with_its_bytes() -> None:
+    items = _decode(_three([(b"\xff", b"x")]))
+    policy = AdmissionPolicy()
+    inputs = []
+    for r in items:
+        c = Coordinates(topic=r.topic, partition=r.partition, offset=r.offset)
+        if type(r) is Undecodable:
+            _, value, headers = preserved(r, 1_048_576)
+            inputs.append(Input(c, value, headers, undecodable=(Reason(r.reason), r.detail)))
+        else:
+            inputs.append(Input(c, r.value, list(r.headers)))
+    store = MemoryStore(created_at=NOW - 3_600_000)
+    decisions = admit_batch(inputs, store=store, registry=registry("planner"), now_ms=NOW, policy=policy)
+    assert [(d.outcome, d.reason) for d in decisions] == [("reject", "missing_header"), ("reject", "undecodable_header"), ("reject", "missing_header")]
+    # re-delivered after a crash: the same decision, not a second one
+    again = admit_batch(inputs, store=store, registry=registry("planner"), now_ms=NOW + 5, policy=policy)
+    assert again == decisions
+    d = decisions[1]
+    dl = dead_letter("dlq", items[1].key, inputs[1].value, inputs[1].headers, d.decision_id, d.reason, d.detail, d.source, max_payload_bytes=1_048_576)
+    assert dl.key == b"k" and dl.value == b"v1" and _h(dl.headers, HEADER_ORIGINAL_FORM) == b"parts"
+    assert _h(dl.headers, "busguard-reason") == b"undecodable_header" and _h(dl.headers, "busguard-source") == b"t/0/1"
