@@ -52,7 +52,8 @@ from busguard.config import load_config  # noqa: E402
 from busguard.devconfig import Topics, embedded_config  # noqa: E402
 from busguard.protocol.attestation import HEADER_DECISION_ID, HEADER_OUTCOME, HEADER_REASON  # noqa: E402
 from busguard.protocol.keyfile import new_identity, read_key, write_key  # noqa: E402
-from busguard.runtime.broker import EmbeddedBroker, create_topics, free_port  # noqa: E402
+from busguard.devtools.broker import EmbeddedBroker, free_port  # noqa: E402
+from busguard.runtime.topics import create_topics  # noqa: E402
 from busguard.sdk.sender import Sender, SignedRecord  # noqa: E402
 
 TOPICS = Topics.under("bench")

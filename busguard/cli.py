@@ -83,7 +83,7 @@ def _install_stop(stop: Callable[[], None]) -> None:
 
 async def _ensure_topics(cfg: Config, topics: list[str]) -> None:
     if cfg.kafka.create_topics:
-        from busguard.runtime.broker import create_topics
+        from busguard.runtime.topics import create_topics
 
         await create_topics(cfg.kafka.bootstrap_servers, topics, cfg.kafka.topic_partitions)
 
@@ -279,9 +279,22 @@ def cmd_send(args: argparse.Namespace) -> int:
     return 0
 
 
+def _embedded_missing() -> bool:
+    """`demo` and `broker` need the optional extra; say so in one line instead of a traceback."""
+    from busguard.devtools.broker import EXTRA_HINT, embedded_available
+
+    if embedded_available():
+        return False
+    print(f"busguard: {EXTRA_HINT}", file=sys.stderr)
+    return True
+
+
 def cmd_broker(args: argparse.Namespace) -> int:
-    from busguard.runtime.broker import EmbeddedBroker
+    from busguard.devtools.broker import EmbeddedBroker
     from busguard.runtime.logs import configure
+
+    if _embedded_missing():
+        return 2
 
     configure("console", "info")
 
@@ -301,9 +314,21 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    if _embedded_missing():
+        return 2
     from busguard.demo import run_demo
 
     return run_demo(keep_dir=args.dir)
+
+
+def _version() -> str:
+    """The installed distribution's version: one source of truth, pyproject.toml."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("busguard")
+    except PackageNotFoundError:  # imported from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -319,6 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
             """
         ),
     )
+    p.add_argument("--version", action="version", version=f"busguard {_version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, fn: Callable[[argparse.Namespace], int], help: str, examples: str) -> argparse.ArgumentParser:

@@ -611,7 +611,8 @@ def run_demo(keep_dir: str | None, *, verbose: bool = False) -> int:
 
 
 async def _demo(work: Path, owned: bool) -> int:
-    from busguard.runtime.broker import EmbeddedBroker, create_topics
+    from busguard.devtools.broker import EmbeddedBroker
+    from busguard.runtime.topics import create_topics
 
     guard_id, planner, executor = new_identity(), new_identity(), new_identity()
     reconciler_id, operator_id = new_identity(), new_identity()  # separate keys for separate roles

@@ -48,7 +48,8 @@ from busguard.protocol.identity import multikey_decode, multikey_encode, public_
 from busguard.protocol.keyfile import Identity, new_identity, read_key, write_key
 from busguard.protocol.receipt import Receipt, ReceiptError, decode_receipt, payload_hash, receipt_id, signing_input
 from busguard.protocol.signing import verify_signature
-from busguard.runtime.broker import create_topics, free_port
+from busguard.devtools.broker import free_port
+from busguard.runtime.topics import create_topics
 
 Receipts = Literal["legacy", "session"]
 PIPELINE_FILE = "pipeline.json"

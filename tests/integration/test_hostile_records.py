@@ -29,7 +29,7 @@ from aiokafka.consumer import fetcher
 from busguard.admission.types import Decision
 from busguard.audit.commands import run_audit
 from busguard.config import load_config
-from busguard.runtime.broker import EmbeddedBroker
+from busguard.devtools.broker import EmbeddedBroker
 from busguard.runtime.records import consumer_options
 from busguard.sdk.sender import SignedRecord
 from tests.fuzz.batches import CODECS, batch, record

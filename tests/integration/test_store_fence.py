@@ -13,7 +13,7 @@ from pathlib import Path
 import msgspec
 
 from busguard.admission.types import Decision
-from busguard.runtime.broker import EmbeddedBroker
+from busguard.devtools.broker import EmbeddedBroker
 from busguard.sdk.sender import SignedRecord
 
 from .guardkit import REPO, Collected, GuardProcess, Setup, collect, collect_all, identity, make_setup, produce, sender
