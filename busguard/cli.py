@@ -16,12 +16,23 @@ import structlog
 
 from busguard.config import Config, load_config
 from busguard.errors import ConfigError
+from busguard.wiring import (
+    build_guard,
+    build_reconciler,
+    ensure_topics,
+    guard_topics,
+    init_state,
+    open_guard,
+    open_reconcile_store,
+    reconciler_keys,
+    reconciler_topics,
+)
 
 if TYPE_CHECKING:
-    from busguard.protocol.keyfile import Identity
-    from busguard.protocol.keys import KeyRegistry
-    from busguard.runtime.watched import WatchedFile
-    from busguard.state.base import StateStore
+    from busguard.reconcile.worker import Reconciler
+    from busguard.runtime.guard import Guard
+
+__all__ = ["build_parser", "init_state", "main"]  # init_state: re-exported for the tests and tools that create genesis stores
 
 log = structlog.get_logger("busguard.cli")
 
@@ -30,120 +41,60 @@ def _examples(text: str) -> str:
     return "examples:\n" + textwrap.indent(textwrap.dedent(text).strip(), "  ")
 
 
-def _open_runtime(cfg: Config) -> tuple[WatchedFile[KeyRegistry], Identity, StateStore]:
-    """Everything `run` needs from disk, validated before touching Kafka (and
-    the key registry before the state store, whose creation starts its warm-up)."""
-    import time
-
-    from busguard.protocol.keyfile import load_or_create
-    from busguard.protocol.keys import KeyRegistry
-    from busguard.runtime.watched import WatchedFile
-    from busguard.state.memory import MemoryStore
-    from busguard.state.sqlite import SqliteStore
-
-    keys = WatchedFile(cfg.path(cfg.keys.registry), KeyRegistry.load, what="key registry", watch=cfg.keys.watch)
-    identity = load_or_create(cfg.path(cfg.keys.guard_key), cfg.keys.create_guard_key)
-    declared = cfg.keys.guard_public_key_bytes
-    if declared is not None and declared != identity.public_key:
-        raise ConfigError(cfg.source, "keys.guard_public_key", cfg.keys.guard_public_key, f"the public half of keys.guard_key ({identity.agent_id})")
-    now = time.time_ns() // 1_000_000
-    a = cfg.admission
-    store: MemoryStore | SqliteStore
-    if cfg.state.backend == "memory":
-        store = MemoryStore(created_at=now, task_retention_ms=a.task_retention_ms, decision_retention_ms=a.decision_retention_ms)
-        created = True
-    else:
-        store = SqliteStore(
-            cfg.path(cfg.state.path),
-            now_ms=now,
-            synchronous=cfg.state.synchronous.upper(),
-            task_retention_ms=a.task_retention_ms,
-            decision_retention_ms=a.decision_retention_ms,
-        )
-        created = store.created
-    if created:
-        # A missing store may be a lost one: it warms (docs/operations.md,
-        # "Store loss and store rollback"). Only `busguard state init` may
-        # declare a deployment new.
-        log.warning(
-            "state store did not exist and was created fenced: records issued up to max_future_ms after now are refused "
-            "(store_warming) for one freshness window; for a deployment with no history, create it with `busguard state init`",
-            backend=cfg.state.backend,
-            path=str(cfg.path(cfg.state.path)) if cfg.state.backend == "sqlite" else None,
-            trusted_from_ms=store.trusted_from,
-        )
-    return keys, identity, store
-
-
 def _install_stop(stop: Callable[[], None]) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop)
 
 
-async def _ensure_topics(cfg: Config, topics: list[str]) -> None:
-    if cfg.kafka.create_topics:
-        from busguard.runtime.topics import create_topics
+def _serve(service: Guard | Reconciler, topics: list[str], cfg: Config, close: Callable[[], None]) -> int:
+    """Create the topics if asked, run `service` until SIGTERM/SIGINT, close its store."""
 
-        await create_topics(cfg.kafka.bootstrap_servers, topics, cfg.kafka.topic_partitions)
+    async def main() -> None:
+        await ensure_topics(cfg, topics)
+        _install_stop(service.request_stop)
+        await service.run()
+
+    try:
+        asyncio.run(main())
+    finally:
+        close()
+    return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from busguard.runtime.faults import Faults
-    from busguard.runtime.guard import Guard
     from busguard.runtime.logs import configure
     from busguard.runtime.tuning import tune_gc
 
     cfg = load_config(args.config)
     configure(cfg.log.format, cfg.log.level)
-    keys, identity, store = _open_runtime(cfg)
+    keys, store = open_guard(cfg)
     tune_gc()
-
-    async def main() -> None:
-        await _ensure_topics(cfg, cfg.input_topics + cfg.output_topics)
-        guard = Guard(cfg, keys=keys, identity=identity, store=store, faults=Faults.from_env())
-        _install_stop(guard.request_stop)
-        await guard.run()
-
     try:
-        asyncio.run(main())
-    finally:
+        guard = build_guard(cfg, store, keys, faults=Faults.from_env())
+    except BaseException:
         store.close()
-    return 0
+        raise
+    return _serve(guard, guard_topics(cfg), cfg, store.close)
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
-    from busguard.protocol.keyfile import load_or_create
-    from busguard.reconcile.store import ReconcileStore
-    from busguard.reconcile.worker import Reconciler, operators_file
+    from busguard.reconcile.worker import operators_file
     from busguard.runtime.faults import Faults
     from busguard.runtime.logs import configure
 
     cfg = load_config(args.config)
     configure(cfg.log.format, cfg.log.level)
     operators = operators_file(cfg)
-    k = cfg.keys
-    guard_public_key = k.guard_public_key_bytes
-    if k.reconciler_key is not None:
-        identity = load_or_create(cfg.path(k.reconciler_key), k.create_reconciler_key)
-        if guard_public_key is None:  # else the guard's private key need not be on this machine at all
-            guard_public_key = load_or_create(cfg.path(k.guard_key), k.create_guard_key).public_key
-    else:
-        identity = load_or_create(cfg.path(k.guard_key), k.create_guard_key)  # one key for both roles
-        guard_public_key = guard_public_key or identity.public_key
-    store = ReconcileStore(cfg.path(cfg.reconcile.state_path), synchronous=cfg.state.synchronous.upper())
-
-    async def main() -> None:
-        await _ensure_topics(cfg, [cfg.topics.reconciliation, cfg.topics.audit, cfg.topics.dead_letter, cfg.topics.replies])
-        worker = Reconciler(cfg, identity=identity, guard_public_key=guard_public_key, store=store, operators=operators, faults=Faults.from_env())
-        _install_stop(worker.request_stop)
-        await worker.run()
-
+    keys = reconciler_keys(cfg)
+    store = open_reconcile_store(cfg)
     try:
-        asyncio.run(main())
-    finally:
+        worker = build_reconciler(cfg, store, keys, operators, faults=Faults.from_env())
+    except BaseException:
         store.close()
-    return 0
+        raise
+    return _serve(worker, reconciler_topics(cfg), cfg, store.close)
 
 
 def cmd_resolve(args: argparse.Namespace) -> int:
@@ -182,22 +133,6 @@ def _public_half(path: Path) -> str:
     from busguard.protocol.keyfile import read_key
 
     return f" ({multikey_encode(read_key(path).public_key)})" if path.exists() else ""
-
-
-def init_state(cfg: Config, now_ms: int) -> Path:
-    """`busguard state init`: a genesis store, trusted from its first record
-    because the operator says this deployment has no history. Refuses a path
-    that already holds a store (that would throw its fence away)."""
-    from busguard.state.sqlite import SqliteStore
-
-    if cfg.state.backend != "sqlite":
-        raise ConfigError(cfg.source, "state.backend", cfg.state.backend, '"sqlite": a memory store is lost at every restart, so it always warms')
-    path = cfg.path(cfg.state.path)
-    try:
-        SqliteStore(path, now_ms=now_ms, synchronous=cfg.state.synchronous.upper(), genesis=True).close()
-    except FileExistsError:
-        raise ConfigError(cfg.source, "state.path", str(path), "a path with no state store yet: `state init` only creates new ones") from None
-    return path
 
 
 def cmd_state_init(args: argparse.Namespace) -> int:

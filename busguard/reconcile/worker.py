@@ -24,8 +24,6 @@ import structlog
 from busguard.admission.types import Coordinates, Decision, decision_id
 from busguard.config import Config
 from busguard.protocol.attestation import (
-    HEADER_ATTESTATION,
-    HEADER_DECISION_ID,
     HEADER_OUTCOME,
     HEADER_REASON,
     HEADER_SEAL,
@@ -44,7 +42,7 @@ from busguard.reconcile.store import Processed, ReconcileStore, States
 from busguard.runtime.faults import Faults
 from busguard.runtime.loop import BatchLoop
 from busguard.runtime.ops import Metrics
-from busguard.runtime.outputs import Output, dead_letter
+from busguard.runtime.outputs import Output, dead_letter, proof_headers
 from busguard.runtime.records import Undecodable, preserved
 from busguard.runtime.watched import WatchedFile
 
@@ -247,11 +245,5 @@ class Reconciler:
 
     def _sealed(self, topic: str, key: bytes, body: bytes, record_id: str, outcome: str, reason: str, receipt_id: str | None, source: Coordinates, at: int) -> Output:
         att = attest_record(self.identity.agent_id, record_id, outcome, reason, receipt_id, source, at, body)
-        headers = [
-            (HEADER_DECISION_ID, record_id.encode()),
-            (HEADER_ATTESTATION, att),
-            (HEADER_SEAL, seal(self.signer, att)),
-            (HEADER_OUTCOME, outcome.encode()),
-            (HEADER_REASON, reason.encode()),
-        ]
+        headers = [*proof_headers(record_id, att, seal(self.signer, att)), (HEADER_OUTCOME, outcome.encode()), (HEADER_REASON, reason.encode())]
         return Output(topic, key, body, headers, at)
