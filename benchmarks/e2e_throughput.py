@@ -47,7 +47,7 @@ import structlog  # noqa: E402
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
 
 from busguard.audit.commands import DEFAULT_IDLE_MS, run_audit  # noqa: E402
-from busguard.cli import init_state  # noqa: E402
+from busguard.wiring import init_state  # noqa: E402
 from busguard.config import load_config  # noqa: E402
 from busguard.devconfig import Topics, embedded_config  # noqa: E402
 from busguard.protocol.attestation import HEADER_DECISION_ID, HEADER_OUTCOME, HEADER_REASON  # noqa: E402

@@ -3,258 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
-import signal
 import sys
 import textwrap
 from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import structlog
-
-from busguard.config import Config, load_config
+from busguard.commands.admin import cmd_check_config, cmd_keygen, cmd_resolve, cmd_send, cmd_state_init, cmd_state_show
+from busguard.commands.services import cmd_broker, cmd_demo, cmd_reconcile, cmd_run
 from busguard.errors import ConfigError
-from busguard.wiring import (
-    build_guard,
-    build_reconciler,
-    ensure_topics,
-    guard_topics,
-    init_state,
-    open_guard,
-    open_reconcile_store,
-    reconciler_keys,
-    reconciler_topics,
-)
+from busguard.policies import KINDS
 
-if TYPE_CHECKING:
-    from busguard.reconcile.worker import Reconciler
-    from busguard.runtime.guard import Guard
-
-__all__ = ["build_parser", "init_state", "main"]  # init_state: re-exported for the tests and tools that create genesis stores
-
-log = structlog.get_logger("busguard.cli")
+__all__ = ["build_parser", "main"]
 
 
 def _examples(text: str) -> str:
     return "examples:\n" + textwrap.indent(textwrap.dedent(text).strip(), "  ")
-
-
-def _install_stop(stop: Callable[[], None]) -> None:
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop)
-
-
-def _serve(service: Guard | Reconciler, topics: list[str], cfg: Config, close: Callable[[], None]) -> int:
-    """Create the topics if asked, run `service` until SIGTERM/SIGINT, close its store."""
-
-    async def main() -> None:
-        await ensure_topics(cfg, topics)
-        _install_stop(service.request_stop)
-        await service.run()
-
-    try:
-        asyncio.run(main())
-    finally:
-        close()
-    return 0
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    from busguard.runtime.faults import Faults
-    from busguard.runtime.logs import configure
-    from busguard.runtime.tuning import tune_gc
-
-    cfg = load_config(args.config)
-    configure(cfg.log.format, cfg.log.level)
-    keys, store = open_guard(cfg)
-    tune_gc()
-    try:
-        guard = build_guard(cfg, store, keys, faults=Faults.from_env())
-    except BaseException:
-        store.close()
-        raise
-    return _serve(guard, guard_topics(cfg), cfg, store.close)
-
-
-def cmd_reconcile(args: argparse.Namespace) -> int:
-    from busguard.reconcile.worker import operators_file
-    from busguard.runtime.faults import Faults
-    from busguard.runtime.logs import configure
-
-    cfg = load_config(args.config)
-    configure(cfg.log.format, cfg.log.level)
-    operators = operators_file(cfg)
-    keys = reconciler_keys(cfg)
-    store = open_reconcile_store(cfg)
-    try:
-        worker = build_reconciler(cfg, store, keys, operators, faults=Faults.from_env())
-    except BaseException:
-        store.close()
-        raise
-    return _serve(worker, reconciler_topics(cfg), cfg, store.close)
-
-
-def cmd_resolve(args: argparse.Namespace) -> int:
-    from busguard.reconcile.operator import resolve
-
-    cfg = load_config(args.config)
-    return resolve(cfg, args.escalation_id, args.resolve_as, args.note, args.operator, key_file=args.key, wait_s=args.wait)
-
-
-def cmd_check_config(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config)
-    from busguard.protocol.keys import KeyRegistry
-    from busguard.reconcile.operators import Operators
-
-    registry = KeyRegistry.load(cfg.path(cfg.keys.registry))
-    operators = Operators.load(cfg.path(cfg.keys.operators)) if cfg.keys.operators is not None else None
-    print(f"{args.config}: ok")
-    routes = ", ".join(f"{r.name} ({' + '.join(r.inputs)} -> {r.downstream})" for r in cfg.routes)
-    print(f"  routes:        {routes}")
-    print(f"  reconcile:     {cfg.topics.reconciliation}   dead-letter: {cfg.topics.dead_letter}   audit: {cfg.topics.audit}")
-    print(f"  state:         {cfg.state.backend} {cfg.path(cfg.state.path) if cfg.state.backend == 'sqlite' else ''}")
-    print(f"  key registry:  {cfg.path(cfg.keys.registry)} ({len(registry.principals)} agents, open_enrollment={registry.open_enrollment})")
-    print(f"  guard key:     {cfg.path(cfg.keys.guard_key)}{_public_half(cfg.path(cfg.keys.guard_key))}")
-    if cfg.keys.reconciler_key is not None:
-        print(f"  reconciler:    {cfg.path(cfg.keys.reconciler_key)}{_public_half(cfg.path(cfg.keys.reconciler_key))} (its own key)")
-    else:
-        print("  reconciler:    no keys.reconciler_key: the reconciler seals with the guard key (one-key deployment; docs/operations.md section 7)")
-    if operators is not None:
-        print(f"  operators:     {cfg.path(cfg.keys.operators or '')} ({len(operators)} with their own keys)")
-    return 0
-
-
-def _public_half(path: Path) -> str:
-    """` (z6Mk…)`: what receivers and auditors declare; '' while the file does not exist yet."""
-    from busguard.protocol.identity import multikey_encode
-    from busguard.protocol.keyfile import read_key
-
-    return f" ({multikey_encode(read_key(path).public_key)})" if path.exists() else ""
-
-
-def cmd_state_init(args: argparse.Namespace) -> int:
-    import time
-
-    cfg = load_config(args.config)
-    path = init_state(cfg, time.time_ns() // 1_000_000)
-    print(f"{path}: new genesis state store; `busguard run` admits from its first record (no store warming)")
-    print(
-        "  only for a deployment with no history: a store created over a lost one would forget its nonces; "
-        "the guard still re-arms the fence if the consumer group has committed past it",
-        file=sys.stderr,
-    )
-    return 0
-
-
-def cmd_state_show(args: argparse.Namespace) -> int:
-    import time
-
-    from busguard.admission.fence import fence_ends
-    from busguard.state.sqlite import SqliteStore
-
-    cfg = load_config(args.config)
-    path = cfg.path(cfg.state.path)
-    if cfg.state.backend != "sqlite" or not path.exists():
-        raise ConfigError(cfg.source, "state.path", str(path), "an existing SQLite state store (see `busguard state init`)")
-    store = SqliteStore(path, now_ms=time.time_ns() // 1_000_000, synchronous=cfg.state.synchronous.upper())
-    try:
-        ends = fence_ends(store.trusted_from, cfg.admission.max_age_ms, cfg.admission.max_future_ms)
-        print(f"{path}: origin {store.origin}, created_at_ms {store.created_at}")
-        print(f"  trusted_from_ms: {store.trusted_from}   fence_ends_ms: {ends}")
-        for (topic, partition), offset in sorted(store.partition_watermarks().items()):
-            print(f"  decided up to {topic}:{partition}@{offset}")
-    finally:
-        store.close()
-    return 0
-
-
-def cmd_keygen(args: argparse.Namespace) -> int:
-    from busguard.protocol.identity import multikey_encode
-    from busguard.protocol.keyfile import new_identity, write_key
-
-    ident = new_identity()
-    try:
-        write_key(args.out, ident, overwrite=args.force)
-    except FileExistsError:
-        raise ConfigError(args.out, "", None, "already exists; pass --force to replace it") from None
-    print(ident.agent_id)
-    print(f"# private key written to {args.out} (mode 0600); public multikey: {multikey_encode(ident.public_key)}", file=sys.stderr)
-    return 0
-
-
-def cmd_send(args: argparse.Namespace) -> int:
-    from aiokafka import AIOKafkaProducer
-
-    from busguard.protocol.keyfile import read_key
-    from busguard.sdk.sender import Sender
-
-    ident = read_key(args.key)
-    payload = sys.stdin.buffer.read() if args.payload in (None, "-") else Path(args.payload).read_bytes()
-    sender = Sender(
-        ident.seed,
-        agent_id=args.sender or ident.agent_id,
-        key_id=args.key_id,
-        session_path=None if args.legacy else (args.session or Path(args.key).with_suffix(".session.json")),
-    )
-    rec = sender.sign(kind=args.kind, task_id=args.task, receiver=args.to, payload=payload, nonce=args.nonce)
-
-    async def main() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=args.bootstrap, enable_idempotence=args.idempotence, acks="all")
-        await producer.start()
-        try:
-            meta = await producer.send_and_wait(args.topic, value=rec.value, key=(args.sender or ident.agent_id).encode(), headers=rec.headers)
-        finally:
-            await producer.stop()
-        print(f"sent {rec.receipt.kind} for task {rec.receipt.task_id} to {meta.topic}/{meta.partition}@{meta.offset}; receipt_id {rec.receipt_id}")
-
-    asyncio.run(main())
-    return 0
-
-
-def _embedded_missing() -> bool:
-    """`demo` and `broker` need the optional extra; say so in one line instead of a traceback."""
-    from busguard.devtools.broker import EXTRA_HINT, embedded_available
-
-    if embedded_available():
-        return False
-    print(f"busguard: {EXTRA_HINT}", file=sys.stderr)
-    return True
-
-
-def cmd_broker(args: argparse.Namespace) -> int:
-    from busguard.devtools.broker import EmbeddedBroker
-    from busguard.runtime.logs import configure
-
-    if _embedded_missing():
-        return 2
-
-    configure("console", "info")
-
-    async def main() -> None:
-        broker = EmbeddedBroker()
-        await broker.astart(args.port)
-        print(f"tansu broker ready at {broker.bootstrap} (memory storage: everything is lost when it stops)", flush=True)
-        stopped = asyncio.Event()
-        _install_stop(stopped.set)
-        try:
-            await stopped.wait()
-        finally:
-            await broker.astop()
-
-    asyncio.run(main())
-    return 0
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    if _embedded_missing():
-        return 2
-    from busguard.demo import run_demo
-
-    return run_demo(keep_dir=args.dir)
-
 
 def _version() -> str:
     """The installed distribution's version: one source of truth, pyproject.toml."""
@@ -348,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
         """)
     sp.add_argument("--key", required=True, help="the sender's key file (from `busguard keygen`)")
     sp.add_argument("--topic", required=True)
-    sp.add_argument("--kind", required=True, choices=["handoff", "ack"])
+    sp.add_argument("--kind", required=True, choices=list(KINDS), help="the record kind (the registered kinds: busguard.policies.KINDS)")
     sp.add_argument("--task", required=True, help="task_id")
     sp.add_argument("--to", required=True, help="receiver agent id")
     sp.add_argument("--payload", help="file with the payload bytes; '-' or omitted reads stdin")

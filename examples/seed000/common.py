@@ -39,7 +39,7 @@ try:
 except ModuleNotFoundError:  # a checkout without `pip install -e .`: use the repository's copy
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from busguard.cli import init_state
+from busguard.wiring import init_state
 from busguard.config import load_config
 from busguard.devconfig import Topics, embedded_config
 from busguard.protocol.attestation import HEADER_DECISION_ID, AttestationError, verify_admitted

@@ -23,7 +23,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from busguard.cli import init_state
+from busguard.wiring import init_state
 from busguard.config import load_config
 from busguard.devconfig import Topics, embedded_config
 from busguard.protocol.identity import agent_id_for_key, multikey_encode
