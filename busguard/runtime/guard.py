@@ -96,7 +96,7 @@ class Guard:
         finally:
             self._pool.shutdown(wait=True)
 
-    # -- the store-behind check (issue 8) --------------------------------------
+    # -- the store-behind check (docs/operations.md, section 5) -----------------
 
     async def check_store(self, committed: Mapping[Partition, int | None] | None) -> None:
         """Before the first batch of newly assigned partitions: a store the

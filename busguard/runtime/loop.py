@@ -1,7 +1,7 @@
 """The crash-safe consume → process → produce → commit loop, shared by
 `busguard run` and `busguard reconcile`.
 
-The batch commit protocol (DESIGN principle 3), in this order and why:
+The batch commit protocol (docs/design.md, "Commit protocol"), in this order and why:
 
 1. process the batch           the stage decides (pure) and persists its state
                                and its outputs-to-be in one transaction, so a
@@ -24,7 +24,7 @@ Newly assigned partitions: before the first batch after an assignment, the
 loop reads the group's committed offsets for every assigned partition it has
 not checked since it was assigned (not only those in the batch: a replay can
 arrive on any partition, and nonces are not per partition) and hands them to
-the stage's `before_first` hook (the guard's store-behind check, issue 8),
+the stage's `before_first` hook (the guard's store-behind check: docs/operations.md, section 5),
 inside the batch's lock and before step 1. Doing it there rather than in
 `on_partitions_assigned` is what guarantees the order: aiokafka may start
 fetching a partition before the assignment callback has finished.

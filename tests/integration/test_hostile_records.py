@@ -1,4 +1,4 @@
-"""Poison-proof (issue 8): records a real client produces in every codec, and
+"""Poison-proof (docs/operations.md, section 2.1): records a real client produces in every codec, and
 records no client library will produce (non-UTF-8 header names, corrupt
 batches), into running guard, reconciler and auditor processes on the real
 broker. Every offset gets exactly one decision; nothing dies, not after a

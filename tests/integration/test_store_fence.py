@@ -1,4 +1,4 @@
-"""Issue 8 end to end: a lost store and a rolled-back store must not trust
+"""Store loss and store rollback end to end (docs/operations.md, section 5): a lost store and a rolled-back store must not trust
 themselves. Real guard processes, the real broker, real SQLite files."""
 
 from __future__ import annotations
