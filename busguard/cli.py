@@ -30,6 +30,29 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+_Command = Callable[[argparse.Namespace], int]
+
+
+def _adder(subparsers: Any) -> Callable[[str, _Command, str, str], argparse.ArgumentParser]:
+    """`add(name, fn, help, examples)` for one level of subcommands: every
+    command gets the same help layout and its examples as the epilog."""
+
+    def add(name: str, fn: _Command, help: str, examples: str) -> argparse.ArgumentParser:
+        sp: argparse.ArgumentParser = subparsers.add_parser(
+            name, help=help, description=help, epilog=_examples(examples), formatter_class=argparse.RawDescriptionHelpFormatter
+        )
+        sp.set_defaults(fn=fn)
+        return sp
+
+    return add
+
+
+def _group(subparsers: Any, name: str, help: str, examples: str) -> Any:
+    """A command with actions below it (`state init`, `escalations resolve`)."""
+    group = subparsers.add_parser(name, help=help, description=help, epilog=_examples(examples), formatter_class=argparse.RawDescriptionHelpFormatter)
+    return group.add_subparsers(dest=f"{name}_command", required=True, metavar="ACTION")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="busguard",
@@ -45,11 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"busguard {_version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    def add(name: str, fn: Callable[[argparse.Namespace], int], help: str, examples: str) -> argparse.ArgumentParser:
-        sp = sub.add_parser(name, help=help, description=help, epilog=_examples(examples), formatter_class=argparse.RawDescriptionHelpFormatter)
-        sp.set_defaults(fn=fn)
-        return sp
+    add = _adder(sub)
 
     sp = add("run", cmd_run, "Run the guard: consume agent topics, admit, route, audit.", """
         busguard run --config configs/busguard.toml
@@ -68,19 +87,17 @@ def build_parser() -> argparse.ArgumentParser:
         """)
     sp.add_argument("--config", required=True)
 
-    st = sub.add_parser(
-        "state",
-        help="Create or inspect the guard's state store.",
-        description="Create or inspect the guard's state store.",
-        epilog=_examples(
+    add_state = _adder(
+        _group(
+            sub,
+            "state",
+            "Create or inspect the guard's state store.",
             """
             busguard state init --config configs/busguard.toml   # a new deployment: no history, no store warming
             busguard state show --config configs/busguard.toml
-            """
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+            """,
+        )
     )
-    st_sub = st.add_subparsers(dest="state_command", required=True, metavar="ACTION")
     for name, fn, help, example in (
         (
             "init",
@@ -95,9 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
             "busguard state show --config configs/busguard.toml",
         ),
     ):
-        ssp = st_sub.add_parser(name, help=help, description=help, epilog=_examples(example), formatter_class=argparse.RawDescriptionHelpFormatter)
-        ssp.set_defaults(fn=fn)
-        ssp.add_argument("--config", required=True)
+        add_state(name, fn, help, example).add_argument("--config", required=True)
 
     sp = add("keygen", cmd_keygen, "Write a new Ed25519 key file (mode 0600) and print its agent id.", """
         busguard keygen --out var/planner.key
@@ -135,25 +150,18 @@ def build_parser() -> argparse.ArgumentParser:
         """)
     sp.add_argument("--dir", help="working directory to keep (default: a temporary one)")
 
-    esc = sub.add_parser(
-        "escalations",
-        help="List, show and resolve escalations.",
-        description="List, show and resolve escalations.",
-        epilog=_examples(
+    add_esc = _adder(
+        _group(
+            sub,
+            "escalations",
+            "List, show and resolve escalations.",
             """
             busguard escalations list --config configs/busguard.toml
             busguard escalations show 3f2a... --config configs/busguard.toml
             busguard escalations resolve 3f2a... --as retransmission --note "one execution" --operator alice --key ~/.busguard/alice.key --config configs/busguard.toml
-            """
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+            """,
+        )
     )
-    esc_sub = esc.add_subparsers(dest="escalations_command", required=True, metavar="ACTION")
-
-    def add_esc(name: str, fn: Callable[[argparse.Namespace], int], help: str, examples: str) -> argparse.ArgumentParser:
-        sp = esc_sub.add_parser(name, help=help, description=help, epilog=_examples(examples), formatter_class=argparse.RawDescriptionHelpFormatter)
-        sp.set_defaults(fn=fn)
-        return sp
 
     sp = add_esc("resolve", cmd_resolve, "Settle an escalation by hand, signed with your own key; the resolution carries your signed command, so the audit proves your name.", """
         busguard escalations resolve 3f2a... --as retransmission --note "executor restarted at 12:04, one execution" --operator alice --key ~/.busguard/alice.key --config configs/busguard.toml
