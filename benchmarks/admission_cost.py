@@ -1,4 +1,4 @@
-"""Admission cost per record, excluding the Ed25519 verify (issue 2's target: ≤ 15 µs median).
+"""Admission cost per record, excluding the Ed25519 verify (target: ≤ 15 µs median).
 
 Runs the real `admit_batch` (parse, prechecks, policies, nonce/window/task
 index, decision building) over batches of signed records, with the signature
@@ -113,7 +113,7 @@ def per_record_us(inputs: list[Input], batch: int, store_factory, registry: KeyR
 
 
 VERIFY_REFERENCE_US = 58.0  # the issue's figure for this machine's Ed25519 verify
-TARGET_US = 15.0  # issue 2: median admission cost per record, excluding the verify
+TARGET_US = 15.0  # the target: median admission cost per record, excluding the verify
 
 
 def main() -> None:

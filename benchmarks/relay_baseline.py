@@ -31,7 +31,8 @@ import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
-from busguard.runtime.broker import EmbeddedBroker, create_topics
+from busguard.devtools.broker import EmbeddedBroker
+from busguard.runtime.topics import create_topics
 
 PRODUCER: dict[str, Any] = {
     "enable_idempotence": False,  # tansu cannot do InitProducerId

@@ -25,7 +25,7 @@ from busguard.protocol.attestation import attest, decision_bytes, seal
 from busguard.protocol.identity import multikey_encode
 from busguard.protocol.receipt import receipt_id
 from busguard.protocol.signing import Signer, public_key_from_seed
-from busguard.runtime.broker import EmbeddedBroker
+from busguard.devtools.broker import EmbeddedBroker
 from busguard.sdk.sender import SignedRecord
 
 from .guardkit import REPO, GuardProcess, Setup, all_decided, collect, collect_all, identity, make_setup, produce, sender

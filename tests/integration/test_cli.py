@@ -18,7 +18,7 @@ from busguard.cli import build_parser, main
 from busguard.protocol.attestation import verify_admitted
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.keyfile import read_key
-from busguard.runtime.broker import EmbeddedBroker
+from busguard.devtools.broker import EmbeddedBroker
 
 from .guardkit import REPO, GuardProcess, collect, header, identity, make_setup
 

@@ -13,7 +13,7 @@ import msgspec
 
 from busguard.admission.types import Decision
 from busguard.protocol.timestamps import format_timestamp
-from busguard.runtime.broker import EmbeddedBroker
+from busguard.devtools.broker import EmbeddedBroker
 from busguard.sdk.sender import SignedRecord
 
 from .guardkit import GuardProcess, Setup, collect, identity, make_setup, produce, sender

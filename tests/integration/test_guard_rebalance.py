@@ -17,7 +17,7 @@ import msgspec
 
 from busguard.admission.types import Decision
 from busguard.protocol.attestation import verify_admitted
-from busguard.runtime.broker import EmbeddedBroker
+from busguard.devtools.broker import EmbeddedBroker
 
 from .guardkit import GuardProcess, all_decided, collect, header, make_setup, produce
 from .test_guard_crash import workload

@@ -14,7 +14,7 @@ import pytest
 from busguard.admission.types import Decision
 from busguard.protocol.attestation import verify_decision_record
 from busguard.reconcile.records import Reply, Resolution, audit_decoder
-from busguard.runtime.broker import EmbeddedBroker
+from busguard.devtools.broker import EmbeddedBroker
 
 from .guardkit import REPO, GuardProcess, Setup, collect, collect_all, header, identity, make_setup, produce, sender
 

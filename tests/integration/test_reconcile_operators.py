@@ -22,7 +22,7 @@ from busguard.protocol.identity import multikey_encode
 from busguard.protocol.keyfile import write_key
 from busguard.protocol.signing import Signer, sign
 from busguard.reconcile.records import COMMAND_CONTEXT, ResolveCommand, Resolution, SignedCommand, audit_decoder, resolution_id
-from busguard.runtime.broker import EmbeddedBroker
+from busguard.devtools.broker import EmbeddedBroker
 
 from .guardkit import REPO, GuardProcess, Setup, collect, header, identity, make_setup, produce, sender
 

@@ -31,7 +31,7 @@ from busguard.protocol.identity import public_key_from_agent_id
 from busguard.protocol.receipt import signing_input
 from busguard.protocol.signing import verify_signature
 from busguard.reconcile.records import audit_decoder
-from busguard.runtime.broker import EmbeddedBroker
+from busguard.devtools.broker import EmbeddedBroker
 
 from .guardkit import REPO, collect_all
 

@@ -245,7 +245,7 @@ def test_sqlite_schema_1_is_upgraded_fenced_from_its_creation_with_watermarks_fr
 
 
 def test_state_init_makes_a_genesis_store_once_and_refuses_the_memory_backend(tmp_path: Path) -> None:
-    from busguard.cli import init_state
+    from busguard.wiring import init_state
     from busguard.config import load_config
     from busguard.errors import ConfigError
 
