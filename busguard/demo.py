@@ -40,14 +40,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from busguard.admission.types import Decision
+from busguard.protocol.records import Decision
 from busguard.config import Config, load_config
 from busguard.devconfig import Topics, embedded_config
 from busguard.protocol.attestation import HEADER_DECISION_ID, AttestationError, verify_admitted
 from busguard.protocol.envelope import HEADER_RECEIPT, HEADER_SIGNATURE
 from busguard.protocol.identity import multikey_encode
 from busguard.protocol.keyfile import Identity, new_identity, write_key
-from busguard.reconcile.records import Reply, Resolution, audit_decoder
+from busguard.protocol.records import Reply, Resolution, audit_decoder
 from busguard.sdk.sender import Sender, SignedRecord
 
 if TYPE_CHECKING:

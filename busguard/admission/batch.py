@@ -16,8 +16,10 @@ from typing import NamedTuple, Protocol
 import msgspec
 
 from busguard.admission.decide import Candidate, decide, precheck, undecodable, verify
-from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Coordinates, Decision, Effects, NonceKey, NonceRecord, TaskEntry, TaskKey
-from busguard.admission.types import WindowKey, WindowRecord, record_sha256
+from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Effects, NonceKey, NonceRecord, TaskKey
+from busguard.protocol.records import Coordinates, Decision, TaskEntry
+from busguard.admission.types import WindowKey, WindowRecord
+from busguard.protocol.records import record_sha256
 from busguard.admission.window import WindowState
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES
 from busguard.protocol.keys import KeyRegistry, KeyWindow

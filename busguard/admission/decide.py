@@ -24,25 +24,13 @@ import msgspec
 from busguard.admission import window as win
 from busguard.admission.fence import fenced
 from busguard.admission.freshness import is_valid_nonce
-from busguard.admission.types import (
-    NO_EFFECTS,
-    AdmissionPolicy,
-    Coordinates,
-    Decision,
-    Effects,
-    NonceKey,
-    NonceRecord,
-    TaskEntry,
-    TaskKey,
-    WindowKey,
-    WindowRecord,
-    decision_id,
-)
+from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Effects, NonceKey, NonceRecord, TaskKey, WindowKey, WindowRecord
 from busguard.policies import KINDS, run_policies
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES, Envelope, open_envelope
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.keys import KeyRegistry, KeyWindow
 from busguard.protocol.reasons import Outcome, Reason
+from busguard.protocol.records import Coordinates, Decision, TaskEntry, decision_id
 from busguard.protocol.receipt import ReceiptError, payload_hash, payload_hash_problem, signing_input
 from busguard.protocol.signing import verify_signature
 from busguard.protocol.timestamps import parse_timestamp

@@ -44,9 +44,9 @@ from typing import Final, Literal, TypeVar
 
 import msgspec
 
-from busguard.admission.types import Coordinates, Decision
+from busguard.protocol.records import Coordinates, Decision
 from busguard.protocol.identity import multikey_decode
-from busguard.reconcile.records import ResolveCommand, Resolution, SignedCommand, Stage, command_seal_ok, resolution_id
+from busguard.protocol.records import ResolveCommand, Resolution, SignedCommand, Stage, command_seal_ok, resolution_id
 
 LEDGER_VERSION: Final = 1
 

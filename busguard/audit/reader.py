@@ -24,7 +24,7 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from busguard.admission.types import Decision
+from busguard.protocol.records import Decision
 from busguard.audit.lineage import Ledger, Sealer
 from busguard.config import Config
 from busguard.protocol.attestation import (
@@ -39,7 +39,7 @@ from busguard.protocol.attestation import (
     verify_decision_record,
 )
 from busguard.protocol.reasons import Reason
-from busguard.reconcile.records import AuditRecord, Resolution, audit_decoder
+from busguard.protocol.records import AuditRecord, Resolution, audit_decoder
 from busguard.runtime.records import Undecodable, consumer_options
 
 Offsets = dict[str, dict[int, int]]

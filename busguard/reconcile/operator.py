@@ -28,7 +28,7 @@ from busguard.protocol.identity import multikey_encode
 from busguard.protocol.keyfile import read_key
 from busguard.protocol.signing import sign
 from busguard.runtime.records import Undecodable, consumer_options
-from busguard.reconcile.records import COMMAND_CONTEXT, HEADER_COMMAND, HEADER_SIGNER, ResolveCommand, Resolution, ResolvedAs, audit_decoder
+from busguard.protocol.records import COMMAND_CONTEXT, HEADER_COMMAND, HEADER_SIGNER, ResolveCommand, Resolution, ResolvedAs, audit_decoder
 
 
 async def _find_key(cfg: Config, topic: str, record_id: str, idle_ms: int = 1500) -> bytes | None:

@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 import structlog
 
-from busguard.admission.types import Coordinates, Decision, decision_id
+from busguard.protocol.records import Coordinates, Decision, decision_id
 from busguard.config import Config
 from busguard.protocol.attestation import (
     HEADER_ATTESTATION,
@@ -39,7 +39,7 @@ from busguard.protocol.keyfile import Identity
 from busguard.protocol.signing import Signer
 from busguard.reconcile.policy import EscalationState, Item, Rejected, on_command, on_escalation
 from busguard.reconcile.operators import Operators
-from busguard.reconcile.records import HEADER_COMMAND, HEADER_SIGNER, Reply, ResolveCommand, Resolution, SignedCommand, command_seal_ok
+from busguard.protocol.records import HEADER_COMMAND, HEADER_SIGNER, Reply, ResolveCommand, Resolution, SignedCommand, command_seal_ok
 from busguard.reconcile.store import Processed, ReconcileStore, States
 from busguard.runtime.faults import Faults
 from busguard.runtime.loop import BatchLoop

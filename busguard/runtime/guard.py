@@ -20,7 +20,7 @@ import structlog
 from busguard.admission.batch import Input, admit_batch
 from busguard.admission.decide import Candidate, verify
 from busguard.admission.fence import Partition, behind, fence_ends
-from busguard.admission.types import Coordinates, Decision
+from busguard.protocol.records import Coordinates, Decision
 from busguard.config import Config
 from busguard.protocol.attestation import attest, decision_bytes, seal
 from busguard.protocol.keyfile import Identity

@@ -30,7 +30,7 @@ from typing import Protocol
 
 from busguard.admission.batch import BatchState, KeySet, Snapshot
 from busguard.admission.fence import Partition
-from busguard.admission.types import Coordinates, Decision, TaskEntry
+from busguard.protocol.records import Coordinates, Decision, TaskEntry
 
 
 class StateStore(Protocol):

@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 from busguard.admission.batch import BatchState, KeySet, Snapshot, SourceKey, source_key
 from busguard.admission.fence import Partition, rearmed
-from busguard.admission.types import Coordinates, Decision, TaskEntry, WindowRecord
+from busguard.admission.types import WindowRecord
+from busguard.protocol.records import Coordinates, Decision, TaskEntry
 
 
 class MemoryStore:

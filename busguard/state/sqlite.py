@@ -45,7 +45,7 @@ import msgspec
 
 from busguard.admission.batch import BatchState, KeySet, Snapshot, SourceKey, source_key
 from busguard.admission.fence import Partition, rearmed
-from busguard.admission.types import Coordinates, Decision, TaskEntry
+from busguard.protocol.records import Coordinates, Decision, TaskEntry
 from busguard.admission.window import WindowState
 from busguard.state.sqlitedb import connect, key, select_in, transaction
 

@@ -7,7 +7,8 @@ import itertools
 from collections.abc import Sequence
 
 from busguard.admission.batch import Input, admit_batch
-from busguard.admission.types import AdmissionPolicy, Coordinates, Decision
+from busguard.admission.types import AdmissionPolicy
+from busguard.protocol.records import Coordinates, Decision
 from busguard.protocol.identity import agent_id_for_key
 from busguard.protocol.keys import KeyRegistry, KeyWindow
 from busguard.protocol.signing import public_key_from_seed

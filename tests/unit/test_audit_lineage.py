@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from busguard.admission.types import Coordinates, Decision
+from busguard.protocol.records import Coordinates, Decision
 from busguard.audit.commands import Checkpoint, add_commands, load_checkpoint, new_ledger, save_checkpoint
 from busguard.audit.lineage import INVARIANTS, AuditReport, Ledger
 from busguard.audit.reader import apply_audit, check_audit_record, check_forwarded
@@ -32,7 +32,7 @@ from busguard.protocol.identity import agent_id_for_key, multikey_encode
 from busguard.protocol.signing import public_key_from_seed
 from busguard.protocol.envelope import b64url_encode
 from busguard.protocol.signing import sign
-from busguard.reconcile.records import COMMAND_CONTEXT, ResolveCommand, Resolution, SignedCommand, resolution_id
+from busguard.protocol.records import COMMAND_CONTEXT, ResolveCommand, Resolution, SignedCommand, resolution_id
 from busguard.runtime.outputs import Sealed, outputs_for
 from busguard.sdk.sender import SignedRecord
 

@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from busguard.admission.types import DECISION_ID_CONTEXT, AdmissionPolicy, Coordinates, decision_id
+from busguard.admission.types import AdmissionPolicy
+
+from busguard.protocol.records import DECISION_ID_CONTEXT, Coordinates, decision_id
 from busguard.admission.window import DEFAULT_WINDOW_SIZE
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES, HEADER_RECEIPT, HEADER_SIGNATURE, b64url_decode_strict
 from busguard.protocol.identity import multikey_encode
