@@ -55,7 +55,7 @@ class CoreOnly:
         self.created_at = created_at
 
     def run_batch(self, keys, now_ms, fn):  # type: ignore[no-untyped-def]
-        from busguard.admission.batch import Snapshot
+        from busguard.state.snapshot import Snapshot
 
         return fn(Snapshot(trusted_from=self.created_at))
 

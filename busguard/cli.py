@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from busguard.protocol.keyfile import Identity
     from busguard.protocol.keys import KeyRegistry
     from busguard.runtime.watched import WatchedFile
-    from busguard.state.base import StateStore
+    from busguard.state.store import StateStore
 
 log = structlog.get_logger("busguard.cli")
 

@@ -11,48 +11,27 @@ guard processes share one store.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 import msgspec
 
 from busguard.admission.decide import Candidate, decide, precheck, undecodable, verify
-from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Effects, NonceKey, NonceRecord, TaskKey
-from busguard.protocol.records import Coordinates, Decision, TaskEntry
-from busguard.admission.types import WindowKey, WindowRecord
-from busguard.protocol.records import record_sha256
-from busguard.admission.window import WindowState
+from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Effects
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES
 from busguard.protocol.keys import KeyRegistry, KeyWindow
 from busguard.protocol.reasons import Outcome, Reason
-
-SourceKey = tuple[str, int, int]
-
-
-def source_key(c: Coordinates) -> SourceKey:
-    return (c.topic, c.partition, c.offset)
-
-
-class KeySet(msgspec.Struct, kw_only=True):
-    """Every state key a batch may read."""
-
-    sources: list[SourceKey] = msgspec.field(default_factory=list)
-    nonces: set[NonceKey] = msgspec.field(default_factory=set)
-    windows: set[WindowKey] = msgspec.field(default_factory=set)
-    tasks: set[TaskKey] = msgspec.field(default_factory=set)
-
-
-class Snapshot(msgspec.Struct, kw_only=True):
-    """Unexpired rows found for a KeySet; a key absent here is absent in the store."""
-
-    trusted_from: int | None  # the store's fence time (admission/fence.py); None: genesis, no fence
-    decisions: dict[SourceKey, Decision] = msgspec.field(default_factory=dict)
-    nonces: set[NonceKey] = msgspec.field(default_factory=set)
-    windows: dict[WindowKey, WindowState] = msgspec.field(default_factory=dict)
-    tasks: dict[TaskKey, TaskEntry] = msgspec.field(default_factory=dict)
+from busguard.protocol.records import Coordinates, Decision, TaskEntry, record_sha256
+from busguard.state.keys import KeySet, NonceKey, SourceKey, TaskKey, WindowKey, source_key
+from busguard.state.snapshot import Snapshot, WindowState
+from busguard.state.store import BatchStore
+from busguard.state.writes import BatchWrites
 
 
 class BatchState:
-    """Snapshot plus this batch's own writes; implements admission's StateView."""
+    """Snapshot plus this batch's own writes; implements admission's StateView.
+
+    The writes are kept in the `BatchWrites` value the store will persist, so
+    handing them over costs nothing and the store never sees this class."""
 
     def __init__(self, snapshot: Snapshot) -> None:
         self._snap = snapshot
@@ -60,10 +39,11 @@ class BatchState:
         self.decisions: list[Decision] = []
         #: (earlier, new) for each decided position found holding another record
         self.replaced: list[tuple[Decision, Decision]] = []
-        self.new_decisions: dict[SourceKey, Decision] = {}
-        self.nonces: dict[NonceKey, NonceRecord] = {}
-        self.windows: dict[WindowKey, WindowRecord] = {}
-        self.tasks: dict[TaskKey, TaskEntry] = {}
+        self.writes = BatchWrites()
+        self.new_decisions = self.writes.decisions
+        self.nonces = self.writes.nonces
+        self.windows = self.writes.windows
+        self.tasks = self.writes.tasks
 
     def earlier(self, key: SourceKey) -> Decision | None:
         """A decision already made for this input position, in this batch or before."""
@@ -117,12 +97,6 @@ def same_record(earlier: Decision, digest: str, receipt_id: str | None) -> bool:
 Oversize = Callable[[Decision, Input], str | None]
 
 
-class Store(Protocol):
-    """What the batch driver needs from a state store (see busguard.state)."""
-
-    def run_batch(self, keys: KeySet, now_ms: int, fn: Callable[[Snapshot], BatchState]) -> BatchState: ...
-
-
 VerifyMany = Callable[[Sequence[Candidate]], Iterable[KeyWindow | None]]
 
 
@@ -143,7 +117,7 @@ def keys_for(inputs: Sequence[Input], candidates: Sequence[Candidate]) -> KeySet
 def admit_batch(
     inputs: Sequence[Input],
     *,
-    store: Store,
+    store: BatchStore,
     registry: KeyRegistry,
     now_ms: int,
     policy: AdmissionPolicy,
@@ -181,8 +155,11 @@ def admit_batch(
     keys = keys_for(inputs, candidates)
     sources = keys.sources
 
-    def decide_all(snapshot: Snapshot) -> BatchState:
+    done: list[BatchState] = []  # the last attempt's; a store may retry fn
+
+    def decide_all(snapshot: Snapshot) -> BatchWrites:
         state = BatchState(snapshot)
+        done[:] = [state]
         # Only a re-delivery after a crash (or a caller feeding one position
         # twice) has an earlier decision; skip the lookups otherwise.
         seen_before = bool(snapshot.decisions) or len(set(sources)) < len(sources)
@@ -209,10 +186,11 @@ def admit_batch(
             state.apply(sk, decision, effects)
         if after_decide is not None:
             after_decide()  # a test hook: crash here and the transaction never commits
-        return state
+        return state.writes
 
-    done = store.run_batch(keys, now_ms, decide_all)
+    store.run_batch(keys, now_ms, decide_all)
+    (state,) = done
     if on_replaced is not None:
-        for earlier, new in done.replaced:
+        for earlier, new in state.replaced:
             on_replaced(earlier, new)
-    return done.decisions
+    return state.decisions

@@ -24,7 +24,7 @@ import msgspec
 from busguard.admission import window as win
 from busguard.admission.fence import fenced
 from busguard.admission.freshness import is_valid_nonce
-from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Effects, NonceKey, NonceRecord, TaskKey, WindowKey, WindowRecord
+from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Effects
 from busguard.policies import KINDS, run_policies
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES, Envelope, open_envelope
 from busguard.protocol.identity import canonical_principal
@@ -34,6 +34,9 @@ from busguard.protocol.records import Coordinates, Decision, TaskEntry, decision
 from busguard.protocol.receipt import ReceiptError, payload_hash, payload_hash_problem, signing_input
 from busguard.protocol.signing import verify_signature
 from busguard.protocol.timestamps import parse_timestamp
+from busguard.state.keys import NonceKey, TaskKey, WindowKey
+from busguard.state.snapshot import WindowState
+from busguard.state.writes import NonceRecord, WindowRecord
 
 
 class StateView(Protocol):
@@ -44,7 +47,7 @@ class StateView(Protocol):
 
     def nonce_seen(self, key: NonceKey) -> bool: ...
 
-    def window(self, key: WindowKey) -> win.WindowState | None: ...
+    def window(self, key: WindowKey) -> WindowState | None: ...
 
     def task(self, key: TaskKey) -> TaskEntry | None: ...
 

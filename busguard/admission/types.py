@@ -17,18 +17,11 @@ from typing import Final, Literal
 
 import msgspec
 
-from busguard.admission.window import DEFAULT_WINDOW_SIZE, WindowState
+from busguard.admission.window import DEFAULT_WINDOW_SIZE
 from busguard.protocol.records import TaskEntry
+from busguard.state.writes import NonceRecord, WindowRecord
 
 NonceScope = Literal["global", "principal"]
-#: State keys. Built once per record (on its Candidate) and used as they are
-#: by the batch's key set, its overlay and the stores.
-NonceKey = tuple[str, str]
-"""(scope, nonce): scope is "" (global) or the canonical principal."""
-WindowKey = tuple[str, str]
-"""(principal, session_id)"""
-TaskKey = tuple[str, str]
-"""(kind, task_id)"""
 
 
 class AdmissionPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -43,17 +36,6 @@ class AdmissionPolicy(msgspec.Struct, frozen=True, kw_only=True):
     session_retention_ms: int = 7 * 24 * 3600 * 1000
     task_retention_ms: int = 7 * 24 * 3600 * 1000
     decision_retention_ms: int = 7 * 24 * 3600 * 1000
-
-
-class NonceRecord(msgspec.Struct, frozen=True, gc=False):
-    key: NonceKey
-    expires_at: int
-
-
-class WindowRecord(msgspec.Struct, frozen=True, gc=False):
-    key: WindowKey
-    state: WindowState
-    expires_at: int
 
 
 class Effects(msgspec.Struct, frozen=True, gc=False):  # positional on the hot path: keep the order

@@ -14,7 +14,7 @@ from busguard.protocol.keys import KeyRegistry, KeyWindow
 from busguard.protocol.signing import public_key_from_seed
 from busguard.protocol.timestamps import parse_timestamp
 from busguard.sdk.sender import Sender, SignedRecord
-from busguard.state.base import StateStore
+from busguard.state.store import StateStore
 from busguard.state.memory import MemoryStore
 
 NOW = parse_timestamp("2026-11-29T12:00:00.000Z")
