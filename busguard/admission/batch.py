@@ -16,12 +16,13 @@ from typing import NamedTuple
 import msgspec
 
 from busguard.admission.decide import Candidate, decide, precheck, undecodable, verify
+from busguard.admission.policystep import Prepared, prepare
 from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Effects
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES
 from busguard.protocol.keys import KeyRegistry, KeyWindow
 from busguard.protocol.reasons import Outcome, Reason
 from busguard.protocol.records import Coordinates, Decision, TaskEntry, record_sha256
-from busguard.state.keys import KeySet, NonceKey, SourceKey, TaskKey, WindowKey, source_key
+from busguard.state.keys import KeySet, NonceKey, PolicyKey, SourceKey, TaskKey, WindowKey, source_key
 from busguard.state.snapshot import Snapshot, WindowState
 from busguard.state.store import BatchStore
 from busguard.state.writes import BatchWrites
@@ -61,6 +62,10 @@ class BatchState:
     def task(self, key: TaskKey) -> TaskEntry | None:
         return self.tasks.get(key) or self._snap.tasks.get(key)
 
+    def policy_value(self, key: PolicyKey) -> bytes | None:
+        pending = self.writes.policy.get(key)
+        return pending.value if pending is not None else self._snap.policy.get(key)
+
     def apply(self, key: SourceKey, decision: Decision, effects: Effects) -> None:
         self.decisions.append(decision)
         self.new_decisions[key] = decision
@@ -70,6 +75,8 @@ class BatchState:
             self.windows[effects.window.key] = effects.window
         if effects.task is not None:
             self.tasks[(effects.task.kind, effects.task.task_id)] = effects.task
+        for row in effects.policy:
+            self.writes.policy[row.key] = row
 
 
 class Input(NamedTuple):
@@ -104,14 +111,15 @@ def verify_serially(candidates: Sequence[Candidate]) -> list[KeyWindow | None]:
     return [verify(c) for c in candidates]
 
 
-def keys_for(inputs: Sequence[Input], candidates: Sequence[Candidate]) -> KeySet:
+def keys_for(inputs: Sequence[Input], candidates: Sequence[Candidate], prepared: Iterable[Prepared] = ()) -> KeySet:
     nonces, windows, tasks = set(), set(), set()
     for c in candidates:
         nonces.add(c.nonce_key)
         tasks.add(c.task_key)
         if c.window_key is not None:
             windows.add(c.window_key)
-    return KeySet(sources=[source_key(i.source) for i in inputs], nonces=nonces, windows=windows, tasks=tasks)
+    policy: set[PolicyKey] = set().union(*(p.keys for p in prepared))
+    return KeySet(sources=[source_key(i.source) for i in inputs], nonces=nonces, windows=windows, tasks=tasks, policy=policy)
 
 
 def admit_batch(
@@ -152,7 +160,10 @@ def admit_batch(
     candidates = [c for c in checked if isinstance(c, Candidate)]
     keys_by_candidate = dict(zip(map(id, candidates), verify_many(candidates), strict=True))
 
-    keys = keys_for(inputs, candidates)
+    # The policy seam's first two steps (parse, keys) run before the
+    # transaction, so the policies' rows load with the batch's snapshot.
+    prepared = {id(c): p for c in candidates if (p := prepare(c.envelope)) is not None}
+    keys = keys_for(inputs, candidates, prepared.values())
     sources = keys.sources
 
     done: list[BatchState] = []  # the last attempt's; a store may retry fn
@@ -174,7 +185,7 @@ def admit_batch(
             if isinstance(c, Decision):
                 decision, effects = msgspec.structs.replace(c, record_sha256=digest), NO_EFFECTS
             else:
-                decision, effects = decide(c, keys_by_candidate[id(c)], state, now_ms, policy)
+                decision, effects = decide(c, keys_by_candidate[id(c)], state, now_ms, policy, prepared.get(id(c)) if prepared else None)
                 decision = msgspec.structs.replace(decision, record_sha256=digest)
                 if oversize is not None and decision.outcome == Outcome.FORWARD:
                     detail = oversize(decision, item)

@@ -25,6 +25,7 @@ from busguard.admission import window as win
 from busguard.admission.fence import fenced
 from busguard.admission.freshness import is_valid_nonce
 from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Effects
+from busguard.admission import policystep
 from busguard.policies import KINDS, run_policies
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES, Envelope, open_envelope
 from busguard.protocol.identity import canonical_principal
@@ -34,9 +35,9 @@ from busguard.protocol.records import Coordinates, Decision, TaskEntry, decision
 from busguard.protocol.receipt import ReceiptError, payload_hash, payload_hash_problem, signing_input
 from busguard.protocol.signing import verify_signature
 from busguard.protocol.timestamps import parse_timestamp
-from busguard.state.keys import NonceKey, TaskKey, WindowKey
+from busguard.state.keys import NonceKey, PolicyKey, TaskKey, WindowKey
 from busguard.state.snapshot import WindowState
-from busguard.state.writes import NonceRecord, WindowRecord
+from busguard.state.writes import NonceRecord, PolicyRecord, WindowRecord
 
 
 class StateView(Protocol):
@@ -50,6 +51,8 @@ class StateView(Protocol):
     def window(self, key: WindowKey) -> WindowState | None: ...
 
     def task(self, key: TaskKey) -> TaskEntry | None: ...
+
+    def policy_value(self, key: PolicyKey) -> bytes | None: ...
 
 
 class Candidate(msgspec.Struct, frozen=True, gc=False):  # positional on the hot path: keep the order
@@ -216,8 +219,12 @@ def decide(
     view: StateView,
     now_ms: int,
     policy: AdmissionPolicy,
+    prepared: policystep.Prepared | None = None,
 ) -> tuple[Decision, Effects]:
-    """The stateful part of the admission table (docs/protocol.md, "Decisions")."""
+    """The stateful part of the admission table (docs/protocol.md, "Decisions").
+
+    `prepared`: the kind's policy, parsed (busguard.admission.policystep);
+    it decides a record the core would admit (docs/design.md, "The policy seam")."""
     env = c.envelope
     r = env.receipt
     # Every decision below shares this head and `env, principal, key` tail;
@@ -227,7 +234,7 @@ def decide(
     if key is None:
         detail = "Ed25519 signature does not verify over the receipt bytes"
         return _decision(did, src, now_ms, Outcome.REJECT, Reason.BAD_SIGNATURE, detail, env, principal), NO_EFFECTS
-    objection = run_policies(env) if KINDS[r.kind] else None
+    objection = run_policies(env) if KINDS[r.kind].interceptors else None
     if objection is not None:
         return _decision(did, src, now_ms, objection.outcome, objection.reason, objection.detail, env, principal, key), NO_EFFECTS
     # The fence (admission/fence.py): a store that is new, was lost or was
@@ -263,21 +270,9 @@ def decide(
 
     nonce_record = NonceRecord(c.nonce_key, now_ms + policy.nonce_retention_ms)
     if prior is None:
-        entry = TaskEntry(  # positional, in field order
-            r.kind,
-            r.task_id,
-            env.receipt_id,
-            did,
-            principal,
-            r.nonce,
-            r.payload_hash,
-            r.session_id,
-            r.sequence,
-            src,
-            env.receipt_bytes,
-            env.signature,
-            now_ms,
-        )
+        if prepared is not None:
+            return _policy_decision(prepared, view, c, key, did, now_ms, nonce_record, window_record)
+        entry = _task_entry(c, did, now_ms)
         return _decision(did, src, now_ms, Outcome.FORWARD, Reason.ADMITTED, "", env, principal, key), Effects(nonce_record, window_record, entry)
     consumed = Effects(nonce_record, window_record)
     if prior.payload_hash != r.payload_hash:
@@ -298,3 +293,57 @@ def decide(
         "same payload, new nonce, and no session/sequence to tell a retransmission from a second witness"
     )
     return _decision(did, src, now_ms, Outcome.ESCALATE, Reason.AMBIGUOUS_RETRANSMISSION, detail, env, principal, key, prior.receipt_id, prior), consumed
+
+
+def _task_entry(c: Candidate, did: str, now_ms: int) -> TaskEntry:
+    env, r = c.envelope, c.envelope.receipt
+    return TaskEntry(  # positional, in field order
+        r.kind,
+        r.task_id,
+        env.receipt_id,
+        did,
+        c.principal,
+        r.nonce,
+        r.payload_hash,
+        r.session_id,
+        r.sequence,
+        c.source,
+        env.receipt_bytes,
+        env.signature,
+        now_ms,
+    )
+
+
+def _policy_decision(
+    prepared: policystep.Prepared,
+    view: StateView,
+    c: Candidate,
+    key: KeyWindow,
+    did: str,
+    now_ms: int,
+    nonce_record: NonceRecord,
+    window_record: WindowRecord | None,
+) -> tuple[Decision, Effects]:
+    """A record the core would admit, as its kind's policy decides it.
+
+    Whatever the outcome, its state writes, annotations and notices are kept
+    (a refused award still sends its rebid notice); only an admission records
+    the task and forwards (the replacement, if any). An objection still
+    consumes the nonce and sequence: the record was authentic and fresh."""
+    env, principal = c.envelope, c.principal
+    outcome = policystep.run(prepared, view, now_ms)
+    o = outcome.objection
+    rows = tuple(PolicyRecord(w.key, w.value, now_ms + w.ttl_ms) for w in outcome.writes)
+    if o is None:
+        decision = _decision(did, c.source, now_ms, Outcome.FORWARD, Reason.ADMITTED, "", env, principal, key)
+        effects = Effects(nonce_record, window_record, _task_entry(c, did, now_ms), rows)
+    else:
+        decision = _decision(did, c.source, now_ms, o.outcome, o.reason, o.detail, env, principal, key)
+        effects = Effects(nonce_record, window_record, None, rows)
+    decision = msgspec.structs.replace(
+        decision,
+        annotations=dict(outcome.annotations) if outcome.annotations else None,
+        replacement=outcome.replacement if o is None else None,
+        notices=outcome.notices or None,
+    )
+    return decision, effects

@@ -19,7 +19,7 @@ import msgspec
 
 from busguard.admission.window import DEFAULT_WINDOW_SIZE
 from busguard.protocol.records import TaskEntry
-from busguard.state.writes import NonceRecord, WindowRecord
+from busguard.state.writes import NonceRecord, PolicyRecord, WindowRecord
 
 NonceScope = Literal["global", "principal"]
 
@@ -45,6 +45,7 @@ class Effects(msgspec.Struct, frozen=True, gc=False):  # positional on the hot p
     nonce: NonceRecord | None = None
     window: WindowRecord | None = None
     task: TaskEntry | None = None
+    policy: tuple[PolicyRecord, ...] = ()
 
 
 NO_EFFECTS: Final = Effects()

@@ -132,6 +132,15 @@ class TaskEntry(msgspec.Struct, frozen=True, gc=False):
     admitted_at: int
 
 
+class Notice(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """An extra record a kind's policy emits with a decision (busguard.policies.
+    seam): to the topic of one of the kind's routes (`KindSpec.routes`)."""
+
+    route: str
+    key: bytes | None = None
+    value: bytes
+
+
 class Decision(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, tag_field="type", tag="decision"):
     """One per input record. Everything reconciliation and audit need is here,
     so neither has to consult busguard's private state. Tagged (`"type":
@@ -139,7 +148,9 @@ class Decision(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, tag_fi
     positionally on the hot path (decide._decision): keep the field order.
     `record_sha256` (set by admit_batch) names the exact input record, so a
     decided position re-emits its decision only for that record; None in
-    decisions stored before it existed."""
+    decisions stored before it existed. `annotations`, `replacement` (the value
+    forwarded instead of the input's) and `notices` are a kind policy's
+    outcome (busguard.policies.seam), absent for kinds without one."""
 
     decision_id: str
     outcome: str
@@ -165,6 +176,9 @@ class Decision(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, tag_fi
     supersedes: str | None = None
     prior: TaskEntry | None = None
     record_sha256: str | None = None
+    annotations: dict[str, str] | None = None
+    replacement: bytes | None = None
+    notices: tuple[Notice, ...] | None = None
 
 
 RESOLUTION_ID_CONTEXT: Final = b"busguard/resolution/v1\x00"
