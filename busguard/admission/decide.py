@@ -1,5 +1,6 @@
 """Admission: one record, a view of the state and the time in; a decision and
-the state changes it needs out. No I/O, no clock, no Kafka (DESIGN principle 1).
+the state changes it needs out. No I/O, no clock, no Kafka (docs/design.md,
+"Principles", 1: pure core, thin I/O shell).
 
 The shape follows Bytewax's `StatefulLogic`: the shell owns the state and the
 clock; this module only computes. It runs in three stages so the shell can

@@ -62,7 +62,7 @@ from busguard.policies import single_witness
 from busguard.protocol.identity import multikey_decode
 from busguard.protocol.records import ResolveCommand, command_seal_ok, resolution_id
 
-#: code -> invariant number (1-5 as in the issue; 0 for "decide once, re-emit identically").
+#: code -> invariant number (1-5 and 0 as docs/design.md, "The auditor's invariants", numbers them).
 INVARIANTS: Final[dict[str, int]] = {
     "multiple_forwards": 1,
     "missing_witness": 1,
