@@ -16,7 +16,7 @@ from typing import NamedTuple
 import msgspec
 
 from busguard.admission.decide import Candidate, decide, precheck, undecodable, verify
-from busguard.admission.policystep import Prepared, prepare
+from busguard.admission.policystep import Prepared, policy_kinds, prepare
 from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Effects
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES
 from busguard.protocol.keys import KeyRegistry, KeyWindow
@@ -75,8 +75,8 @@ class BatchState:
             self.windows[effects.window.key] = effects.window
         if effects.task is not None:
             self.tasks[(effects.task.kind, effects.task.task_id)] = effects.task
-        for row in effects.policy:
-            self.writes.policy[row.key] = row
+        if effects.policy:
+            self.writes.policy.update((row.key, row) for row in effects.policy)
 
 
 class Input(NamedTuple):
@@ -150,19 +150,21 @@ def admit_batch(
     different record and was judged afresh.
     """
     served = receivers or {}
-    checked = [
-        precheck(i.source, i.value, i.headers, registry, now_ms, policy, max_payload_bytes, served.get(i.source.topic))
-        if i.undecodable is None
-        else undecodable(i.source, now_ms, policy, *i.undecodable)
-        for i in inputs
-    ]
     digests = [record_sha256(i.key, i.value, i.headers) for i in inputs]
+    checked = [
+        precheck(i.source, i.value, i.headers, registry, now_ms, policy, max_payload_bytes, served.get(i.source.topic), digest)
+        if i.undecodable is None
+        else undecodable(i.source, now_ms, policy, *i.undecodable, digest)
+        for i, digest in zip(inputs, digests, strict=True)
+    ]
     candidates = [c for c in checked if isinstance(c, Candidate)]
     keys_by_candidate = dict(zip(map(id, candidates), verify_many(candidates), strict=True))
 
     # The policy seam's first two steps (parse, keys) run before the
     # transaction, so the policies' rows load with the batch's snapshot.
-    prepared = {id(c): p for c in candidates if (p := prepare(c.envelope)) is not None}
+    # Only kinds with a policy pay for this: none of the built-in ones has one.
+    stateful = policy_kinds()
+    prepared = {id(c): prepare(c.envelope) for c in candidates if c.envelope.receipt.kind in stateful} if stateful else {}
     keys = keys_for(inputs, candidates, prepared.values())
     sources = keys.sources
 
@@ -182,11 +184,10 @@ def admit_batch(
             if earlier is not None and same_record(earlier, digest, c.envelope.receipt_id if isinstance(c, Candidate) else c.receipt_id):
                 state.decisions.append(earlier)
                 continue
-            if isinstance(c, Decision):
-                decision, effects = msgspec.structs.replace(c, record_sha256=digest), NO_EFFECTS
+            if isinstance(c, Decision):  # refused by precheck; it carries the digest already
+                decision, effects = c, NO_EFFECTS
             else:
                 decision, effects = decide(c, keys_by_candidate[id(c)], state, now_ms, policy, prepared.get(id(c)) if prepared else None)
-                decision = msgspec.structs.replace(decision, record_sha256=digest)
                 if oversize is not None and decision.outcome == Outcome.FORWARD:
                     detail = oversize(decision, item)
                     if detail is not None:

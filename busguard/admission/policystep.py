@@ -35,11 +35,16 @@ class Prepared(NamedTuple):
     keys: frozenset[PolicyKey]
 
 
-def prepare(envelope: Envelope) -> Prepared | None:
-    """Parse and keys for a record whose kind has a policy; None otherwise."""
+def policy_kinds() -> frozenset[str]:
+    """The kinds whose spec has a policy (read per batch: tests register kinds)."""
+    return frozenset(k for k, s in KINDS.items() if s.policy is not None)
+
+
+def prepare(envelope: Envelope) -> Prepared:
+    """Parse and keys for a record of a kind with a policy (`policy_kinds`)."""
     spec = KINDS[envelope.receipt.kind]
     if spec.policy is None:
-        return None
+        raise PolicyContractError(f"kind {spec.kind!r} has no policy")
     parsed = spec.policy.parse(envelope)
     if isinstance(parsed, Objection):
         return Prepared(spec, parsed, frozenset())
