@@ -1,14 +1,8 @@
 """Values private to admission: its knobs and the state changes a decision asks for.
 
 The records admission produces (`Decision`, `TaskEntry`) are wire schemas and
-live in busguard.protocol.records.
-
-Everything here is a frozen msgspec Struct so it can be persisted, put on the
-audit topic and compared byte for byte after a crash without custom code.
-The per-record ones are `gc=False`: frozen and holding only immutable values,
-they cannot form a reference cycle, so the cyclic collector has no reason to
-walk the thousands of them a batch keeps alive.
-`bytes` fields encode as standard base64 in JSON (msgspec's convention).
+live in busguard.protocol.records; the state rows in busguard.state.writes.
+`Effects` is `gc=False` for the reason protocol/records.py gives.
 """
 
 from __future__ import annotations

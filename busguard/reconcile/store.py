@@ -3,17 +3,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from busguard.reconcile.policy import EscalationState
 from busguard.runtime.outputs import Output
-from busguard.state.keys import SourceKey
+from busguard.state import reconcile as contract
 from busguard.state.reconcile import SqliteReconcileStore
 
-Processed = dict[SourceKey, list[Output]]
+Processed = contract.Processed[Output]
 States = dict[str, EscalationState]
-BatchFn = Callable[[Processed, States], tuple[Processed, States]]
+BatchFn = contract.ReconcileFn[Output, EscalationState]
 
 
 class ReconcileStore(SqliteReconcileStore[Output, EscalationState]):

@@ -37,13 +37,14 @@ _SCHEMA: Final = (
 )
 
 
+Processed = dict[SourceKey, list[O]]
+"""Per input position, the outputs it produced."""
+ReconcileFn = Callable[[Processed[O], dict[str, S]], tuple[Processed[O], dict[str, S]]]
+"""(processed, states) -> (new outputs, changed states)"""
+
+
 class ReconcileStateStore(Protocol[O, S]):
-    def run_batch(
-        self,
-        sources: list[SourceKey],
-        escalation_ids: set[str],
-        fn: Callable[[dict[SourceKey, list[O]], dict[str, S]], tuple[dict[SourceKey, list[O]], dict[str, S]]],
-    ) -> dict[SourceKey, list[O]]:
+    def run_batch(self, sources: list[SourceKey], escalation_ids: set[str], fn: ReconcileFn[O, S]) -> Processed[O]:
         """Call `fn(processed, states)` with what is stored for these sources and
         escalations; persist the new outputs and changed states it returns, in
         one transaction. Returns the outputs of every source: re-read for those
@@ -64,12 +65,7 @@ class SqliteReconcileStore(Generic[O, S]):
             for statement in _SCHEMA:
                 db.execute(statement)
 
-    def run_batch(
-        self,
-        sources: list[SourceKey],
-        escalation_ids: set[str],
-        fn: Callable[[dict[SourceKey, list[O]], dict[str, S]], tuple[dict[SourceKey, list[O]], dict[str, S]]],
-    ) -> dict[SourceKey, list[O]]:
+    def run_batch(self, sources: list[SourceKey], escalation_ids: set[str], fn: ReconcileFn[O, S]) -> Processed[O]:
         with transaction(self._db) as db:
             by_key = {key(*s): s for s in sources}
             rows = select_in(db, "SELECT k, outputs FROM processed WHERE k IN ({})", list(by_key))
