@@ -37,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from busguard.admission.batch import Input, admit_batch  # noqa: E402
 from busguard.admission.decide import Candidate, precheck, verify  # noqa: E402
-from busguard.admission.types import AdmissionPolicy, Coordinates  # noqa: E402
+from busguard.admission.types import AdmissionPolicy  # noqa: E402
+from busguard.protocol.records import Coordinates  # noqa: E402
 from busguard.protocol.identity import agent_id_for_key, canonical_principal  # noqa: E402
 from busguard.protocol.keys import KeyRegistry, KeyWindow  # noqa: E402
 from busguard.protocol.signing import generate_keypair  # noqa: E402
@@ -55,7 +56,7 @@ class CoreOnly:
         self.created_at = created_at
 
     def run_batch(self, keys, now_ms, fn):  # type: ignore[no-untyped-def]
-        from busguard.admission.batch import Snapshot
+        from busguard.state.snapshot import Snapshot
 
         return fn(Snapshot(trusted_from=self.created_at))
 

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from busguard.runtime.guard import Guard
     from busguard.runtime.ops import Metrics
     from busguard.runtime.watched import WatchedFile
-    from busguard.state.base import StateStore
+    from busguard.state.store import StateStore
 
 log = structlog.get_logger("busguard.wiring")
 

@@ -23,7 +23,7 @@ from typing import Any, Final, NamedTuple, TypeVar
 import msgspec
 from aiokafka import TopicPartition
 
-from busguard.admission.types import Decision
+from busguard.protocol.records import Decision
 from busguard.audit.lineage import Ledger, Sealer
 from busguard.config import Config
 from busguard.protocol.attestation import (
@@ -38,7 +38,7 @@ from busguard.protocol.attestation import (
     verify_decision_record,
 )
 from busguard.protocol.reasons import Reason
-from busguard.reconcile.records import AuditRecord, Resolution, audit_decoder
+from busguard.protocol.records import AuditRecord, Resolution, audit_decoder
 from busguard.runtime.clients import partitions_of, reader
 from busguard.runtime.records import Undecodable
 

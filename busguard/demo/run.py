@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from busguard.reconcile.store import ReconcileStore
     from busguard.reconcile.worker import Reconciler
     from busguard.runtime.guard import Guard
-    from busguard.state.base import StateStore
+    from busguard.state.store import StateStore
 
 STARTUP_TIMEOUT_S: Final = 60.0
 COLLECT_TIMEOUT_S: Final = 60.0

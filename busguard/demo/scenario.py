@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from busguard.admission.types import Decision
+from busguard.protocol.records import Decision
 from busguard.protocol.envelope import HEADER_RECEIPT, HEADER_SIGNATURE
 from busguard.protocol.keyfile import Identity
 from busguard.sdk.sender import Sender, SignedRecord

@@ -9,10 +9,10 @@ from typing import Any
 
 import msgspec
 
-from busguard.admission.types import Decision
+from busguard.protocol.records import Decision
 from busguard.config import Config
 from busguard.protocol.attestation import HEADER_DECISION_ID
-from busguard.reconcile.records import Reply, Resolution, audit_decoder
+from busguard.protocol.records import Reply, Resolution, audit_decoder
 from busguard.runtime.records import Undecodable
 from busguard.demo.scenario import Step
 

@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 import structlog
 
-from busguard.admission.types import Coordinates, Decision, decision_id
+from busguard.protocol.records import Coordinates, Decision, decision_id
 from busguard.config import Config
 from busguard.protocol.attestation import (
     HEADER_OUTCOME,
@@ -35,7 +35,7 @@ from busguard.protocol.identity import multikey_decode
 from busguard.protocol.keyfile import Identity
 from busguard.reconcile.policy import EscalationState, Item, Rejected, on_command, on_escalation
 from busguard.reconcile.operators import Operators
-from busguard.reconcile.records import HEADER_COMMAND, HEADER_SIGNER, Reply, ResolveCommand, Resolution, SignedCommand, command_seal_ok
+from busguard.protocol.records import HEADER_COMMAND, HEADER_SIGNER, Reply, ResolveCommand, Resolution, SignedCommand, command_seal_ok
 from busguard.reconcile.store import Processed, ReconcileStore, States
 from busguard.runtime.faults import Faults
 from busguard.runtime.ops import Metrics

@@ -19,8 +19,8 @@ import structlog
 
 from busguard.admission.batch import Input, admit_batch
 from busguard.admission.decide import Candidate, verify
-from busguard.admission.fence import Partition, behind, fence_ends
-from busguard.admission.types import Coordinates, Decision
+from busguard.admission.fence import behind, fence_ends
+from busguard.protocol.records import Coordinates, Decision
 from busguard.config import Config
 from busguard.protocol.attestation import attest, decision_bytes, seal
 from busguard.protocol.keyfile import Identity
@@ -32,7 +32,8 @@ from busguard.runtime.watched import WatchedFile
 from busguard.runtime.ops import Metrics
 from busguard.runtime.outputs import Output, OutputBudget, Sealed, outputs_for
 from busguard.runtime.records import Undecodable, preserved
-from busguard.state.base import StateStore
+from busguard.state.keys import Partition
+from busguard.state.store import StateStore
 
 log = structlog.get_logger(__name__)
 

@@ -27,7 +27,7 @@ from typing import Final, NamedTuple
 
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from busguard.admission.types import Coordinates, Decision, headers_encoding
+from busguard.protocol.records import Coordinates, Decision, headers_encoding
 from busguard.config import Compression, TopicsConfig
 from busguard.protocol.attestation import (
     HEADER_ATTESTATION,

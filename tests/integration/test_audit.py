@@ -16,7 +16,7 @@ from pathlib import Path
 
 import msgspec
 
-from busguard.admission.types import Coordinates, Decision
+from busguard.protocol.records import Coordinates, Decision
 from busguard.audit.commands import load_checkpoint, run_audit
 from busguard.audit.lineage import AuditReport
 from busguard.audit.reader import read_log

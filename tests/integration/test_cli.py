@@ -13,7 +13,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from busguard.admission.types import Decision
+from busguard.protocol.records import Decision
 from busguard.cli import build_parser, main
 from busguard.protocol.attestation import verify_admitted
 from busguard.protocol.identity import canonical_principal

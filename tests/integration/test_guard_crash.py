@@ -10,7 +10,7 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from busguard.admission.types import Decision
+from busguard.protocol.records import Decision
 from busguard.protocol.attestation import verify_admitted, verify_decision_record
 from busguard.devtools.broker import EmbeddedBroker
 from busguard.sdk.sender import SignedRecord

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import msgspec
 
-from busguard.admission.types import Decision
+from busguard.protocol.records import Decision
 from busguard.protocol.timestamps import format_timestamp
 from busguard.devtools.broker import EmbeddedBroker
 from busguard.sdk.sender import SignedRecord

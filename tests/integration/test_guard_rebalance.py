@@ -15,7 +15,7 @@ from pathlib import Path
 
 import msgspec
 
-from busguard.admission.types import Decision
+from busguard.protocol.records import Decision
 from busguard.protocol.attestation import verify_admitted
 from busguard.devtools.broker import EmbeddedBroker
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import msgspec
 
-from busguard.admission.types import Decision
+from busguard.protocol.records import Decision
 from busguard.protocol.attestation import verify_admitted, verify_decision_record
 from busguard.devtools.broker import EmbeddedBroker
 

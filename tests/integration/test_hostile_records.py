@@ -26,7 +26,7 @@ import msgspec
 from aiokafka import AIOKafkaProducer
 from aiokafka.consumer import fetcher
 
-from busguard.admission.types import Decision
+from busguard.protocol.records import Decision
 from busguard.audit.commands import run_audit
 from busguard.config import load_config
 from busguard.devtools.broker import EmbeddedBroker

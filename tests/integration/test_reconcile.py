@@ -11,9 +11,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from busguard.admission.types import Decision
+from busguard.protocol.records import Decision
 from busguard.protocol.attestation import verify_decision_record
-from busguard.reconcile.records import Reply, Resolution, audit_decoder
+from busguard.protocol.records import Reply, Resolution, audit_decoder
 from busguard.devtools.broker import EmbeddedBroker
 
 from .guardkit import REPO, GuardProcess, Setup, collect, collect_all, header, identity, make_setup, produce, sender

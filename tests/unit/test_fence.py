@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from busguard.admission.fence import Behind, behind, fence_ends, fenced, rearmed
+from busguard.admission.fence import Behind, behind, fence_ends, fenced
+from busguard.state.store import rearmed
 from busguard.admission.types import AdmissionPolicy
-from busguard.state.base import StateStore
+from busguard.state.store import StateStore
 from busguard.state.memory import MemoryStore
 from busguard.state.sqlite import SqliteStore
 

@@ -13,7 +13,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from busguard.admission.types import DECISION_ID_CONTEXT, AdmissionPolicy, Coordinates, decision_id
+from busguard.admission.types import AdmissionPolicy
+
+from busguard.protocol.records import DECISION_ID_CONTEXT, Coordinates, decision_id
 from busguard.admission.window import DEFAULT_WINDOW_SIZE
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES, HEADER_RECEIPT, HEADER_SIGNATURE, b64url_decode_strict
 from busguard.protocol.identity import multikey_encode
@@ -192,7 +194,7 @@ def test_the_attestation_table_names_every_field_in_wire_order() -> None:
 
 
 def test_the_prior_table_names_every_key_in_wire_order_with_its_encoding() -> None:
-    from busguard.admission.types import TaskEntry
+    from busguard.protocol.records import TaskEntry
 
     rows = _table("`prior` is a JSON object")
     assert [r[0] for r in rows] == list(TaskEntry.__struct_fields__)
