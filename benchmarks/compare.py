@@ -82,6 +82,7 @@ sys.path.insert(0, str(REPO))
 import nacl.bindings  # noqa: E402
 import structlog  # noqa: E402
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
+from aiokafka.admin import AIOKafkaAdminClient  # noqa: E402
 
 from busguard.admission.batch import BatchState, KeySet, Snapshot  # noqa: E402
 from busguard.admission.types import Coordinates, NonceRecord, TaskEntry  # noqa: E402
@@ -216,9 +217,8 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
-def pct(values: Sequence[float], q: float) -> float | None:
-    if not values:
-        return None
+def pct(values: Sequence[float], q: float) -> float:
+    """The q-quantile (nearest rank) of a non-empty sample."""
     s = sorted(values)
     return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
@@ -301,6 +301,7 @@ def http_get(port: int, path: str) -> str:
 
 
 _ROWS = re.compile(r'^busguard_state_rows\{table="([a-z]+)"\} ([0-9.e+-]+)$', re.M)
+_DECIDED = re.compile(r"^busguard_decisions_total\{[^}]*\} ([0-9.e+-]+)$", re.M)
 
 
 @dataclass
@@ -316,6 +317,7 @@ class Setup:
     args: argparse.Namespace
     preload_template: Path | None = None
     preload_note: str = ""
+    broker_pid: int | None = None
     runs: int = 0
 
 
@@ -484,6 +486,18 @@ class RssSampler:
         return {"rss_peak_mb": max(self.samples, default=None), "rss_last_mb": self.samples[-1] if self.samples else None}
 
 
+async def delete_topics(bootstrap: str, topics: Sequence[str]) -> None:
+    """Drop a finished run's topics: tansu keeps every record in memory and
+    gets slower as it holds more (docs/notes-broker.md), so every run starts
+    on an empty broker."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics(list(topics))
+    finally:
+        await admin.close()
+
+
 def new_producer(bootstrap: str, linger_ms: int) -> AIOKafkaProducer:
     return AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False, acks="all", linger_ms=linger_ms, max_batch_size=256 * 1024)
 
@@ -499,7 +513,8 @@ async def run_stream(kind: str, setup: Setup, work: Workload, rate: float | None
     run_dir.mkdir()
     topics = Topics.under(run_dir.name)
     is_guard = kind.startswith("busguard")
-    await create_topics(setup.bootstrap, topics.all() if is_guard else [topics.handoffs, topics.acks, topics.handoffs_admitted, topics.acks_admitted], partitions=setup.args.partitions)
+    names = topics.all() if is_guard else [topics.handoffs, topics.acks, topics.handoffs_admitted, topics.acks_admitted]
+    await create_topics(setup.bootstrap, names, partitions=setup.args.partitions)
     downstream = [topics.handoffs_admitted, topics.acks_admitted]
     counted = [topics.audit, topics.dead_letter, topics.reconciliation] if is_guard else []
     n = len(work.items)
@@ -585,6 +600,7 @@ async def run_stream(kind: str, setup: Setup, work: Workload, rate: float | None
         rss = sampler.stop()
         out["exit"] = proc.stop()
         out.update(rss)
+        await delete_topics(setup.bootstrap, names)
     if not setup.args.keep:
         for f in run_dir.glob("state.db*"):
             f.unlink()
@@ -641,7 +657,7 @@ async def make_setup(broker: EmbeddedBroker, tmp: Path, args: argparse.Namespace
     return Setup(broker.bootstrap, tmp, registry, naive_keys, guard_key, Sender(warm_id.seed), args)
 
 
-def table(rows: list[tuple[str, ...]]) -> str:
+def table(rows: Sequence[tuple[str, ...]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.rjust(w) if j else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths))) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -676,7 +692,7 @@ async def throughput_mode(setup: Setup, work: Workload, contenders: list[str], r
         return [x["per_s"] / y["per_s"] for x, y in zip(results[a], results[b])]
 
     out: dict[str, Any] = {}
-    rows = [("contender", "records/s median (range)", "p50 ms", "p99 ms", "RSS MB peak")]
+    rows: list[tuple[str, ...]] = [("contender", "records/s median (range)", "p50 ms", "p99 ms", "RSS MB peak")]
     for c in contenders:
         s = summary([x["per_s"] for x in results[c]], 0)
         out[f"{c}_per_s"] = s["median"]
@@ -720,7 +736,7 @@ async def rate_mode(setup: Setup, gen: Generator, contenders: list[str], rounds:
             res = await run_stream(c, setup, work, rate=rate)
             results[c].append(res)
             print(f"rate round {r + 1}/{rounds} {c}: {json.dumps({k: round(v, 1) if isinstance(v, float) else v for k, v in res.items()})}", file=sys.stderr, flush=True)
-    rows = [("contender", "offered/s", "achieved/s", "p50 ms", "p99 ms", "max ms", "RSS MB peak")]
+    rows: list[tuple[str, ...]] = [("contender", "offered/s", "achieved/s", "p50 ms", "p99 ms", "max ms", "RSS MB peak")]
     for c in contenders:
         got = {k: summary([x.get(k) for x in results[c]]) for k in ("offered_per_s", "per_s", "p50_ms", "p99_ms", "max_ms", "rss_peak_mb")}
         rows.append((c, fmt(got["offered_per_s"]), fmt(got["per_s"]), fmt(got["p50_ms"], 1), fmt(got["p99_ms"], 1), fmt(got["max_ms"], 1), fmt(got["rss_peak_mb"])))
@@ -749,10 +765,6 @@ async def soak_mode(setup: Setup, gen: Generator, seconds: float) -> tuple[dict[
     run_dir.mkdir()
     topics = Topics.under("soak")
     await create_topics(setup.bootstrap, topics.all(), partitions=args.partitions)
-    downstream = [topics.handoffs_admitted, topics.acks_admitted]
-    watcher = Watcher(setup.bootstrap, downstream, [topics.audit, topics.dead_letter, topics.reconciliation])
-    watcher.keep_latencies = False
-    await watcher.start()
     proc, port = start_contender("busguard", setup, topics, run_dir, time.time_ns() // 1_000_000 - 60_000, soak=True)
     assert port is not None
     producer = new_producer(setup.bootstrap, 0)
@@ -770,13 +782,10 @@ async def soak_mode(setup: Setup, gen: Generator, seconds: float) -> tuple[dict[
         t0 = time.perf_counter()
         next_sample = 0.0
         pending: list[asyncio.Future[Any]] = []
-        lat_window: list[float] = []
-        watcher.keep_latencies = True
         while (elapsed := time.perf_counter() - t0) < seconds:
             due = int(elapsed * rate) + 1
             while sent_n < due:
                 it = gen.next()
-                watcher.sent.setdefault(it.receipt, []).append(time.perf_counter())
                 pending.append(await producer.send(topic_of[it.route], it.value, key=it.key, headers=it.headers))
                 sent_n += 1
             if len(pending) > 5000:
@@ -786,15 +795,14 @@ async def soak_mode(setup: Setup, gen: Generator, seconds: float) -> tuple[dict[
                 metrics = http_get(port, "/metrics")
                 rows = {t: int(float(v)) for t, v in _ROWS.findall(metrics)}
                 size = sum(f.stat().st_size for f in run_dir.glob("state.db*"))
-                lat_window, watcher.latencies = watcher.latencies, []
                 sample = {
                     "t_s": round(elapsed),
                     "rss_mb": rss_mb(proc.pid),
                     "state_mb": round(size / 2**20, 2),
                     "rows": rows,
                     "sent": sent_n,
-                    "decided": watcher.counts[topics.audit],
-                    "p99_ms": round(pct(lat_window, 0.99) * 1000, 1) if lat_window else None,
+                    "decided": int(sum(float(v) for v in _DECIDED.findall(metrics))),
+                    "broker_rss_mb": rss_mb(setup.broker_pid) if setup.broker_pid else None,
                 }
                 samples.append(sample)
                 print(f"soak {json.dumps(sample)}", file=sys.stderr, flush=True)
@@ -805,15 +813,20 @@ async def soak_mode(setup: Setup, gen: Generator, seconds: float) -> tuple[dict[
         await asyncio.gather(*pending)
     finally:
         await producer.stop()
-        await watcher.stop()
         out["exit"] = proc.stop()
     steady_from = max(3 * SOAK_RETENTION_MS / 1000 + 2 * SOAK_EXPIRE_S, 0.25 * seconds)
     steady = [s for s in samples if s["t_s"] >= steady_from and s["rss_mb"] is not None]
     out.update(seconds=seconds, sample_every_s=args.sample_every, steady_from_s=steady_from, samples=samples, state_file=str(state))
-    rows_out = [("t s", "RSS MB", "state MB", "nonces", "tasks", "decisions", "windows", "sent", "decided", "p99 ms")]
+    rows_out: list[tuple[str, ...]] = [("t s", "guard RSS MB", "state MB", "nonces", "tasks", "decisions", "windows", "sent", "decided", "broker RSS MB")]
     for s in samples:
         r = s["rows"]
-        rows_out.append((str(s["t_s"]), f"{s['rss_mb']:.1f}" if s["rss_mb"] else "-", f"{s['state_mb']:.1f}", *(str(r.get(k, "-")) for k in ("nonces", "tasks", "decisions", "windows")), str(s["sent"]), str(s["decided"]), str(s["p99_ms"])))
+        rows_out.append(
+            (
+                str(s["t_s"]), f"{s['rss_mb']:.1f}" if s["rss_mb"] else "-", f"{s['state_mb']:.1f}",
+                *(str(r.get(k, "-")) for k in ("nonces", "tasks", "decisions", "windows")),
+                str(s["sent"]), str(s["decided"]), f"{s['broker_rss_mb']:.0f}" if s["broker_rss_mb"] else "-",
+            )
+        )
     text = f"soak: {seconds:.0f} s at {rate:,.0f} records/s, retention {SOAK_RETENTION_MS / 1000:.0f} s, expire every {SOAK_EXPIRE_S} s\n" + table(rows_out)
     if steady:
         rss = [s["rss_mb"] for s in steady]
@@ -903,6 +916,7 @@ async def main(args: argparse.Namespace) -> int:
         gen = Generator(signers, args.duplicates, args.payload_bytes)
         async with EmbeddedBroker(log_dir=tmp) as broker:
             setup = await make_setup(broker, tmp, args, signers)
+            setup.broker_pid = broker.pid
             if mode == "soak":
                 out, text = await soak_mode(setup, gen, args.soak)
             elif mode == "rate":
