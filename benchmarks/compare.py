@@ -352,14 +352,21 @@ def start_contender(kind: str, setup: Setup, topics: Topics, run_dir: Path, crea
     routes = [f"{topics.handoffs}={topics.handoffs_admitted}", f"{topics.acks}={topics.acks_admitted}"]
     group = f"{run_dir.name}-group"
     py = sys.executable
+    # busguard has no setting for this; it always runs with aiokafka's default (500 ms).
+    fetch = {"FETCH_MAX_WAIT_MS": str(setup.args.contender_fetch_max_wait_ms)} if setup.args.contender_fetch_max_wait_ms else {}
     if kind == "relay":
-        return Process([py, str(BENCH / "relay_baseline.py"), "serve", setup.bootstrap, group, *routes], run_dir / "relay.log"), None
+        return Process([py, str(BENCH / "relay_baseline.py"), "serve", setup.bootstrap, group, *routes], run_dir / "relay.log", fetch), None
     if kind == "naive":
-        return Process([py, str(BENCH / "naive_guard.py"), setup.bootstrap, group, str(setup.naive_keys), *routes], run_dir / "naive.log"), None
+        return Process([py, str(BENCH / "naive_guard.py"), setup.bootstrap, group, str(setup.naive_keys), *routes], run_dir / "naive.log", fetch), None
     state = run_dir / "state.db"
     if kind == "busguard_preload":
         assert setup.preload_template is not None
         shutil.copyfile(setup.preload_template, state)
+        fd = os.open(state, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # the copy's writeback must not compete with the guard's own fsyncs
+        finally:
+            os.close(fd)
     else:
         SqliteStore(state, now_ms=created_ms).close()
     config = run_dir / "busguard.toml"
@@ -862,6 +869,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--preload", type=int, default=0, metavar="N", help="also run busguard on a store holding N live nonces and N live tasks")
     p.add_argument("--soak", type=float, default=0, metavar="SECONDS", help="soak mode: one guard under steady load (--rate, default 500/s)")
     p.add_argument("--sample-every", type=float, default=10, help="soak sampling period in seconds (default 10)")
+    p.add_argument(
+        "--contender-fetch-max-wait-ms",
+        type=int,
+        default=0,
+        metavar="MS",
+        help="fetch_max_wait_ms of the relay's and the hand-written guard's consumers (default: aiokafka's 500, which busguard also uses and cannot change)",
+    )
     p.add_argument("--timeout", type=float, default=300, help="seconds a run may take to drain")
     p.add_argument("--keep", metavar="DIR", help="keep the run directories (logs, configs, state) under DIR")
     p.add_argument("--check", action="store_true", help="exit 1 when the mode's issue-13 target is missed")

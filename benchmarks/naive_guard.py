@@ -11,6 +11,8 @@ are dropped and counted. One thread, one process, like `busguard run`.
     python benchmarks/naive_guard.py BOOTSTRAP GROUP KEYS.json IN=OUT [IN=OUT ...]
 
 KEYS.json maps sender id to hex Ed25519 public key. Stops on SIGTERM.
+$FETCH_MAX_WAIT_MS sets the consumer's long poll (default aiokafka's 500 ms;
+on tansu it delays records at low load, see docs/notes-broker.md).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import asyncio
 import base64
 import hashlib
 import json
+import os
 import signal
 import sys
 
@@ -33,6 +36,7 @@ async def guard(bootstrap: str, group: str, keys: dict[str, bytes], routes: dict
     consumer = AIOKafkaConsumer(
         *routes, bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
         auto_offset_reset="earliest", session_timeout_ms=3000, heartbeat_interval_ms=300,
+        fetch_max_wait_ms=int(os.environ.get("FETCH_MAX_WAIT_MS", "500")),
     )
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False, acks="all", linger_ms=5)
     stop = asyncio.Event()

@@ -134,6 +134,7 @@ async def serve(bootstrap: str, group: str, routes: dict[str, str], max_records:
         auto_offset_reset="earliest",
         session_timeout_ms=3000,
         heartbeat_interval_ms=300,
+        fetch_max_wait_ms=int(os.environ.get("FETCH_MAX_WAIT_MS", "500")),  # see docs/notes-broker.md
     )
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **PRODUCER)
     stop = asyncio.Event()
