@@ -217,6 +217,21 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of a process so far (all its threads), from /proc."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
 def pct(values: Sequence[float], q: float) -> float:
     """The q-quantile (nearest rank) of a non-empty sample."""
     s = sorted(values)
@@ -555,6 +570,7 @@ async def run_stream(kind: str, setup: Setup, work: Workload, rate: float | None
         sent = watcher.sent
         futures = []
         watcher.mark()
+        cpu0 = {"contender": cpu_s(proc.pid), "broker": cpu_s(setup.broker_pid), "bench": cpu_s(os.getpid())}
         t0 = time.perf_counter()
         if rate is None:
             for it in work.items:
@@ -581,6 +597,7 @@ async def run_stream(kind: str, setup: Setup, work: Workload, rate: float | None
             t_end = await watcher.wait_for(done, setup.args.timeout, proc.alive)
         except (TimeoutError, RuntimeError) as e:
             raise RuntimeError(f"{kind}: {e}; log:\n{proc.tail()}") from None
+        cpu1 = {"contender": cpu_s(proc.pid), "broker": cpu_s(setup.broker_pid), "bench": cpu_s(os.getpid())}
         await asyncio.sleep(0.3)  # anything beyond the expected outputs shows up in the counts
         counts = dict(watcher.counts)
         got_down = sum(counts[t] for t in downstream)
@@ -596,6 +613,10 @@ async def run_stream(kind: str, setup: Setup, work: Workload, rate: float | None
             # batch do not count. At a steady rate: records over the whole run.
             per_s=steady if rate is None and steady else n / (t_end - t0),
             burst_per_s=n / (t_end - t0),
+            # CPU per input record, from the first record sent to the last
+            # output read: what the contender costs, less sensitive to a busy
+            # machine than wall time; broker and bench (producer + reader) for context.
+            cpu_us_per_record={k: round((cpu1[k] - cpu0[k]) / n * 1e6, 1) for k in cpu0},
             offered_per_s=n / (t_sent - t0),
             p50_ms=pct(lat, 0.50) * 1000 if lat else None,
             p99_ms=pct(lat, 0.99) * 1000 if lat else None,
@@ -699,7 +720,7 @@ async def throughput_mode(setup: Setup, work: Workload, contenders: list[str], r
         return [x["per_s"] / y["per_s"] for x, y in zip(results[a], results[b])]
 
     out: dict[str, Any] = {}
-    rows: list[tuple[str, ...]] = [("contender", "records/s median (range)", "p50 ms", "p99 ms", "RSS MB peak")]
+    rows: list[tuple[str, ...]] = [("contender", "records/s median (range)", "CPU µs/record", "p50 ms", "p99 ms", "RSS MB peak")]
     for c in contenders:
         s = summary([x["per_s"] for x in results[c]], 0)
         out[f"{c}_per_s"] = s["median"]
@@ -707,10 +728,16 @@ async def throughput_mode(setup: Setup, work: Workload, contenders: list[str], r
         lat50 = summary([x.get("p50_ms") for x in results[c]])
         lat99 = summary([x.get("p99_ms") for x in results[c]])
         rss = summary([x.get("rss_peak_mb") for x in results[c]])
+        cpu = summary([x["cpu_us_per_record"]["contender"] if "cpu_us_per_record" in x else None for x in results[c]])
         if c in STREAM:
             out[f"{c}_p50_ms"], out[f"{c}_p99_ms"], out[f"{c}_rss_mb"] = lat50["median"], lat99["median"], rss["median"]
-        rows.append((c, fmt(s), fmt(lat50, 1), fmt(lat99, 1), fmt(rss)))
+            out[f"{c}_cpu_us_per_record"] = cpu["median"]
+        rows.append((c, fmt(s), fmt(cpu), fmt(lat50, 1), fmt(lat99, 1), fmt(rss)))
     ratios = {"ratio_naive": per_round_ratio("busguard", "naive"), "ratio_relay": per_round_ratio("busguard", "relay"), "ratio_preload": per_round_ratio("busguard_preload", "busguard")}
+    if "busguard" in results and "naive" in results:
+        # CPU per record of the hand-written guard over busguard's: steadier on a shared machine
+        # than wall time, but blind to parallelism (busguard's verify threads).
+        ratios["cpu_ratio_naive"] = [y["cpu_us_per_record"]["contender"] / x["cpu_us_per_record"]["contender"] for x, y in zip(results["busguard"], results["naive"])]
     text = table(rows)
     for name, values in ratios.items():
         if values:
@@ -743,10 +770,17 @@ async def rate_mode(setup: Setup, gen: Generator, contenders: list[str], rounds:
             res = await run_stream(c, setup, work, rate=rate)
             results[c].append(res)
             print(f"rate round {r + 1}/{rounds} {c}: {json.dumps({k: round(v, 1) if isinstance(v, float) else v for k, v in res.items()})}", file=sys.stderr, flush=True)
-    rows: list[tuple[str, ...]] = [("contender", "offered/s", "achieved/s", "p50 ms", "p99 ms", "max ms", "RSS MB peak")]
+    rows: list[tuple[str, ...]] = [("contender", "offered/s", "achieved/s", "p50 ms", "p99 ms", "max ms", "RSS MB peak", "cores busy: contender / broker / bench")]
     for c in contenders:
         got = {k: summary([x.get(k) for x in results[c]]) for k in ("offered_per_s", "per_s", "p50_ms", "p99_ms", "max_ms", "rss_peak_mb")}
-        rows.append((c, fmt(got["offered_per_s"]), fmt(got["per_s"]), fmt(got["p50_ms"], 1), fmt(got["p99_ms"], 1), fmt(got["max_ms"], 1), fmt(got["rss_peak_mb"])))
+        busy = {k: summary([x["cpu_us_per_record"][k] * x["per_s"] / 1e6 for x in results[c]], 2)["median"] for k in ("contender", "broker", "bench")}
+        out[f"{c}_cores_busy"] = busy
+        rows.append(
+            (
+                c, fmt(got["offered_per_s"]), fmt(got["per_s"]), fmt(got["p50_ms"], 1), fmt(got["p99_ms"], 1), fmt(got["max_ms"], 1), fmt(got["rss_peak_mb"]),
+                " / ".join(f"{busy[k]:.2f}" for k in ("contender", "broker", "bench")),
+            )
+        )
         out[f"{c}_p50_ms"], out[f"{c}_p99_ms"], out[f"{c}_per_s"] = got["p50_ms"]["median"], got["p99_ms"]["median"], got["per_s"]["median"]
     if "busguard" in results:
         out["p50_ms"], out["p99_ms"] = out["busguard_p50_ms"], out["busguard_p99_ms"]
@@ -916,6 +950,8 @@ def check(mode: str, result: dict[str, Any]) -> list[str]:
         failures.append(f"p99_ms {result['p99_ms']} > 50 at {result['rate_per_s']}/s")
     if mode == "soak" and result.get("rss_dev_pct") is not None and result["rss_dev_pct"] > 10:
         failures.append(f"rss_dev_pct {result['rss_dev_pct']} > 10 once steady")
+    if mode == "soak" and result.get("rss_drift_pct") is not None and abs(result["rss_drift_pct"]) > 10:
+        failures.append(f"rss_drift_pct {result['rss_drift_pct']}: RSS moved more than 10 % from the first steady sample to the last")
     return failures
 
 
