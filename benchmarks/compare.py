@@ -20,14 +20,26 @@ another run wrote. A contender is started against its empty input topics
 and sent one warm-up record; once that record comes out downstream it has
 joined its group and is running, and the N records are produced as fast as
 this process can (all contenders compete with that producer the same way).
-Throughput is N / (first record sent -> last output observed: the last
-downstream record, and for busguard also the last audit and dead-letter
-record). Latency is per record, from just before it is handed to the
+Throughput is the inputs decided between the first and the last read of
+decided outputs (busguard: audit records, one per input; the others:
+downstream records) over that time; the run only counts once every output
+has arrived (busguard: forwards, dead letters and audit records) and fails
+unless every count is exact. Starting the clock at the first output leaves
+out tansu's idle long poll (up to ~250 ms before the first record is handed
+out, docs/notes-broker.md); ``burst_per_s`` is N over first send -> last
+output. Latency is per record, from just before it is handed to the
 producer to when this process reads it on the downstream topic; in this
 burst mode that is mostly queueing behind the burst, so the latency figure
-that matters is the ``--rate`` one. Every figure is repeated ``--rounds``
-times, interleaved; the median and the range are reported, and the ratios
-are computed per round and then summarised.
+that matters is the ``--rate`` one. CPU per record is the contender
+process's user + system time from /proc over the same span (and the
+broker's and this process's, for context). Every figure is repeated
+``--rounds`` times, interleaved; the median and the range are reported,
+and the ratios are computed per round and then summarised.
+
+Low-load latency on tansu: busguard's consumer uses aiokafka's default
+500 ms long poll (it has no setting for it), and tansu only answers a
+waiting fetch when it expires; ``--contender-fetch-max-wait-ms`` sets it
+for the relay and the hand-written guard, to show the difference.
 
 Freshness: the records are signed once, before the rounds, so busguard's
 config allows receipts up to an hour old (``admission.max_age_ms``), and
