@@ -9,11 +9,17 @@ figures `make bench` prints can be trusted to come from complete runs.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from busguard.runtime.broker import EmbeddedBroker
+
+from .conftest import TopicFactory
 
 pytestmark = pytest.mark.integration
 
@@ -43,3 +49,56 @@ def test_compare_smoke(tmp_path: Path) -> None:
     # The table for people precedes the JSON line and names every contender.
     for name in ("verify_1t", "verify_nt", "relay", "naive", "busguard", "ratio_naive"):
         assert name in proc.stdout
+
+
+async def test_naive_guard_forwards_only_verified_records(broker: EmbeddedBroker, topic_factory: TopicFactory, group_id: str, tmp_path: Path) -> None:
+    """The hand-written guard the benchmark compares against really verifies:
+    a record whose payload was changed, or whose signature is another
+    record's, is dropped; the valid ones are forwarded with their headers."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    from busguard.protocol.keyfile import new_identity
+    from busguard.sdk.sender import Sender
+
+    src, dst = await topic_factory("in", partitions=1), await topic_factory("out", partitions=1)
+    ident = new_identity()
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({ident.agent_id: ident.public_key.hex()}))
+    sender = Sender(ident.seed)
+    good = [sender.sign(kind="handoff", task_id=f"t{i}", receiver="r", payload=b'{"n":%d}' % i) for i in range(3)]
+    tampered_payload = (b'{"n":99}', good[0].headers)
+    swapped_signature = (good[1].value, [good[1].headers[0], good[2].headers[1]])
+    inputs = [(good[0].value, good[0].headers), tampered_payload, (good[1].value, good[1].headers), swapped_signature, (good[2].value, good[2].headers)]
+
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "benchmarks" / "naive_guard.py"), broker.bootstrap, group_id, str(keys), f"{src}={dst}"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, enable_idempotence=False, acks="all")
+        await producer.start()
+        try:
+            for value, headers in inputs:
+                await (await producer.send(src, value, headers=headers))
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(dst, bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest", enable_auto_commit=False)
+        await consumer.start()
+        got: list[Any] = []
+        try:
+            for _ in range(60):
+                for records in (await consumer.getmany(timeout_ms=500)).values():
+                    got.extend(records)
+                if len(got) >= 3:
+                    break
+            for records in (await consumer.getmany(timeout_ms=1000)).values():  # nothing more may come
+                got.extend(records)
+        finally:
+            await consumer.stop()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert [r.value for r in got] == [g.value for g in good]
+    assert [list(r.headers) for r in got] == [g.headers for g in good]
+    assert json.loads(out.strip().splitlines()[-1]) == {"dropped": 2}
