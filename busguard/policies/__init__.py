@@ -20,6 +20,8 @@ from typing import Final
 
 import msgspec
 
+from busguard.policies.award import policy as award
+from busguard.policies.award import wire as cnet
 from busguard.policies.seam import AnyPolicy, Objection
 from busguard.protocol.envelope import Envelope
 from busguard.protocol.reasons import Reason
@@ -44,6 +46,11 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
 _SPECS: Final = (
     KindSpec(kind="handoff", single_witness=True),
     KindSpec(kind="ack"),
+    # contract-net awards (seed 002): one policy, one row per call (docs/protocol.md, 13)
+    KindSpec(kind=cnet.KIND_CALL, policy=award.POLICY, namespaces=(award.NAMESPACE,), reasons=award.CALL_REASONS),
+    KindSpec(kind=cnet.KIND_BID, policy=award.POLICY, namespaces=(award.NAMESPACE,), reasons=award.BID_REASONS),
+    KindSpec(kind=cnet.KIND_AWARD, policy=award.POLICY, namespaces=(award.NAMESPACE,), reasons=award.AWARD_REASONS, routes=(award.REBID_ROUTE,)),
+    KindSpec(kind=cnet.KIND_RESULT, policy=award.POLICY, namespaces=(award.NAMESPACE,), reasons=award.RESULT_REASONS),
 )
 
 #: By kind name. A Mapping to its readers; tests add a test-only kind with

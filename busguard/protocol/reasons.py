@@ -59,6 +59,21 @@ class Reason(enum.StrEnum):
     NONCE_REPLAY = "nonce_replay"
     SEQUENCE_REPLAY = "sequence_replay"
     SEQUENCE_TOO_OLD = "sequence_too_old"
+    # --- contract-net awards (seed 002; busguard/policies/award) ----------
+    AWARD_UNKNOWN_CALL = "award_unknown_call"
+    AWARD_WRONG_PARTY = "award_wrong_party"
+    AWARD_CLOSED = "award_closed"
+    AWARD_TOO_MANY_BIDS = "award_too_many_bids"
+    AWARD_UNKNOWN_BID = "award_unknown_bid"
+    AWARD_UNRANKED_BID = "award_unranked_bid"
+    AWARD_UNRECOMPUTABLE = "award_unrecomputable"
+    AWARD_UNTRUSTED_VERIFIER = "award_untrusted_verifier"
+    AWARD_BEST_EFFORT_NOT_TOLERATED = "award_best_effort_not_tolerated"
+    AWARD_CHECK_REQUIRED = "award_check_required"
+    SETTLEMENT_NO_AWARD = "settlement_no_award"
+    SETTLEMENT_MISMATCH = "settlement_mismatch"
+    SETTLEMENT_UNRECOMPUTABLE = "settlement_unrecomputable"
+    SETTLEMENT_BAD_ATTESTATION = "settlement_bad_attestation"
 
 
 class Outcome(enum.StrEnum):
