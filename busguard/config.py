@@ -24,6 +24,7 @@ import msgspec
 
 from busguard.admission.types import AdmissionPolicy
 from busguard.errors import ConfigError, read_toml
+from busguard.policies.award.registry import VerificationConfig, VerificationRegistry, build_registry
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.timestamps import parse_timestamp
 
@@ -161,6 +162,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
     log: LogConfig = LogConfig()
     ops: OpsConfig = OpsConfig()
     reconcile: ReconcileConfig = ReconcileConfig()
+    verification: VerificationConfig = VerificationConfig()
     source: str = ""  # the file this was loaded from; set by load_config
 
     @property
@@ -193,6 +195,10 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
 
     def downstream_for(self, topic: str) -> str:
         return self.downstreams[topic]
+
+    def verification_registry(self) -> VerificationRegistry:
+        """The `[verification]` section resolved (canonicalizer plugins loaded); validated at load."""
+        return build_registry(self.verification, self.source)
 
     def policy(self) -> AdmissionPolicy:
         a = self.admission
@@ -331,6 +337,7 @@ def validate(cfg: Config) -> None:
     if not cfg.keys.guard_key_resolves and cfg.keys.operators is None:
         raise ConfigError(f, "keys.guard_key_resolves", False, "true unless keys.operators names who else may resolve (nobody could)")
     _validate_keys(cfg, f)
+    cfg.verification_registry()
 
 
 def _validate_keys(cfg: Config, f: str) -> None:
