@@ -62,12 +62,15 @@ class Net:
     def __init__(self) -> None:
         self.h = Harness(A, B, C, V)
         self.n = 0
+        self.log: list[Decision] = []
 
     def send(self, who: str, kind: str, task_id: str, payload: msgspec.Struct | bytes) -> Decision:
         value = payload if isinstance(payload, bytes) else msgspec.json.encode(payload)
         self.n += 1
         record: SignedRecord = sender(who, now=self.h.now).sign(kind=kind, task_id=task_id, receiver=GUARD, payload=value, nonce=f"nonce-{self.n:012d}")
-        return self.h.one(record)
+        decision = self.h.one(record)
+        self.log.append(decision)
+        return decision
 
     def call(self, call: str = "c1", *, task_class: str = "transform.table", requires_check: bool = True, who: str = A) -> Decision:
         p = CallPayload(awarder=agent(A), task_class=task_class, task="normalise the table", requires_check=requires_check, award_deadline=DEADLINE)
@@ -310,3 +313,27 @@ def test_payloads_are_decoded_strictly(kind: str, value: bytes, reason: Reason) 
     net = seed_net()
     d = net.send(B, kind, "t-bad", value)
     assert (d.outcome, d.reason) == (Outcome.REJECT, reason) and kind in d.detail
+
+
+# ------------------------------------------------------------- the auditor
+
+
+def test_the_auditor_reports_per_call_whom_in_which_mode_and_settled_or_escalated() -> None:
+    from busguard.audit.ledger import Ledger
+    from busguard.audit.report import render_table
+
+    net = seed_net()
+    net.award("bid-c", ["bid-c", "bid-b"]), net.award("bid-b", ["bid-b"]), net.result(OUTPUT, hashlib.sha256(OUTPUT).hexdigest())
+    assert net.call("c2").outcome == Outcome.FORWARD
+    net.bid(B, "bid-b2", 100, "jcs-sha256", call="c2")
+    net.award("bid-b2", ["bid-b2"], call="c2"), net.result(OUTPUT, JcsSha256().root(OUTPUT), call="c2")
+    ledger = Ledger()
+    for d in net.log:
+        ledger.add_decision(msgspec.json.encode(d), d, verified=True)
+    calls = {c.call: c for c in ledger.report().calls}
+    c1, c2 = calls["c1"], calls["c2"]
+    assert (c1.bids, c1.refused_awards, c1.winner, c1.awarded_to, c1.mode) == (2, ["award_unrecomputable"], "bid-b", agent(B), "verified")
+    assert c1.settlement == "escalated" and c1.escalations == [f"settlement_mismatch attributed to {agent(B)}"]
+    assert (c2.bids, c2.refused_awards, c2.settlement) == (1, [], "settled")
+    table = render_table(ledger.report())
+    assert "contract-net calls (2):" in table and "settlement_mismatch attributed to" in table
