@@ -38,6 +38,10 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
     single_witness: bool = False
     reasons: tuple[Reason, ...] = ()
     routes: tuple[str, ...] = ()
+    #: Annotations of an admitted record that its forward also carries, as
+    #: `busguard-annotation-<name>` headers (a caution flag a consumer acts on
+    #: without reading the audit topic); every annotation is on the audit record.
+    forward_annotations: tuple[str, ...] = ()
 
     def may_use(self, namespace: str) -> bool:
         return namespace in self.namespaces if self.namespaces else namespace == self.kind
@@ -50,7 +54,7 @@ _SPECS: Final = (
     KindSpec(kind=cnet.KIND_CALL, policy=award.POLICY, namespaces=(award.NAMESPACE,), reasons=award.CALL_REASONS),
     KindSpec(kind=cnet.KIND_BID, policy=award.POLICY, namespaces=(award.NAMESPACE,), reasons=award.BID_REASONS),
     KindSpec(kind=cnet.KIND_AWARD, policy=award.POLICY, namespaces=(award.NAMESPACE,), reasons=award.AWARD_REASONS, routes=(award.REBID_ROUTE,)),
-    KindSpec(kind=cnet.KIND_RESULT, policy=award.POLICY, namespaces=(award.NAMESPACE,), reasons=award.RESULT_REASONS),
+    KindSpec(kind=cnet.KIND_RESULT, policy=award.POLICY, namespaces=(award.NAMESPACE,), reasons=award.RESULT_REASONS, forward_annotations=("verification",)),
 )
 
 #: By kind name. A Mapping to its readers; tests add a test-only kind with
