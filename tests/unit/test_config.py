@@ -125,7 +125,7 @@ def test_a_file_with_only_a_route_gets_every_default(tmp_path: Path) -> None:
     assert cfg.kafka.idempotence is True and cfg.kafka.create_topics is False and cfg.keys.create_guard_key is False
     assert cfg.kafka.auto_offset_reset == "earliest" and cfg.state.backend == "sqlite" and cfg.state.synchronous == "full"
     assert cfg.policy().namespace == "busguard"  # "" falls back to the group id
-    assert cfg.output_topics == sorted(["agents.handoffs.admitted", "busguard.reconciliation", "busguard.dead-letter", "busguard.audit", "busguard.replies"])
+    assert cfg.output_topics == sorted(["agents.handoffs.admitted", "busguard.reconciliation", "busguard.dead-letter", "busguard.audit", "busguard.replies", "busguard.rebid"])  # + the routes of registered kinds (cnet.award: rebid)
 
 
 def test_namespace_defaults_to_the_group_id_and_can_be_set(tmp_path: Path) -> None:
