@@ -149,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
         busguard demo --dir /tmp/busguard-demo     # keep configs, keys and state for a look afterwards
         """)
     sp.add_argument("--dir", help="working directory to keep (default: a temporary one)")
+    sp.add_argument("scenario", nargs="?", choices=["award"], help="award: seed 002's contract net (busguard/demo/award.py); default: the replay scenario")
 
     add_esc = _adder(
         _group(
