@@ -145,6 +145,10 @@ def scenarios() -> list[dict[str, Any]]:
         step("awarder", "cnet.call", "c3", call("awarder", "advisory.summary", True), "forward", "admitted"),
         step("bidder-c", "cnet.bid", "c3/bid-c", bid("c3", 80, "c-private-norm.v1"), "forward", "admitted"),
         step("awarder", "cnet.award", "c3", '{"winner":"c3/bid-c","ranked":["c3/bid-c"],"mode":"best_effort","risk_price":15}', "reject", "award_check_required"),
+        step("awarder", "cnet.call", "c4", call("awarder", "transform.table", False), "forward", "admitted"),
+        step("bidder-c", "cnet.bid", "c4/bid-c", bid("c4", 80, "c-private-norm.v1"), "forward", "admitted"),
+        step("awarder", "cnet.award", "c4", '{"winner":"c4/bid-c","ranked":["c4/bid-c"],"mode":"best_effort","risk_price":15}', "reject", "award_best_effort_not_tolerated"),
+        step("bidder-b", "cnet.bid", "c2/bid-b", bid("c2", 70, "jcs-sha256"), "reject", "award_closed"),
     ]
     root = "ab" * 32
     delegated = [
@@ -165,12 +169,23 @@ def scenarios() -> list[dict[str, Any]]:
         step("bidder-b", "cnet.bid", "c1/bid-2", '{"call":"c1","call":"c1","cost":1,"deadline":"' + DEADLINE + '","receipt":{"canonicalizer_id":"jcs-sha256","commits":"output"}}', "reject", "duplicate_key"),
         step("bidder-b", "cnet.bid", "c1/bid-3", '{"call":"c1","cost":1,"deadline":"' + DEADLINE + '","receipt":{"canonicalizer_id":"jcs-sha256","commits":"output"},"note":"x"}', "reject", "unknown_field"),
         step("awarder", "cnet.award", "c1", '{"winner":"c1/bid-b","ranked":["c1/bid-b"],"mode":"delegated"}', "reject", "malformed_field"),
+        step("bidder-c", "cnet.bid", "c1/bid-c", bid("c1", 60, "zk-trace.v3", "trace", "shady-verifier/v1"), "forward", "admitted"),
+        step("awarder", "cnet.award", "c1", '{"winner":"c1/bid-c","ranked":["c1/bid-c"],"mode":"delegated","verifier":"shady-verifier/v1"}', "reject", "award_untrusted_verifier"),
+        step("awarder", "cnet.award", "c1", '{"winner":"c1/bid-b","ranked":["c1/bid-b"],"mode":"verified"}', "forward", "admitted"),
+        step(
+            "bidder-b", "cnet.result", "c1", f'{{"state_root":"{JCS_ROOT}","output":"{b64url(b"not json")}"}}', "escalate", "settlement_unrecomputable",
+            annotations={"call": "c1", "winner": "c1/bid-b", "mode": "verified", "attributed_to": agent("bidder-b"), "committed_root": JCS_ROOT, "settlement": "escalated", "problem": "not-json"},
+        ),
     ]
+    full = [step("awarder", "cnet.call", "c5", call("awarder", "transform.table", True), "forward", "admitted")]
+    full += [step("bidder-b", "cnet.bid", f"c5/bid-{i}", bid("c5", i, "jcs-sha256"), "forward", "admitted") for i in range(64)]
+    full += [step("bidder-c", "cnet.bid", "c5/bid-64", bid("c5", 1, "jcs-sha256"), "reject", "award_too_many_bids")]
     return [
         {"name": "seed-002-incident", "steps": seed_incident},
         {"name": "best-effort", "steps": best_effort},
         {"name": "delegated", "steps": delegated},
         {"name": "refusals", "steps": refusals},
+        {"name": "full-call", "steps": full},
     ]
 
 
