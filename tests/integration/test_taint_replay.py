@@ -59,7 +59,7 @@ async def test_taint_route_end_to_end(broker: EmbeddedBroker, tmp_path: Path) ->
     assert b"cycle (a -> b -> a)" in (header(m, "busguard-detail") or b"")
     # The valid request: forwarded with its plan attached; the guard attests the forwarded bytes.
     (fwd,) = got[plans]
-    assert header(fwd, "busguard-replaced") == b"1"
+    assert header(fwd, "busguard-replaced") == b"1" and header(fwd, "busguard-annotation-taint.unit") == b"token"
     att = verify_admitted(fwd.value, list(fwd.headers), gk, to)
     assert att.receipt_id == valid.receipt_id and att.outcome == "forward"
     body = json.loads(fwd.value)

@@ -39,7 +39,7 @@ def one(payload: bytes, task: str = "incident-1") -> tuple[Harness, object]:
 
 def test_the_kind_is_registered_with_its_reasons() -> None:
     spec = KINDS[KIND]
-    assert spec.policy is not None and not spec.single_witness
+    assert spec.policy is not None and not spec.single_witness and spec.forward_annotations == ("taint.unit",)
     assert set(spec.reasons) == {Reason.TAINT_REPLAY_REFUSED, Reason.TAINT_REQUEST_MALFORMED, Reason.TAINT_TRACE_TOO_LARGE}
 
 
