@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 from busguard.policies import KINDS
 from busguard.policies.taint import replay
 from busguard.policies.taint.validate import ReplayRefused
+from busguard.protocol.envelope import Envelope
 from busguard.protocol.reasons import Outcome, Reason
+from busguard.protocol.records import Decision
 from busguard.protocol.receipt import decode_receipt
 from tests.unit.harness import Harness, agent, sender
 from tests.unit.taint_build import incident, node, trace
@@ -31,7 +33,7 @@ def request(trace_bytes: bytes = TRACE, ledger_bytes: bytes | None = None, outpu
     return replay.encode_request(trace_bytes, ledger_bytes, outputs)
 
 
-def one(payload: bytes, task: str = "incident-1") -> tuple[Harness, object]:
+def one(payload: bytes, task: str = "incident-1") -> tuple[Harness, Decision]:
     h = Harness()
     d = h.one(sender("planner").sign(kind=KIND, task_id=task, receiver=TO, payload=payload))
     return h, d
@@ -45,12 +47,12 @@ def test_the_kind_is_registered_with_its_reasons() -> None:
 
 def test_the_seed_incident_is_refused_with_post_message_in_the_node_set_and_no_graph() -> None:
     _, d = one(request())
-    assert (d.outcome, d.reason) == (Outcome.REJECT, Reason.TAINT_REPLAY_REFUSED)  # type: ignore[attr-defined]
-    detail = json.loads(d.detail)  # type: ignore[attr-defined]
+    assert (d.outcome, d.reason) == (Outcome.REJECT, Reason.TAINT_REPLAY_REFUSED)
+    detail = json.loads(d.detail)
     assert detail == {"verdict": "refused", "condition": 1, "conditions": [1], "outputs": ["post_message"],
                       "nodes": ["post_message"], "nodes_total": 1, "suspect_total": 3}
-    assert d.replacement is None  # type: ignore[attr-defined]
-    assert d.annotations == {"taint.verdict": "refused", "taint.condition": "1", "taint.nodes": "1"}  # type: ignore[attr-defined]
+    assert d.replacement is None
+    assert d.annotations == {"taint.verdict": "refused", "taint.condition": "1", "taint.nodes": "1"}
     # summarize is never cleared: the refusal has no field that could say so, and it stays suspect.
     assert not {"edges", "sinks", "graph", "clean", "cleared"} & set(detail)
 
@@ -58,12 +60,12 @@ def test_the_seed_incident_is_refused_with_post_message_in_the_node_set_and_no_g
 def test_with_the_ledger_the_plan_is_token_level_attributes_both_sinks_and_is_forwarded_attached() -> None:
     payload = request(ledger_bytes=LEDGER)
     _, d = one(payload)
-    assert (d.outcome, d.reason) == (Outcome.FORWARD, Reason.ADMITTED)  # type: ignore[attr-defined]
-    assert d.annotations == {"taint.verdict": "valid", "taint.unit": "token", "taint.nodes": "3", "taint.sinks": "2"}  # type: ignore[attr-defined]
-    fwd = json.loads(d.replacement)  # type: ignore[attr-defined]
+    assert (d.outcome, d.reason) == (Outcome.FORWARD, Reason.ADMITTED)
+    assert d.annotations == {"taint.verdict": "valid", "taint.unit": "token", "taint.nodes": "3", "taint.sinks": "2"}
+    fwd = json.loads(d.replacement)
     assert fwd["format"] == "busguard.taint-replay-plan.v1" and fwd["action"] == "contain"
     # Bound to the signed request: its hash is the receipt's payload_hash, and the request is carried whole.
-    receipt = decode_receipt(d.receipt)  # type: ignore[attr-defined]
+    receipt = decode_receipt(d.receipt)
     assert fwd["request_sha256"] == hashlib.sha256(payload).hexdigest() == receipt.payload_hash
     assert fwd["request"] == json.loads(payload)
     plan = fwd["plan"]
@@ -92,8 +94,8 @@ def test_a_forged_request_is_bad_signature_before_its_payload_is_judged() -> Non
 
 def _malformed(payload: bytes) -> str:
     _, d = one(payload)
-    assert (d.outcome, d.reason) == (Outcome.REJECT, Reason.TAINT_REQUEST_MALFORMED), d  # type: ignore[attr-defined]
-    return str(d.detail)  # type: ignore[attr-defined]
+    assert (d.outcome, d.reason) == (Outcome.REJECT, Reason.TAINT_REQUEST_MALFORMED), d
+    return str(d.detail)
 
 
 def _trace_bytes(t: object) -> bytes:
@@ -120,10 +122,10 @@ def test_malformed_requests_are_rejected_with_the_field_that_is_wrong() -> None:
 def test_a_trace_above_the_bound_is_rejected_before_its_graph_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(replay, "MAX_NODES", 2)
     _, d = one(request())
-    assert (d.outcome, d.reason) == (Outcome.REJECT, Reason.TAINT_TRACE_TOO_LARGE)  # type: ignore[attr-defined]
-    assert "3 nodes and 2 edges; at most 2 nodes" in d.detail  # type: ignore[attr-defined]
+    assert (d.outcome, d.reason) == (Outcome.REJECT, Reason.TAINT_TRACE_TOO_LARGE)
+    assert "3 nodes and 2 edges; at most 2 nodes" in d.detail
     monkeypatch.setattr(replay, "MAX_NODES", 3)
-    assert one(request())[1].reason == Reason.TAINT_REPLAY_REFUSED  # type: ignore[attr-defined]
+    assert one(request())[1].reason == Reason.TAINT_REPLAY_REFUSED
 
 
 def test_a_request_above_max_payload_bytes_never_reaches_the_policy() -> None:
@@ -140,8 +142,8 @@ def test_a_request_above_max_payload_bytes_never_reaches_the_policy() -> None:
 def test_an_explicit_output_narrows_the_cone() -> None:
     # summarize's cone has no pending node: valid at span level, and post_message is not in the graph.
     _, d = one(request(outputs=("summarize",)))
-    assert d.outcome == Outcome.FORWARD  # type: ignore[attr-defined]
-    plan = json.loads(d.replacement)["plan"]  # type: ignore[attr-defined]
+    assert d.outcome == Outcome.FORWARD
+    plan = json.loads(d.replacement)["plan"]
     assert plan["unit"] == "span" and [n["id"] for n in plan["nodes"]] == ["read_secret", "summarize"]
 
 
@@ -184,8 +186,15 @@ class _NoState:
         raise AssertionError("the taint policy reads no state")
 
 
-def _envelope(payload: bytes) -> object:
+def _envelope(payload: bytes) -> Envelope:
     from busguard.protocol.envelope import open_envelope
 
     rec = sender("planner").sign(kind=KIND, task_id="p", receiver=TO, payload=payload)
     return open_envelope(rec.value, rec.headers)
+
+
+def test_the_demo_s_inlined_incident_is_the_example_files() -> None:
+    from busguard.demo.taint import INCIDENT_LEDGER, INCIDENT_TRACE
+    from busguard.policies.taint import decode_ledger, decode_trace
+
+    assert decode_trace(INCIDENT_TRACE) == decode_trace(TRACE) and decode_ledger(INCIDENT_LEDGER) == decode_ledger(LEDGER)
