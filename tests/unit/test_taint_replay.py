@@ -62,10 +62,10 @@ def test_with_the_ledger_the_plan_is_token_level_attributes_both_sinks_and_is_fo
     _, d = one(payload)
     assert (d.outcome, d.reason) == (Outcome.FORWARD, Reason.ADMITTED)
     assert d.annotations == {"taint.verdict": "valid", "taint.unit": "token", "taint.nodes": "3", "taint.sinks": "2"}
-    fwd = json.loads(d.replacement)
+    fwd = json.loads(d.replacement or b"")
     assert fwd["format"] == "busguard.taint-replay-plan.v1" and fwd["action"] == "contain"
     # Bound to the signed request: its hash is the receipt's payload_hash, and the request is carried whole.
-    receipt = decode_receipt(d.receipt)
+    receipt = decode_receipt(d.receipt or b"")
     assert fwd["request_sha256"] == hashlib.sha256(payload).hexdigest() == receipt.payload_hash
     assert fwd["request"] == json.loads(payload)
     plan = fwd["plan"]
@@ -143,7 +143,7 @@ def test_an_explicit_output_narrows_the_cone() -> None:
     # summarize's cone has no pending node: valid at span level, and post_message is not in the graph.
     _, d = one(request(outputs=("summarize",)))
     assert d.outcome == Outcome.FORWARD
-    plan = json.loads(d.replacement)["plan"]
+    plan = json.loads(d.replacement or b"")["plan"]
     assert plan["unit"] == "span" and [n["id"] for n in plan["nodes"]] == ["read_secret", "summarize"]
 
 
