@@ -104,6 +104,8 @@ def _trace_bytes(t: object) -> bytes:
 
 def test_malformed_requests_are_rejected_with_the_field_that_is_wrong() -> None:
     assert "not JSON" in _malformed(b"{")
+    deep = b'{"format": "busguard.taint-replay.v1", "action": "replay", "trace": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+    assert "nested too deeply" in _malformed(deep)
     assert "action" in _malformed(b'{"format": "busguard.taint-replay.v1", "trace": {}}')
     assert "unknown field `extra`" in _malformed(request()[:-1] + b', "extra": 1}')
     assert "appears twice" in _malformed(request()[:-1] + b', "action": "replay"}')

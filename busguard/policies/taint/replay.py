@@ -123,6 +123,8 @@ def judge(payload: bytes) -> Parsed | Objection:
         return _malformed("request", f"{exc}; a busguard.taint-replay.v1 request is {{format, action, trace, ledger?, outputs?}} (docs/taint.md)")
     except msgspec.DecodeError as exc:
         return _malformed("request", f"not JSON: {exc}")
+    except RecursionError:  # msgspec's own limit on nesting
+        return _malformed("request", "JSON nested too deeply")
     try:
         # One pass over the whole payload: JSON readers disagree on which copy of a key wins.
         json.loads(payload, object_pairs_hook=_refuse_duplicate_keys)
@@ -152,7 +154,7 @@ def judge(payload: bytes) -> Parsed | Objection:
     except TraceError as exc:  # names the field inside the request: request.trace.nodes[3].predecessors[1]
         return Objection(Outcome.REJECT, Reason.TAINT_REQUEST_MALFORMED, _cut(str(exc)))
     except RecursionError:
-        return _malformed("request", "nested too deeply")
+        return _malformed("request", "JSON nested too deeply")
     forward = None
     if isinstance(result, ReplayPlan):
         forward = _encode(Forward(
