@@ -151,7 +151,7 @@ def judge(payload: bytes) -> Parsed | Objection:
             ledger = decoded
         graph = build_graph(trace, "request.trace")
         result = validate(graph, ledger, req.outputs or None, source="request.trace", ledger_source="request.ledger")
-    except TraceError as exc:  # names the field inside the request: request.trace.nodes[3].predecessors[1]
+    except TraceError as exc:  # names the field inside the request: "request.trace: nodes[3].predecessors[1] = ..."
         return Objection(Outcome.REJECT, Reason.TAINT_REQUEST_MALFORMED, _cut(str(exc)))
     except RecursionError:
         return _malformed("request", "JSON nested too deeply")
