@@ -1,0 +1,328 @@
+"""PostgreSQL store: one shared state for guards on many hosts.
+
+The same contract as the SQLite store (state/base.py): a batch loads the rows
+for its keys, decides, and writes, in one transaction; rows are the same
+msgpack-encoded Structs, so a decision read back re-encodes to the bytes
+first emitted. SQL and connection handling live in state/pgsql.py.
+
+Why two guards can never both pass one check (the isolation argument).
+
+Transactions run at READ COMMITTED, and take no locks while reading: each
+table is read with one `k = ANY(…)` statement. What makes check-and-record
+atomic is that every write is conditional on the row still being what the
+batch read, and a write whose condition fails aborts the whole batch, which
+then runs again on fresh reads (the decision function is pure):
+
+- a key the batch read as absent (a decision position, a nonce, a task, a
+  session window) is written with `INSERT … ON CONFLICT (k) DO UPDATE … WHERE
+  <the existing row is expired> RETURNING k`. If another guard inserted that
+  key after our read, committed or not, PostgreSQL makes our INSERT wait for
+  its transaction and then sees its row; the row is not expired, nothing is
+  written, fewer rows come back than were sent, and the batch is retried. An
+  INSERT on a unique key cannot miss an uncommitted concurrent insert: that
+  is what the unique index guarantees at any isolation level.
+- a session window the batch read as present is written only if its version
+  (`ver`, +1 on every write) is still the one read; a decided position found
+  holding another record is replaced only if its decision id is still the
+  one read.
+- a row the batch read as present and does not write is one whose truth
+  cannot be undone by another guard: nonces, tasks and decisions are
+  insert-only until they expire (a task's first admission stays its witness),
+  and a window only moves forward, so a sequence it showed as seen or too old
+  stays refused. A decision based on it stays right after any later commit.
+- conversely, every absence a decision relies on is written by it: a record
+  that passes the nonce check records its nonce, one that passes the window
+  records the window, an admission records its task, and every input records
+  its decision. (Records refused before those checks — bad signature, store
+  warming, a policy objection — rely on no absence.)
+
+So each committed batch is equivalent to running it alone at its commit
+point, which is the guarantee SQLite's `BEGIN IMMEDIATE` gives on one host.
+Two guards that receive copies of one receipt at the same moment both read
+its nonce as absent; both try to insert it; the second waits for the first,
+finds the row, and reruns its batch, which now reads the nonce (or the task)
+and refuses the copy. tests/unit/test_state_postgres.py shows it with two
+processes released by a barrier, and that it fails with the conditions
+removed.
+
+Why not SERIALIZABLE: it would be correct without this argument, but its
+predicate locks for a 500-key batch are promoted to relation locks, after
+which every pair of concurrent batches conflicts and aborts; at READ
+COMMITTED only batches that really touch the same key wait or retry. Why not
+advisory locks on every key: one lock-table slot per key per batch
+(max_locks_per_transaction × max_connections is 6400 by default, a batch has
+up to ~1500 keys), and an operator would have to size it.
+
+No deadlocks: a batch writes its tables in a fixed order (decisions, nonces,
+windows, tasks, watermarks) with its keys sorted, so two batches never wait
+on each other's rows in opposite orders. (A replaced decision is an UPDATE
+outside that order; it is rare, and a deadlock is retried like a conflict.)
+
+Expiry: rows carry their expiry time and a row at or before `now_ms` reads as
+absent; `expire` deletes them in chunks of pgsql.EXPIRE_CHUNK rows by the
+`exp` index, one short transaction each. Time-partitioned tables (drop a
+whole partition) were considered and rejected: PostgreSQL cannot enforce a
+unique key across partitions unless the key includes the partition column,
+and the unique key on `k` is exactly what the conflict checks above rely on.
+
+The fences are the SQLite store's: `meta` holds created_at_ms, origin and
+trusted_from_ms (read in every batch's transaction, so a re-arm by any guard
+fences every guard from its next batch); `watermarks` holds per input
+partition the highest offset decided, written in the batch's transaction and
+never expired.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
+
+from busguard.admission.batch import BatchState, KeySet, Snapshot, SourceKey, source_key
+from busguard.admission.fence import Partition, rearmed
+from busguard.admission.types import Coordinates, Decision, TaskEntry
+from busguard.admission.window import WindowState
+from busguard.state import pgsql
+from busguard.state.pgsql import Session, returned
+from busguard.state.sqlitedb import key as text_key
+
+if TYPE_CHECKING:
+    import psycopg
+
+    Cursor = psycopg.Cursor[tuple[Any, ...]]
+
+GENESIS: Final = "genesis"
+CREATED: Final = "created"
+
+_decision_codec = msgspec.msgpack.Decoder(Decision)
+_task_codec = msgspec.msgpack.Decoder(TaskEntry)
+_encode = msgspec.msgpack.Encoder().encode
+
+
+def key(*parts: object) -> bytes:
+    return text_key(*parts).encode()
+
+
+def _bitmap_bytes(bitmap: int) -> bytes:
+    return bitmap.to_bytes((bitmap.bit_length() + 7) // 8 or 1, "big")
+
+
+class PostgresStore:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        now_ms: int,
+        schema: str = "busguard",
+        task_retention_ms: int = 7 * 86_400_000,
+        decision_retention_ms: int = 7 * 86_400_000,
+        retry_s: float = 120.0,
+        genesis: bool = False,
+    ) -> None:
+        """Connect to the store in `schema` at `dsn`, creating it if it does not exist.
+
+        `genesis=True` only with `busguard state init`: it refuses a schema
+        that already holds a store (declaring "no history" over one would
+        throw its fence away)."""
+        import psycopg.sql
+
+        self.schema = schema
+        self.task_retention_ms = task_retention_ms
+        self.decision_retention_ms = decision_retention_ms
+        self._session = Session(dsn, retry_s=retry_s, options=f"-c search_path={schema}")
+        self.target = self._session.target
+        ident = psycopg.sql.Identifier(schema)
+
+        def init(cur: Cursor) -> tuple[dict[str, str], bool]:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (pgsql.init_lock_id(schema),))
+            cur.execute(psycopg.sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+            cur.execute(psycopg.sql.SQL("SET LOCAL search_path TO {}").format(ident))
+            for statement in pgsql.DDL:
+                cur.execute(statement)
+            cur.execute("SELECT k, v FROM meta")
+            meta = {str(k): str(v) for k, v in cur.fetchall()}
+            if "created_at_ms" in meta:
+                if genesis:
+                    raise FileExistsError(f"{self.target} schema {schema}: already holds a state store (created at {meta['created_at_ms']}); genesis is for a new one")
+                if meta.get("schema") != str(pgsql.SCHEMA_VERSION):
+                    raise RuntimeError(f"{self.target} schema {schema}: state schema {meta.get('schema')} is not {pgsql.SCHEMA_VERSION}")
+                return meta, False
+            meta = {"created_at_ms": str(now_ms), "schema": str(pgsql.SCHEMA_VERSION), "origin": GENESIS if genesis else CREATED}
+            if not genesis:
+                meta["trusted_from_ms"] = str(now_ms)
+            cur.executemany("INSERT INTO meta VALUES (%s, %s)", list(meta.items()))
+            return meta, True
+
+        meta, self.created = self._session.run(init, what="open state store")
+        self._created_at = int(meta["created_at_ms"])
+        self.origin = meta["origin"]
+
+    @property
+    def created_at(self) -> int:
+        return self._created_at
+
+    @property
+    def session(self) -> Session:
+        return self._session
+
+    @property
+    def trusted_from(self) -> int | None:
+        return self._session.run(_trusted_from, what="read trusted_from")
+
+    def rearm(self, now_ms: int) -> int:
+        """Fence the store from `now_ms` (never earlier than it already is); durable."""
+
+        def body(cur: Cursor) -> int:
+            cur.execute("SELECT v FROM meta WHERE k = 'created_at_ms' FOR UPDATE")  # serialises re-arms
+            t = rearmed(_trusted_from(cur), now_ms)
+            cur.execute(
+                "INSERT INTO meta VALUES ('trusted_from_ms', %s) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
+                (str(t),),
+            )
+            return t
+
+        return self._session.run(body, what="re-arm the fence")
+
+    def partition_watermarks(self) -> dict[Partition, int]:
+        def body(cur: Cursor) -> dict[Partition, int]:
+            cur.execute("SELECT topic, part, off FROM watermarks")
+            return {(str(t), int(p)): int(o) for t, p, o in cur.fetchall()}
+
+        return self._session.run(body, what="read watermarks")
+
+    def run_batch(self, keys: KeySet, now_ms: int, fn: Callable[[Snapshot], BatchState]) -> BatchState:
+        def body(cur: Cursor) -> BatchState:
+            snap, versions = self._load(cur, keys, now_ms)
+            state = fn(snap)
+            self._write(cur, snap, versions, state, now_ms)
+            return state
+
+        return self._session.run(body, what="run batch")
+
+    def _load(self, cur: Cursor, keys: KeySet, now_ms: int) -> tuple[Snapshot, dict[bytes, int]]:
+        snap = Snapshot(trusted_from=_trusted_from(cur))
+        if keys.sources:
+            cur.execute(pgsql.LOAD_DECISIONS, ([key(*s) for s in keys.sources], now_ms))
+            for (body,) in cur.fetchall():
+                d = _decision_codec.decode(body)
+                snap.decisions[source_key(d.source)] = d
+        if keys.nonces:
+            by_key = {key(*n): n for n in keys.nonces}
+            cur.execute(pgsql.LOAD_NONCES, (list(by_key), now_ms))
+            for (k,) in cur.fetchall():
+                snap.nonces.add(by_key[k])
+        versions: dict[bytes, int] = {}
+        if keys.windows:
+            by_key = {key(*w): w for w in keys.windows}
+            cur.execute(pgsql.LOAD_WINDOWS, (list(by_key), now_ms))
+            for k, top, bitmap, ver in cur.fetchall():
+                snap.windows[by_key[k]] = WindowState(top, int.from_bytes(bitmap, "big"))
+                versions[k] = ver
+        if keys.tasks:
+            cur.execute(pgsql.LOAD_TASKS, ([key(*t) for t in keys.tasks], now_ms))
+            for (body,) in cur.fetchall():
+                t = _task_codec.decode(body)
+                snap.tasks[(t.kind, t.task_id)] = t
+        return snap, versions
+
+    def _write(self, cur: Cursor, snap: Snapshot, versions: dict[bytes, int], state: BatchState, now_ms: int) -> None:
+        fresh: list[tuple[bytes, str, bytes, int]] = []
+        replaced: list[tuple[bytes, str, bytes, int, str]] = []
+        marks: dict[Partition, int] = {}
+        for sk, d in state.new_decisions.items():
+            row = (key(*sk), d.decision_id, _encode(d), d.decided_at + self.decision_retention_ms)
+            earlier = snap.decisions.get(sk)
+            if earlier is None:
+                fresh.append(row)
+            else:
+                replaced.append((*row, earlier.decision_id))
+            topic, partition, offset = sk
+            if marks.get((topic, partition), -1) < offset:
+                marks[(topic, partition)] = offset
+        if fresh:
+            fresh.sort()
+            returned(cur, pgsql.WRITE_DECISIONS, (*_columns(fresh, 4), now_ms), len(fresh), "decisions")
+        if replaced:
+            replaced.sort()
+            returned(cur, pgsql.REPLACE_DECISIONS, _columns(replaced, 5), len(replaced), "replaced decisions")
+        nonces = sorted((key(*n.key), n.expires_at) for n in state.nonces.values() if n.key not in snap.nonces)
+        if nonces:
+            returned(cur, pgsql.WRITE_NONCES, (*_columns(nonces, 2), now_ms), len(nonces), "nonces")
+        windows = []
+        for w in state.windows.values():
+            k = key(*w.key)
+            windows.append((k, w.state.top, _bitmap_bytes(w.state.bitmap), versions.get(k, 0) + 1, w.expires_at))
+        if windows:
+            windows.sort()
+            returned(cur, pgsql.WRITE_WINDOWS, (*_columns(windows, 5), now_ms), len(windows), "windows")
+        # Insert-only, except over an expired row: the first admission stays the witness.
+        tasks = sorted(
+            (key(t.kind, t.task_id), _encode(t), t.admitted_at + self.task_retention_ms) for tk, t in state.tasks.items() if tk not in snap.tasks
+        )
+        if tasks:
+            returned(cur, pgsql.WRITE_TASKS, (*_columns(tasks, 3), now_ms), len(tasks), "tasks")
+        if marks:
+            rows = sorted((t, p, o) for (t, p), o in marks.items())
+            cur.execute(pgsql.WRITE_WATERMARKS, _columns(rows, 3))
+
+    def decision_at(self, source: Coordinates) -> Decision | None:
+        def body(cur: Cursor) -> Decision | None:
+            cur.execute("SELECT body FROM decisions WHERE k = %s", (key(*source_key(source)),))
+            row = cur.fetchone()
+            return None if row is None else _decision_codec.decode(row[0])
+
+        return self._session.run(body, what="read a decision")
+
+    def task(self, kind: str, task_id: str, now_ms: int) -> TaskEntry | None:
+        def body(cur: Cursor) -> TaskEntry | None:
+            cur.execute("SELECT body FROM tasks WHERE k = %s AND exp > %s", (key(kind, task_id), now_ms))
+            row = cur.fetchone()
+            return None if row is None else _task_codec.decode(row[0])
+
+        return self._session.run(body, what="read a task")
+
+    def expire(self, now_ms: int) -> int:
+        total = 0
+        for table in pgsql.EXPIRING:
+            while True:
+
+                def body(cur: Cursor, table: str = table) -> int:
+                    cur.execute(
+                        f"DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} WHERE exp <= %s LIMIT {pgsql.EXPIRE_CHUNK}))",
+                        (now_ms,),
+                    )
+                    return cur.rowcount
+
+                n = self._session.run(body, what=f"expire {table}")
+                total += n
+                if n < pgsql.EXPIRE_CHUNK:
+                    break
+        return total
+
+    def counts(self) -> dict[str, int]:
+        def body(cur: Cursor) -> dict[str, int]:
+            out = {}
+            for t in pgsql.EXPIRING:
+                cur.execute(f"SELECT count(*) FROM {t}")
+                row = cur.fetchone()
+                out[t] = int(row[0]) if row is not None else 0
+            return out
+
+        return self._session.run(body, what="count rows")
+
+    def close(self) -> None:
+        self._session.close()
+
+
+def _trusted_from(cur: Cursor) -> int | None:
+    cur.execute(pgsql.LOAD_TRUSTED_FROM)
+    row = cur.fetchone()
+    return None if row is None else int(row[0])
+
+
+def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> tuple[list[Any], ...]:
+    """Row tuples as `width` parallel arrays, the form `unnest(…)` takes."""
+    if not rows:
+        return tuple([] for _ in range(width))
+    return tuple(list(c) for c in zip(*rows, strict=True))
