@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from busguard.protocol.keys import KeyRegistry
     from busguard.runtime.watched import WatchedFile
     from busguard.state.base import StateStore
+    from busguard.state.postgres import PostgresStore
 
 log = structlog.get_logger("busguard.cli")
 
@@ -48,10 +49,13 @@ def _open_runtime(cfg: Config) -> tuple[WatchedFile[KeyRegistry], Identity, Stat
         raise ConfigError(cfg.source, "keys.guard_public_key", cfg.keys.guard_public_key, f"the public half of keys.guard_key ({identity.agent_id})")
     now = time.time_ns() // 1_000_000
     a = cfg.admission
-    store: MemoryStore | SqliteStore
+    store: MemoryStore | SqliteStore | PostgresStore
     if cfg.state.backend == "memory":
         store = MemoryStore(created_at=now, task_retention_ms=a.task_retention_ms, decision_retention_ms=a.decision_retention_ms)
         created = True
+    elif cfg.state.backend == "postgres":
+        store = open_postgres(cfg, now)
+        created = store.created
     else:
         store = SqliteStore(
             cfg.path(cfg.state.path),
@@ -69,10 +73,38 @@ def _open_runtime(cfg: Config) -> tuple[WatchedFile[KeyRegistry], Identity, Stat
             "state store did not exist and was created fenced: records issued up to max_future_ms after now are refused "
             "(store_warming) for one freshness window; for a deployment with no history, create it with `busguard state init`",
             backend=cfg.state.backend,
-            path=str(cfg.path(cfg.state.path)) if cfg.state.backend == "sqlite" else None,
+            path=state_location(cfg),
             trusted_from_ms=store.trusted_from,
         )
     return keys, identity, store
+
+
+def state_location(cfg: Config) -> str | None:
+    """Where the state lives, fit for logs: the password of a DSN redacted."""
+    if cfg.state.backend == "sqlite":
+        return str(cfg.path(cfg.state.path))
+    if cfg.state.backend == "postgres":
+        from busguard.state.pgsql import redact
+
+        return f"{redact(cfg.state.dsn)} schema {cfg.state.schema}"
+    return None
+
+
+def open_postgres(cfg: Config, now_ms: int, *, genesis: bool = False) -> PostgresStore:
+    try:
+        from busguard.state.postgres import PostgresStore
+    except ImportError as exc:
+        raise ConfigError(cfg.source, "state.backend", "postgres", f"the PostgreSQL driver installed: pip install 'busguard[postgres]' ({exc})") from None
+    a = cfg.admission
+    return PostgresStore(
+        cfg.state.dsn,
+        now_ms=now_ms,
+        schema=cfg.state.schema,
+        task_retention_ms=a.task_retention_ms,
+        decision_retention_ms=a.decision_retention_ms,
+        retry_s=cfg.state.retry_s,
+        genesis=genesis,
+    )
 
 
 def _install_stop(stop: Callable[[], None]) -> None:
@@ -164,7 +196,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     routes = ", ".join(f"{r.name} ({' + '.join(r.inputs)} -> {r.downstream})" for r in cfg.routes)
     print(f"  routes:        {routes}")
     print(f"  reconcile:     {cfg.topics.reconciliation}   dead-letter: {cfg.topics.dead_letter}   audit: {cfg.topics.audit}")
-    print(f"  state:         {cfg.state.backend} {cfg.path(cfg.state.path) if cfg.state.backend == 'sqlite' else ''}")
+    print(f"  state:         {cfg.state.backend} {state_location(cfg) or ''}")
     print(f"  key registry:  {cfg.path(cfg.keys.registry)} ({len(registry.principals)} agents, open_enrollment={registry.open_enrollment})")
     print(f"  guard key:     {cfg.path(cfg.keys.guard_key)}{_public_half(cfg.path(cfg.keys.guard_key))}")
     if cfg.keys.reconciler_key is not None:
@@ -190,8 +222,16 @@ def init_state(cfg: Config, now_ms: int) -> Path:
     that already holds a store (that would throw its fence away)."""
     from busguard.state.sqlite import SqliteStore
 
+    if cfg.state.backend == "postgres":
+        try:
+            open_postgres(cfg, now_ms, genesis=True).close()
+        except FileExistsError:
+            raise ConfigError(cfg.source, "state.schema", cfg.state.schema, "a schema with no state store yet: `state init` only creates new ones") from None
+        return Path(state_location(cfg) or "")
     if cfg.state.backend != "sqlite":
-        raise ConfigError(cfg.source, "state.backend", cfg.state.backend, '"sqlite": a memory store is lost at every restart, so it always warms')
+        raise ConfigError(
+            cfg.source, "state.backend", cfg.state.backend, '"sqlite" or "postgres": a memory store is lost at every restart, so it always warms'
+        )
     path = cfg.path(cfg.state.path)
     try:
         SqliteStore(path, now_ms=now_ms, synchronous=cfg.state.synchronous.upper(), genesis=True).close()
@@ -222,9 +262,13 @@ def cmd_state_show(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     path = cfg.path(cfg.state.path)
-    if cfg.state.backend != "sqlite" or not path.exists():
+    store: SqliteStore | PostgresStore
+    if cfg.state.backend == "postgres":
+        store, path = open_postgres(cfg, time.time_ns() // 1_000_000), Path(state_location(cfg) or "")
+    elif cfg.state.backend != "sqlite" or not path.exists():
         raise ConfigError(cfg.source, "state.path", str(path), "an existing SQLite state store (see `busguard state init`)")
-    store = SqliteStore(path, now_ms=time.time_ns() // 1_000_000, synchronous=cfg.state.synchronous.upper())
+    else:
+        store = SqliteStore(path, now_ms=time.time_ns() // 1_000_000, synchronous=cfg.state.synchronous.upper())
     try:
         ends = fence_ends(store.trusted_from, cfg.admission.max_age_ms, cfg.admission.max_future_ms)
         print(f"{path}: origin {store.origin}, created_at_ms {store.created_at}")
