@@ -196,7 +196,8 @@ class Session:
 # (`ON CONFLICT … DO UPDATE … WHERE … RETURNING k`) are how a transaction
 # learns that another guard wrote a row after it read it: the rows it meant
 # to write come back, or it raises Conflict (state/postgres.py explains why
-# that is enough).
+# that is enough). Arrays go in binary (`%b`): sent as text, a batch's bytea
+# rows cost twice the bytes and the hex decoding, measured 1.7x slower.
 
 SCHEMA_VERSION: Final = 1
 
@@ -216,37 +217,37 @@ EXPIRING: Final = ("decisions", "nonces", "windows", "tasks")
 EXPIRE_CHUNK: Final = 20_000  # rows per DELETE: short transactions, short row locks
 
 LOAD_TRUSTED_FROM: Final = "SELECT v FROM meta WHERE k = 'trusted_from_ms'"
-LOAD_DECISIONS: Final = "SELECT body FROM decisions WHERE k = ANY(%s::bytea[]) AND exp > %s"
-LOAD_NONCES: Final = "SELECT k FROM nonces WHERE k = ANY(%s::bytea[]) AND exp > %s"
-LOAD_WINDOWS: Final = "SELECT k, top, bitmap, ver FROM windows WHERE k = ANY(%s::bytea[]) AND exp > %s"
-LOAD_TASKS: Final = "SELECT body FROM tasks WHERE k = ANY(%s::bytea[]) AND exp > %s"
+LOAD_DECISIONS: Final = "SELECT body FROM decisions WHERE k = ANY(%b::bytea[]) AND exp > %s"
+LOAD_NONCES: Final = "SELECT k FROM nonces WHERE k = ANY(%b::bytea[]) AND exp > %s"
+LOAD_WINDOWS: Final = "SELECT k, top, bitmap, ver FROM windows WHERE k = ANY(%b::bytea[]) AND exp > %s"
+LOAD_TASKS: Final = "SELECT body FROM tasks WHERE k = ANY(%b::bytea[]) AND exp > %s"
 
 # Statements run in this table order with keys sorted, so two transactions
 # that both wait on each other's uncommitted rows cannot happen (no deadlock).
 WRITE_DECISIONS: Final = """
-INSERT INTO decisions(k, did, body, exp) SELECT * FROM unnest(%s::bytea[], %s::text[], %s::bytea[], %s::bigint[])
+INSERT INTO decisions(k, did, body, exp) SELECT * FROM unnest(%b::bytea[], %b::text[], %b::bytea[], %b::bigint[])
 ON CONFLICT (k) DO UPDATE SET did = excluded.did, body = excluded.body, exp = excluded.exp WHERE decisions.exp <= %s
 RETURNING k"""
 REPLACE_DECISIONS: Final = """
 UPDATE decisions d SET did = v.did, body = v.body, exp = v.exp
-FROM unnest(%s::bytea[], %s::text[], %s::bytea[], %s::bigint[], %s::text[]) AS v(k, did, body, exp, old)
+FROM unnest(%b::bytea[], %b::text[], %b::bytea[], %b::bigint[], %b::text[]) AS v(k, did, body, exp, old)
 WHERE d.k = v.k AND d.did = v.old
 RETURNING d.k"""
 WRITE_NONCES: Final = """
-INSERT INTO nonces(k, exp) SELECT * FROM unnest(%s::bytea[], %s::bigint[])
+INSERT INTO nonces(k, exp) SELECT * FROM unnest(%b::bytea[], %b::bigint[])
 ON CONFLICT (k) DO UPDATE SET exp = excluded.exp WHERE nonces.exp <= %s
 RETURNING k"""
 WRITE_WINDOWS: Final = """
-INSERT INTO windows(k, top, bitmap, ver, exp) SELECT * FROM unnest(%s::bytea[], %s::bigint[], %s::bytea[], %s::bigint[], %s::bigint[])
+INSERT INTO windows(k, top, bitmap, ver, exp) SELECT * FROM unnest(%b::bytea[], %b::bigint[], %b::bytea[], %b::bigint[], %b::bigint[])
 ON CONFLICT (k) DO UPDATE SET top = excluded.top, bitmap = excluded.bitmap, ver = excluded.ver, exp = excluded.exp
 WHERE windows.exp <= %s OR windows.ver = excluded.ver - 1
 RETURNING k"""
 WRITE_TASKS: Final = """
-INSERT INTO tasks(k, body, exp) SELECT * FROM unnest(%s::bytea[], %s::bytea[], %s::bigint[])
+INSERT INTO tasks(k, body, exp) SELECT * FROM unnest(%b::bytea[], %b::bytea[], %b::bigint[])
 ON CONFLICT (k) DO UPDATE SET body = excluded.body, exp = excluded.exp WHERE tasks.exp <= %s
 RETURNING k"""
 WRITE_WATERMARKS: Final = """
-INSERT INTO watermarks(topic, part, off) SELECT * FROM unnest(%s::text[], %s::integer[], %s::bigint[])
+INSERT INTO watermarks(topic, part, off) SELECT * FROM unnest(%b::text[], %b::integer[], %b::bigint[])
 ON CONFLICT (topic, part) DO UPDATE SET off = excluded.off WHERE excluded.off > watermarks.off"""
 
 

@@ -203,24 +203,24 @@ class PostgresStore:
     def _load(self, cur: Cursor, keys: KeySet, now_ms: int) -> tuple[Snapshot, dict[bytes, int]]:
         snap = Snapshot(trusted_from=_trusted_from(cur))
         if keys.sources:
-            cur.execute(pgsql.LOAD_DECISIONS, ([key(*s) for s in keys.sources], now_ms))
+            cur.execute(pgsql.LOAD_DECISIONS, ([key(*s) for s in keys.sources], now_ms), binary=True)
             for (body,) in cur.fetchall():
                 d = _decision_codec.decode(body)
                 snap.decisions[source_key(d.source)] = d
         if keys.nonces:
             by_key = {key(*n): n for n in keys.nonces}
-            cur.execute(pgsql.LOAD_NONCES, (list(by_key), now_ms))
+            cur.execute(pgsql.LOAD_NONCES, (list(by_key), now_ms), binary=True)
             for (k,) in cur.fetchall():
                 snap.nonces.add(by_key[k])
         versions: dict[bytes, int] = {}
         if keys.windows:
             by_key = {key(*w): w for w in keys.windows}
-            cur.execute(pgsql.LOAD_WINDOWS, (list(by_key), now_ms))
+            cur.execute(pgsql.LOAD_WINDOWS, (list(by_key), now_ms), binary=True)
             for k, top, bitmap, ver in cur.fetchall():
                 snap.windows[by_key[k]] = WindowState(top, int.from_bytes(bitmap, "big"))
                 versions[k] = ver
         if keys.tasks:
-            cur.execute(pgsql.LOAD_TASKS, ([key(*t) for t in keys.tasks], now_ms))
+            cur.execute(pgsql.LOAD_TASKS, ([key(*t) for t in keys.tasks], now_ms), binary=True)
             for (body,) in cur.fetchall():
                 t = _task_codec.decode(body)
                 snap.tasks[(t.kind, t.task_id)] = t
