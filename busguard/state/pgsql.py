@@ -125,6 +125,8 @@ class Session:
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
         self.reconnects = 0
         self.conflicts = 0
+        #: +1 on every new connection: callers recheck what a reconnect may have changed
+        self.generation = 0
 
     @property
     def target(self) -> str:
@@ -152,6 +154,7 @@ class Session:
                 try:
                     if self._conn is None or self._conn.closed:
                         self._conn = self._connect()
+                        self.generation += 1
                     with self._conn.transaction(), self._conn.cursor() as cur:
                         return body(cur)
                 except BaseException as exc:

@@ -78,6 +78,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
+import structlog
 
 from busguard.admission.batch import BatchState, KeySet, Snapshot, SourceKey, source_key
 from busguard.admission.fence import Partition, rearmed
@@ -91,6 +92,8 @@ if TYPE_CHECKING:
     import psycopg
 
     Cursor = psycopg.Cursor[tuple[Any, ...]]
+
+log = structlog.get_logger("busguard.state.postgres")
 
 GENESIS: Final = "genesis"
 CREATED: Final = "created"
@@ -132,31 +135,36 @@ class PostgresStore:
         self.decision_retention_ms = decision_retention_ms
         self._session = Session(dsn, retry_s=retry_s, options=f"-c search_path={schema}")
         self.target = self._session.target
-        ident = psycopg.sql.Identifier(schema)
-
-        def init(cur: Cursor) -> tuple[dict[str, str], bool]:
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", (pgsql.init_lock_id(schema),))
-            cur.execute(psycopg.sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
-            cur.execute(psycopg.sql.SQL("SET LOCAL search_path TO {}").format(ident))
-            for statement in pgsql.DDL:
-                cur.execute(statement)
-            cur.execute("SELECT k, v FROM meta")
-            meta = {str(k): str(v) for k, v in cur.fetchall()}
-            if "created_at_ms" in meta:
-                if genesis:
-                    raise FileExistsError(f"{self.target} schema {schema}: already holds a state store (created at {meta['created_at_ms']}); genesis is for a new one")
-                if meta.get("schema") != str(pgsql.SCHEMA_VERSION):
-                    raise RuntimeError(f"{self.target} schema {schema}: state schema {meta.get('schema')} is not {pgsql.SCHEMA_VERSION}")
-                return meta, False
-            meta = {"created_at_ms": str(now_ms), "schema": str(pgsql.SCHEMA_VERSION), "origin": GENESIS if genesis else CREATED}
-            if not genesis:
-                meta["trusted_from_ms"] = str(now_ms)
-            cur.executemany("INSERT INTO meta VALUES (%s, %s)", list(meta.items()))
-            return meta, True
-
-        meta, self.created = self._session.run(init, what="open state store")
+        self._ident = psycopg.sql.Identifier(schema)
+        meta, self.created = self._session.run(lambda cur: self._init(cur, now_ms, genesis), what="open state store")
         self._created_at = int(meta["created_at_ms"])
         self.origin = meta["origin"]
+        #: per partition, the highest offset this process has seen committed,
+        #: and the connection it last compared them on (see _check_identity)
+        self._committed: dict[Partition, int] = {}
+        self._checked_generation = self._session.generation
+
+    def _init(self, cur: Cursor, now_ms: int, genesis: bool) -> tuple[dict[str, str], bool]:
+        """Create the schema and tables if missing; the store's meta, and whether it was new."""
+        import psycopg.sql
+
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (pgsql.init_lock_id(self.schema),))
+        cur.execute(psycopg.sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(self._ident))
+        cur.execute(psycopg.sql.SQL("SET LOCAL search_path TO {}").format(self._ident))
+        for statement in pgsql.DDL:
+            cur.execute(statement)
+        meta = _meta(cur)
+        if "created_at_ms" in meta:
+            if genesis:
+                raise FileExistsError(f"{self.target} schema {self.schema}: already holds a state store (created at {meta['created_at_ms']}); genesis is for a new one")
+            if meta.get("schema") != str(pgsql.SCHEMA_VERSION):
+                raise RuntimeError(f"{self.target} schema {self.schema}: state schema {meta.get('schema')} is not {pgsql.SCHEMA_VERSION}")
+            return meta, False
+        meta = {"created_at_ms": str(now_ms), "schema": str(pgsql.SCHEMA_VERSION), "origin": GENESIS if genesis else CREATED}
+        if not genesis:
+            meta["trusted_from_ms"] = str(now_ms)
+        cur.executemany("INSERT INTO meta VALUES (%s, %s)", list(meta.items()))
+        return meta, True
 
     @property
     def created_at(self) -> int:
@@ -192,13 +200,69 @@ class PostgresStore:
         return self._session.run(body, what="read watermarks")
 
     def run_batch(self, keys: KeySet, now_ms: int, fn: Callable[[Snapshot], BatchState]) -> BatchState:
-        def body(cur: Cursor) -> BatchState:
+        from psycopg import errors
+
+        def body(cur: Cursor) -> tuple[BatchState, int, int]:
+            generation = self._session.generation
+            created_at = self._check_identity(cur, now_ms, generation)
             snap, versions = self._load(cur, keys, now_ms)
             state = fn(snap)
             self._write(cur, snap, versions, state, now_ms)
-            return state
+            return state, created_at, generation
 
-        return self._session.run(body, what="run batch")
+        try:
+            state, created_at, generation = self._session.run(body, what="run batch")
+        except errors.UndefinedTable:
+            # The schema was dropped under us: the store is lost. Recreate it,
+            # fenced from now, as `busguard run` would at its next start.
+            log.warning("state store tables are gone; recreating the store fenced (store_warming)", target=self.target, schema=self.schema)
+            meta, _ = self._session.run(lambda cur: self._init(cur, now_ms, False), what="recreate state store")
+            self._created_at, self.origin, self._committed = int(meta["created_at_ms"]), meta["origin"], {}
+            return self.run_batch(keys, now_ms, fn)
+        self._created_at, self._checked_generation = created_at, generation
+        for topic, partition, offset in state.new_decisions:
+            if self._committed.get((topic, partition), -1) < offset:
+                self._committed[(topic, partition)] = offset
+        return state
+
+    def _check_identity(self, cur: Cursor, now_ms: int, generation: int) -> int:
+        """Inside the batch's transaction, before its reads: is this still the
+        store this process has been writing to, holding what it committed?
+
+        - meta gone (tables emptied): the store is lost; recreate its meta
+          fenced from now (a store `busguard run` creates);
+        - another creation time (the database was replaced by another store):
+          re-arm the fence;
+        - on a new connection (after a restart, a failover, a cut): if the
+          store holds a lower watermark than this process saw committed for
+          some partition, it lost committed batches (a failover to a replica
+          that was behind, a restore): re-arm the fence. Other guards check
+          their own commits when they reconnect, and a re-arm fences all.
+
+        Returns the store's creation time."""
+        meta = _meta(cur)
+        if "created_at_ms" not in meta:
+            log.warning("state store was emptied; recreating it fenced (store_warming)", target=self.target, schema=self.schema)
+            meta = {"created_at_ms": str(now_ms), "schema": str(pgsql.SCHEMA_VERSION), "origin": CREATED, "trusted_from_ms": str(now_ms)}
+            cur.executemany("INSERT INTO meta VALUES (%s, %s) ON CONFLICT (k) DO UPDATE SET v = excluded.v", list(meta.items()))
+            self._committed = {}
+            return now_ms
+        created_at = int(meta["created_at_ms"])
+        why = None
+        if created_at != self._created_at:
+            why = f"the store was replaced (created at {created_at}, not {self._created_at})"
+        elif generation != self._checked_generation and self._committed:
+            cur.execute("SELECT topic, part, off FROM watermarks")
+            marks = {(str(t), int(p)): int(o) for t, p, o in cur.fetchall()}
+            lost = sorted(p for p, o in self._committed.items() if marks.get(p, -1) < o)
+            if lost:
+                why = f"it lost committed batches on {len(lost)} partition(s), e.g. {lost[0][0]}:{lost[0][1]} (a failover or restore behind)"
+        if why is not None:
+            t = rearmed(None if meta.get("trusted_from_ms") is None else int(meta["trusted_from_ms"]), now_ms)
+            cur.execute("INSERT INTO meta VALUES ('trusted_from_ms', %s) ON CONFLICT (k) DO UPDATE SET v = excluded.v", (str(t),))
+            log.warning("state store fence re-armed: " + why, target=self.target, schema=self.schema, trusted_from_ms=t)
+            self._committed = {}
+        return created_at
 
     def _load(self, cur: Cursor, keys: KeySet, now_ms: int) -> tuple[Snapshot, dict[bytes, int]]:
         snap = Snapshot(trusted_from=_trusted_from(cur))
@@ -313,6 +377,11 @@ class PostgresStore:
 
     def close(self) -> None:
         self._session.close()
+
+
+def _meta(cur: Cursor) -> dict[str, str]:
+    cur.execute("SELECT k, v FROM meta")
+    return {str(k): str(v) for k, v in cur.fetchall()}
 
 
 def _trusted_from(cur: Cursor) -> int | None:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
+import psycopg
 import pytest
 import structlog
 
@@ -290,3 +291,66 @@ def test_kill_9_of_a_guard_keeps_every_committed_batch_and_no_partial_one(postgr
         assert counts["tasks"] == counts["decisions"] == counts["nonces"]
     finally:
         store.close()
+
+
+# -- the database emptied, replaced, or behind after a failover: the fence holds ----
+
+
+def test_tables_emptied_under_a_running_guard_fence_it(open_store: Callable[..., PostgresStore], postgres: EmbeddedPostgres, pg_schema: str) -> None:
+    s = open_store()
+    h = Harness(store=s)
+    rec = _handoff("kept")
+    assert h.one(rec).reason == "admitted"
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {pg_schema}.meta, {pg_schema}.decisions, {pg_schema}.nonces, {pg_schema}.tasks, {pg_schema}.windows")
+    assert h.one(rec).reason == "store_warming"  # the replay it forgot is refused, not admitted
+    assert s.trusted_from == NOW and s.created_at == NOW
+
+
+def test_schema_dropped_under_a_running_guard_is_recreated_fenced(open_store: Callable[..., PostgresStore], postgres: EmbeddedPostgres, pg_schema: str) -> None:
+    s = open_store()
+    h = Harness(store=s)
+    rec = _handoff("kept")
+    assert h.one(rec).reason == "admitted"
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {pg_schema} CASCADE")
+    assert h.one(rec).reason == "store_warming"
+    assert s.origin == "created" and s.trusted_from == NOW
+
+
+def test_a_store_replaced_by_another_rearms(open_store: Callable[..., PostgresStore], postgres: EmbeddedPostgres, pg_schema: str) -> None:
+    s = open_store()
+    h = Harness(store=s)
+    assert h.one(_handoff("a")).reason == "admitted"
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {pg_schema} CASCADE")
+    PostgresStore(postgres.dsn, now_ms=CREATED - 5, schema=pg_schema, genesis=True).close()  # someone else's, unfenced
+    assert h.one(_handoff("b")).reason == "store_warming"
+    assert s.created_at == CREATED - 5 and s.trusted_from == NOW
+
+
+def test_a_failover_that_lost_committed_batches_rearms_on_reconnect(open_store: Callable[..., PostgresStore], postgres: EmbeddedPostgres, pg_schema: str) -> None:
+    s = open_store()
+    h = Harness(store=s)
+    first, second = _handoff("a"), _handoff("b")
+    assert h.one(first).reason == "admitted"
+    assert h.one(second).reason == "admitted"
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+        # what a promoted replica that missed the last commit looks like ...
+        for table in ("decisions", "nonces", "tasks"):
+            conn.execute(f"DELETE FROM {pg_schema}.{table} WHERE exp > 0 AND ctid = (SELECT max(ctid) FROM {pg_schema}.{table})")
+        conn.execute(f"UPDATE {pg_schema}.watermarks SET off = off - 1")
+        # ... and the connection a failover cuts
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'busguard' AND pid <> pg_backend_pid()")
+    assert h.one(second).reason == "store_warming"  # it forgot `second`: refused, not admitted again
+    assert s.trusted_from == NOW
+
+
+def test_a_reconnect_to_an_intact_store_does_not_rearm(open_store: Callable[..., PostgresStore], postgres: EmbeddedPostgres) -> None:
+    s = open_store()
+    h = Harness(store=s)
+    rec = _handoff("a")
+    assert h.one(rec).reason == "admitted"
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'busguard' AND pid <> pg_backend_pid()")
+    assert h.one(rec).reason == "exact_duplicate" and s.trusted_from == CREATED
