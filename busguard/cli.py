@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from busguard.protocol.keys import KeyRegistry
     from busguard.runtime.watched import WatchedFile
     from busguard.state.base import StateStore
+    from busguard.reconcile.store import ReconcileState
     from busguard.state.postgres import PostgresStore
 
 log = structlog.get_logger("busguard.cli")
@@ -144,9 +145,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def open_reconcile_store(cfg: Config) -> ReconcileState:
+    """The reconciler's store on the guard's backend: PostgreSQL (same DSN and
+    schema) or the SQLite file `reconcile.state_path`."""
+    from busguard.reconcile.store import ReconcileStore
+
+    if cfg.state.backend == "postgres":
+        from busguard.reconcile.pgstore import PostgresReconcileStore
+
+        return PostgresReconcileStore(cfg.state.dsn, schema=cfg.state.schema, retry_s=cfg.state.retry_s)
+    return ReconcileStore(cfg.path(cfg.reconcile.state_path), synchronous=cfg.state.synchronous.upper())
+
+
 def cmd_reconcile(args: argparse.Namespace) -> int:
     from busguard.protocol.keyfile import load_or_create
-    from busguard.reconcile.store import ReconcileStore
     from busguard.reconcile.worker import Reconciler, operators_file
     from busguard.runtime.faults import Faults
     from busguard.runtime.logs import configure
@@ -163,7 +175,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     else:
         identity = load_or_create(cfg.path(k.guard_key), k.create_guard_key)  # one key for both roles
         guard_public_key = guard_public_key or identity.public_key
-    store = ReconcileStore(cfg.path(cfg.reconcile.state_path), synchronous=cfg.state.synchronous.upper())
+    store = open_reconcile_store(cfg)
 
     async def main() -> None:
         await _ensure_topics(cfg, [cfg.topics.reconciliation, cfg.topics.audit, cfg.topics.dead_letter, cfg.topics.replies])

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol
 
 import msgspec
 
@@ -33,6 +33,17 @@ _encode = msgspec.msgpack.Encoder().encode
 Processed = dict[SourceKey, list[Output]]
 States = dict[str, EscalationState]
 BatchFn = Callable[[Processed, States], tuple[Processed, States]]
+
+
+class ReconcileState(Protocol):
+    """What the reconciler needs from a store: this SQLite one, or
+    reconcile/pgstore.py's on PostgreSQL."""
+
+    def run_batch(self, sources: list[SourceKey], escalation_ids: set[str], fn: BatchFn) -> Processed: ...
+
+    def escalations(self) -> Iterator[EscalationState]: ...
+
+    def close(self) -> None: ...
 
 
 class ReconcileStore:

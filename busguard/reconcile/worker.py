@@ -40,7 +40,7 @@ from busguard.protocol.signing import Signer
 from busguard.reconcile.policy import EscalationState, Item, Rejected, on_command, on_escalation
 from busguard.reconcile.operators import Operators
 from busguard.reconcile.records import HEADER_COMMAND, HEADER_SIGNER, Reply, ResolveCommand, Resolution, SignedCommand, command_seal_ok
-from busguard.reconcile.store import Processed, ReconcileStore, States
+from busguard.reconcile.store import Processed, ReconcileState, States
 from busguard.runtime.faults import Faults
 from busguard.runtime.loop import BatchLoop
 from busguard.runtime.ops import Metrics
@@ -139,7 +139,7 @@ class Reconciler:
         *,
         identity: Identity,
         guard_public_key: bytes,
-        store: ReconcileStore,
+        store: ReconcileState,
         operators: WatchedFile[Operators] | None = None,
         metrics: Metrics | None = None,
         clock_ms: Callable[[], int] | None = None,

@@ -354,3 +354,38 @@ def test_a_reconnect_to_an_intact_store_does_not_rearm(open_store: Callable[...,
     with psycopg.connect(postgres.dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'busguard' AND pid <> pg_backend_pid()")
     assert h.one(rec).reason == "exact_duplicate" and s.trusted_from == CREATED
+
+
+# -- the reconciler's store ---------------------------------------------------------
+
+
+def test_reconciler_store_rereads_processed_inputs_and_versions_escalations(postgres: EmbeddedPostgres, pg_schema: str) -> None:
+    from busguard.reconcile.pgstore import PostgresReconcileStore
+    from busguard.reconcile.policy import EscalationState
+    from busguard.runtime.outputs import Output
+
+    h = Harness()
+    first, second = _handoff("t"), _handoff("t")
+    h.one(first)
+    d = h.one(second)
+    assert d.outcome == "escalate"
+    a = PostgresReconcileStore(postgres.dsn, schema=pg_schema)
+    b = PostgresReconcileStore(postgres.dsn, schema=pg_schema)
+    out = [Output("t.audit", b"k", b"v", [("h", b"1")], 5)]
+    src = ("agents.in", 0, 1)
+    calls = []
+
+    def decide(processed, states):  # type: ignore[no-untyped-def]
+        calls.append((dict(processed), dict(states)))
+        if len(calls) == 1:  # another reconciler resolves the same escalation meanwhile
+            b.run_batch([src], {d.decision_id}, lambda p, s: ({src: out}, {d.decision_id: EscalationState(escalation=d)}))
+        if processed:
+            return {}, {}
+        return {src: out}, {d.decision_id: EscalationState(escalation=d)}
+
+    got = a.run_batch([src], {d.decision_id}, decide)
+    assert len(calls) == 2 and calls[1][0] == {src: out}  # the lost race reran on fresh reads and found b's outputs
+    assert got == {src: out}
+    assert [e.escalation.decision_id for e in a.escalations()] == [d.decision_id]
+    a.close()
+    b.close()
