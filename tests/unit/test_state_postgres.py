@@ -389,3 +389,19 @@ def test_reconciler_store_rereads_processed_inputs_and_versions_escalations(post
     assert [e.escalation.decision_id for e in a.escalations()] == [d.decision_id]
     a.close()
     b.close()
+
+
+def test_a_connection_cut_mid_transaction_is_retried_whole(open_store: Callable[..., PostgresStore], postgres: EmbeddedPostgres) -> None:
+    s = open_store()
+
+    def cut() -> None:
+        with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'busguard' AND pid <> pg_backend_pid()")
+
+    proxy = Interleaved(s, cut)  # after the batch's reads, before its writes
+    h = Harness(store=proxy)  # type: ignore[arg-type]
+    recs = [_handoff(f"cut-{i}") for i in range(5)]
+    assert [d.reason for d in h.feed(*recs)] == ["admitted"] * 5
+    assert proxy.calls == 2 and s.session.reconnects >= 1
+    assert s.counts() == {"decisions": 5, "nonces": 5, "windows": 0, "tasks": 5}
+    assert [d.reason for d in h.feed(*recs)] == ["exact_duplicate"] * 5  # the same records at new offsets
