@@ -204,8 +204,8 @@ class PostgresStore:
 
         def body(cur: Cursor) -> tuple[BatchState, int, int]:
             generation = self._session.generation
-            created_at = self._check_identity(cur, now_ms, generation)
-            snap, versions = self._load(cur, keys, now_ms)
+            created_at, trusted_from = self._check_identity(cur, now_ms, generation)
+            snap, versions = self._load(cur, keys, now_ms, trusted_from)
             state = fn(snap)
             self._write(cur, snap, versions, state, now_ms)
             return state, created_at, generation
@@ -225,7 +225,7 @@ class PostgresStore:
                 self._committed[(topic, partition)] = offset
         return state
 
-    def _check_identity(self, cur: Cursor, now_ms: int, generation: int) -> int:
+    def _check_identity(self, cur: Cursor, now_ms: int, generation: int) -> tuple[int, int | None]:
         """Inside the batch's transaction, before its reads: is this still the
         store this process has been writing to, holding what it committed?
 
@@ -239,14 +239,14 @@ class PostgresStore:
           that was behind, a restore): re-arm the fence. Other guards check
           their own commits when they reconnect, and a re-arm fences all.
 
-        Returns the store's creation time."""
+        Returns the store's creation time and trusted-from time (after any re-arm)."""
         meta = _meta(cur)
         if "created_at_ms" not in meta:
             log.warning("state store was emptied; recreating it fenced (store_warming)", target=self.target, schema=self.schema)
             meta = {"created_at_ms": str(now_ms), "schema": str(pgsql.SCHEMA_VERSION), "origin": CREATED, "trusted_from_ms": str(now_ms)}
             cur.executemany("INSERT INTO meta VALUES (%s, %s) ON CONFLICT (k) DO UPDATE SET v = excluded.v", list(meta.items()))
             self._committed = {}
-            return now_ms
+            return now_ms, now_ms
         created_at = int(meta["created_at_ms"])
         why = None
         if created_at != self._created_at:
@@ -257,15 +257,16 @@ class PostgresStore:
             lost = sorted(p for p, o in self._committed.items() if marks.get(p, -1) < o)
             if lost:
                 why = f"it lost committed batches on {len(lost)} partition(s), e.g. {lost[0][0]}:{lost[0][1]} (a failover or restore behind)"
+        trusted_from = None if meta.get("trusted_from_ms") is None else int(meta["trusted_from_ms"])
         if why is not None:
-            t = rearmed(None if meta.get("trusted_from_ms") is None else int(meta["trusted_from_ms"]), now_ms)
+            t = trusted_from = rearmed(trusted_from, now_ms)
             cur.execute("INSERT INTO meta VALUES ('trusted_from_ms', %s) ON CONFLICT (k) DO UPDATE SET v = excluded.v", (str(t),))
             log.warning("state store fence re-armed: " + why, target=self.target, schema=self.schema, trusted_from_ms=t)
             self._committed = {}
-        return created_at
+        return created_at, trusted_from
 
-    def _load(self, cur: Cursor, keys: KeySet, now_ms: int) -> tuple[Snapshot, dict[bytes, int]]:
-        snap = Snapshot(trusted_from=_trusted_from(cur))
+    def _load(self, cur: Cursor, keys: KeySet, now_ms: int, trusted_from: int | None) -> tuple[Snapshot, dict[bytes, int]]:
+        snap = Snapshot(trusted_from=trusted_from)
         if keys.sources:
             cur.execute(pgsql.LOAD_DECISIONS, ([key(*s) for s in keys.sources], now_ms), binary=True)
             for (body,) in cur.fetchall():
