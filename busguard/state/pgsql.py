@@ -82,12 +82,17 @@ def _password(dsn: str) -> str | None:
     return None if value is None else str(value)
 
 
+_URI_USERINFO = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
+
+
 def scrub(text: str, dsn: str) -> str:
-    """`text` (a driver message) with the DSN's password removed wherever it appears."""
+    """`text` (a driver message) with the DSN's password removed wherever it
+    appears: the literal secret, and anything shaped like one."""
     secret = _password(dsn)
     if secret:
         text = text.replace(secret, "***")
-    return redact(text) if "://" in text or "password" in text.lower() else text
+    text = _URI_USERINFO.sub(r"\1***@", text)
+    return _URI_QUERY_PASSWORD.sub(r"\1***", _KV_PASSWORD.sub(r"\1***", text))
 
 
 def _transient(exc: BaseException) -> bool:

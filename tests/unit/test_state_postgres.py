@@ -405,3 +405,12 @@ def test_a_connection_cut_mid_transaction_is_retried_whole(open_store: Callable[
     assert proxy.calls == 2 and s.session.reconnects >= 1
     assert s.counts() == {"decisions": 5, "nonces": 5, "windows": 0, "tasks": 5}
     assert [d.reason for d in h.feed(*recs)] == ["exact_duplicate"] * 5  # the same records at new offsets
+
+
+def test_scrub_removes_the_password_from_driver_messages() -> None:
+    from busguard.state.pgsql import scrub
+
+    dsn = "postgresql://guard:pa55-word@db:5432/bus"
+    assert scrub('connection to "db" failed for guard (pa55-word)', dsn) == 'connection to "db" failed for guard (***)'
+    assert scrub("invalid dsn: postgresql://other:xyz@h/d and password=abc", dsn) == "invalid dsn: postgresql://other:***@h/d and password=***"
+    assert scrub("server closed the connection unexpectedly", "host=db password=q") == "server closed the connection unexpectedly"
