@@ -47,12 +47,14 @@ import structlog  # noqa: E402
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
 
 from busguard.audit.commands import DEFAULT_IDLE_MS, run_audit  # noqa: E402
-from busguard.cli import init_state  # noqa: E402
+from busguard.wiring import init_state  # noqa: E402
 from busguard.config import load_config  # noqa: E402
 from busguard.devconfig import Topics, embedded_config  # noqa: E402
 from busguard.protocol.attestation import HEADER_DECISION_ID, HEADER_OUTCOME, HEADER_REASON  # noqa: E402
 from busguard.protocol.keyfile import new_identity, read_key, write_key  # noqa: E402
-from busguard.runtime.broker import EmbeddedBroker, create_topics, free_port  # noqa: E402
+from busguard.devtools.broker import EmbeddedBroker, free_port  # noqa: E402
+from busguard.runtime.clients import partitions_at  # noqa: E402
+from busguard.runtime.topics import create_topics  # noqa: E402
 from busguard.sdk.sender import Sender, SignedRecord  # noqa: E402
 
 TOPICS = Topics.under("bench")
@@ -116,10 +118,10 @@ class GuardProcess:
 
 
 async def produce_and_watch(bootstrap: str, records: list[tuple[str, bytes, SignedRecord]], timeout: float) -> dict[str, Any]:
+    parts = await partitions_at(bootstrap, [TOPICS.audit], client_id="bench-watcher", request_timeout_ms=40_000)
+    tps = [TopicPartition(TOPICS.audit, p) for p in parts.get(TOPICS.audit, [])]
     watcher = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=50)
     await watcher.start()
-    await watcher._client.force_metadata_update()
-    tps = [TopicPartition(TOPICS.audit, p) for p in sorted(watcher.partitions_for_topic(TOPICS.audit) or ())]
     watcher.assign(tps)
     await watcher.seek_to_beginning(*tps)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False, acks="all", linger_ms=5, max_batch_size=256 * 1024)

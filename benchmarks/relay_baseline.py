@@ -12,6 +12,11 @@ Only the relay is timed, from the first record received to the last commit
 (the group join, ~max(1 s, session_timeout/2) on tansu, is excluded).
 
     python benchmarks/relay_baseline.py --records 50000 --payload-bytes 300
+
+`serve` runs the same relay (``send`` variant) as a long-lived process until
+SIGTERM, for benchmarks/compare.py, which starts it like the guards:
+
+    python benchmarks/relay_baseline.py serve BOOTSTRAP GROUP IN=OUT [IN=OUT ...]
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import asyncio
 import json
 import os
 import platform
+import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -31,7 +37,8 @@ import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
-from busguard.runtime.broker import EmbeddedBroker, create_topics
+from busguard.devtools.broker import EmbeddedBroker
+from busguard.runtime.topics import create_topics
 
 PRODUCER: dict[str, Any] = {
     "enable_idempotence": False,  # tansu cannot do InitProducerId
@@ -117,6 +124,41 @@ async def run_relay(bootstrap: str, src: str, out: str, group: str, n: int, rela
         await consumer.stop()
 
 
+async def serve(bootstrap: str, group: str, routes: dict[str, str], max_records: int = 500) -> None:
+    """The relay as its own process: consume every input, copy each record to
+    its route's output (headers kept plus one), await deliveries, commit."""
+    consumer = AIOKafkaConsumer(
+        *routes,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        session_timeout_ms=3000,
+        heartbeat_interval_ms=300,
+        fetch_max_wait_ms=int(os.environ.get("FETCH_MAX_WAIT_MS", "500")),  # see docs/notes-broker.md
+    )
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **PRODUCER)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await consumer.start()
+    await producer.start()
+    try:
+        while not stop.is_set():
+            batch = await consumer.getmany(timeout_ms=100, max_records=max_records)
+            futures = []
+            for tp, records in batch.items():
+                out = routes[tp.topic]
+                for r in records:
+                    headers = [*r.headers, ("bg-decision", b"admit")]
+                    futures.append(await producer.send(out, r.value, key=r.key, partition=tp.partition, headers=headers))
+            await asyncio.gather(*futures)
+            if batch:
+                await consumer.commit({tp: recs[-1].offset + 1 for tp, recs in batch.items()})
+    finally:
+        await producer.stop()
+        await consumer.stop()
+
+
 async def verify(bootstrap: str, out: str, n: int, partitions: int) -> None:
     """Read the output back: exactly n records, each input seq once.
 
@@ -188,4 +230,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 if __name__ == "__main__":
     # stdout carries exactly one JSON line; logs go to stderr.
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    if sys.argv[1:2] == ["serve"]:
+        bootstrap, group, *pairs = sys.argv[2:]
+        asyncio.run(serve(bootstrap, group, dict(pair.split("=", 1) for pair in pairs)))
+        sys.exit(0)
     print(json.dumps(asyncio.run(main(parse_args()))))

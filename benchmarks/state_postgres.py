@@ -29,15 +29,20 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from busguard.admission.batch import BatchState, Input, KeySet, Snapshot, admit_batch  # noqa: E402
+from busguard.admission.batch import Input, admit_batch  # noqa: E402
 from busguard.admission.decide import Candidate  # noqa: E402
-from busguard.admission.types import AdmissionPolicy, Coordinates  # noqa: E402
+from busguard.admission.types import AdmissionPolicy  # noqa: E402
+from busguard.protocol.records import Coordinates  # noqa: E402
+from busguard.state.keys import KeySet  # noqa: E402
+from busguard.state.snapshot import Snapshot  # noqa: E402
+from busguard.state.store import BatchFn  # noqa: E402
+from busguard.state.writes import BatchWrites  # noqa: E402
 from busguard.protocol.identity import agent_id_for_key, canonical_principal  # noqa: E402
 from busguard.protocol.keys import KeyRegistry, KeyWindow  # noqa: E402
 from busguard.protocol.signing import public_key_from_seed  # noqa: E402
@@ -56,10 +61,10 @@ class Timed:
         self.store = store
         self.samples: list[float] = []
 
-    def run_batch(self, keys: KeySet, now_ms: int, fn: Callable[[Snapshot], BatchState]) -> BatchState:
+    def run_batch(self, keys: KeySet, now_ms: int, fn: BatchFn) -> None:
         inside = 0.0
 
-        def timed(snap: Snapshot) -> BatchState:
+        def timed(snap: Snapshot) -> BatchWrites:
             nonlocal inside
             t = time.perf_counter()
             try:
@@ -68,9 +73,8 @@ class Timed:
                 inside += time.perf_counter() - t
 
         t0 = time.perf_counter()
-        state = self.store.run_batch(keys, now_ms, timed)
+        self.store.run_batch(keys, now_ms, timed)
         self.samples.append(time.perf_counter() - t0 - inside)
-        return state
 
 
 def skip_verify(cands: Sequence[Candidate]) -> list[KeyWindow | None]:

@@ -1,4 +1,4 @@
-"""How long `busguard taint check` takes on big traces, and how that grows (issue 11: 10 000 nodes < 1 s, linear).
+"""How long `busguard taint check` takes on big traces, and how that grows (target: 10 000 nodes < 1 s, linear).
 
 Builds random DAGs with bounded in-degree (each node takes 0-3 predecessors,
 10% of nodes side-effecting with their own token and a sink, every input hash

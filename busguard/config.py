@@ -274,7 +274,7 @@ def validate(cfg: Config) -> None:
     # A receipt admitted at t with issued_at = t + max_future_ms (the future
     # bound is inclusive) is still fresh at t + max_future_ms + max_age_ms (so
     # is the age bound). Its nonce, recorded at t, expires at t + retention,
-    # and a row whose expiry is at or before now reads as absent (state/base.py).
+    # and a row whose expiry is at or before now reads as absent (state/store.py).
     # So the nonce is present at that last fresh millisecond only if
     # retention > max_future_ms + max_age_ms: strictly.
     fresh_for = a.max_age_ms + a.max_future_ms

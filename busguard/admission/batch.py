@@ -11,46 +11,28 @@ guard processes share one store.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 import msgspec
 
 from busguard.admission.decide import Candidate, decide, precheck, undecodable, verify
-from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Coordinates, Decision, Effects, NonceKey, NonceRecord, TaskEntry, TaskKey
-from busguard.admission.types import WindowKey, WindowRecord, record_sha256
-from busguard.admission.window import WindowState
+from busguard.admission.policystep import Prepared, policy_kinds, prepare
+from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Effects
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES
 from busguard.protocol.keys import KeyRegistry, KeyWindow
 from busguard.protocol.reasons import Outcome, Reason
-
-SourceKey = tuple[str, int, int]
-
-
-def source_key(c: Coordinates) -> SourceKey:
-    return (c.topic, c.partition, c.offset)
-
-
-class KeySet(msgspec.Struct, kw_only=True):
-    """Every state key a batch may read."""
-
-    sources: list[SourceKey] = msgspec.field(default_factory=list)
-    nonces: set[NonceKey] = msgspec.field(default_factory=set)
-    windows: set[WindowKey] = msgspec.field(default_factory=set)
-    tasks: set[TaskKey] = msgspec.field(default_factory=set)
-
-
-class Snapshot(msgspec.Struct, kw_only=True):
-    """Unexpired rows found for a KeySet; a key absent here is absent in the store."""
-
-    trusted_from: int | None  # the store's fence time (admission/fence.py); None: genesis, no fence
-    decisions: dict[SourceKey, Decision] = msgspec.field(default_factory=dict)
-    nonces: set[NonceKey] = msgspec.field(default_factory=set)
-    windows: dict[WindowKey, WindowState] = msgspec.field(default_factory=dict)
-    tasks: dict[TaskKey, TaskEntry] = msgspec.field(default_factory=dict)
+from busguard.protocol.records import Coordinates, Decision, TaskEntry, record_sha256
+from busguard.state.keys import KeySet, NonceKey, PolicyKey, SourceKey, TaskKey, WindowKey, source_key
+from busguard.state.snapshot import Snapshot, WindowState
+from busguard.state.store import BatchStore
+from busguard.state.writes import BatchWrites
 
 
 class BatchState:
-    """Snapshot plus this batch's own writes; implements admission's StateView."""
+    """Snapshot plus this batch's own writes; implements admission's StateView.
+
+    The writes are kept in the `BatchWrites` value the store will persist, so
+    handing them over costs nothing and the store never sees this class."""
 
     def __init__(self, snapshot: Snapshot) -> None:
         self._snap = snapshot
@@ -58,10 +40,11 @@ class BatchState:
         self.decisions: list[Decision] = []
         #: (earlier, new) for each decided position found holding another record
         self.replaced: list[tuple[Decision, Decision]] = []
-        self.new_decisions: dict[SourceKey, Decision] = {}
-        self.nonces: dict[NonceKey, NonceRecord] = {}
-        self.windows: dict[WindowKey, WindowRecord] = {}
-        self.tasks: dict[TaskKey, TaskEntry] = {}
+        self.writes = BatchWrites()
+        self.new_decisions = self.writes.decisions
+        self.nonces = self.writes.nonces
+        self.windows = self.writes.windows
+        self.tasks = self.writes.tasks
 
     def earlier(self, key: SourceKey) -> Decision | None:
         """A decision already made for this input position, in this batch or before."""
@@ -79,6 +62,10 @@ class BatchState:
     def task(self, key: TaskKey) -> TaskEntry | None:
         return self.tasks.get(key) or self._snap.tasks.get(key)
 
+    def policy_value(self, key: PolicyKey) -> bytes | None:
+        pending = self.writes.policy.get(key)
+        return pending.value if pending is not None else self._snap.policy.get(key)
+
     def apply(self, key: SourceKey, decision: Decision, effects: Effects) -> None:
         self.decisions.append(decision)
         self.new_decisions[key] = decision
@@ -88,6 +75,8 @@ class BatchState:
             self.windows[effects.window.key] = effects.window
         if effects.task is not None:
             self.tasks[(effects.task.kind, effects.task.task_id)] = effects.task
+        if effects.policy:
+            self.writes.policy.update((row.key, row) for row in effects.policy)
 
 
 class Input(NamedTuple):
@@ -115,12 +104,6 @@ def same_record(earlier: Decision, digest: str, receipt_id: str | None) -> bool:
 Oversize = Callable[[Decision, Input], str | None]
 
 
-class Store(Protocol):
-    """What the batch driver needs from a state store (see busguard.state)."""
-
-    def run_batch(self, keys: KeySet, now_ms: int, fn: Callable[[Snapshot], BatchState]) -> BatchState: ...
-
-
 VerifyMany = Callable[[Sequence[Candidate]], Iterable[KeyWindow | None]]
 
 
@@ -128,20 +111,21 @@ def verify_serially(candidates: Sequence[Candidate]) -> list[KeyWindow | None]:
     return [verify(c) for c in candidates]
 
 
-def keys_for(inputs: Sequence[Input], candidates: Sequence[Candidate]) -> KeySet:
+def keys_for(inputs: Sequence[Input], candidates: Sequence[Candidate], prepared: Iterable[Prepared] = ()) -> KeySet:
     nonces, windows, tasks = set(), set(), set()
     for c in candidates:
         nonces.add(c.nonce_key)
         tasks.add(c.task_key)
         if c.window_key is not None:
             windows.add(c.window_key)
-    return KeySet(sources=[source_key(i.source) for i in inputs], nonces=nonces, windows=windows, tasks=tasks)
+    policy: set[PolicyKey] = set().union(*(p.keys for p in prepared))
+    return KeySet(sources=[source_key(i.source) for i in inputs], nonces=nonces, windows=windows, tasks=tasks, policy=policy)
 
 
 def admit_batch(
     inputs: Sequence[Input],
     *,
-    store: Store,
+    store: BatchStore,
     registry: KeyRegistry,
     now_ms: int,
     policy: AdmissionPolicy,
@@ -166,21 +150,29 @@ def admit_batch(
     different record and was judged afresh.
     """
     served = receivers or {}
-    checked = [
-        precheck(i.source, i.value, i.headers, registry, now_ms, policy, max_payload_bytes, served.get(i.source.topic))
-        if i.undecodable is None
-        else undecodable(i.source, now_ms, policy, *i.undecodable)
-        for i in inputs
-    ]
     digests = [record_sha256(i.key, i.value, i.headers) for i in inputs]
+    checked = [
+        precheck(i.source, i.value, i.headers, registry, now_ms, policy, max_payload_bytes, served.get(i.source.topic), digest)
+        if i.undecodable is None
+        else undecodable(i.source, now_ms, policy, *i.undecodable, digest)
+        for i, digest in zip(inputs, digests, strict=True)
+    ]
     candidates = [c for c in checked if isinstance(c, Candidate)]
     keys_by_candidate = dict(zip(map(id, candidates), verify_many(candidates), strict=True))
 
-    keys = keys_for(inputs, candidates)
+    # The policy seam's first two steps (parse, keys) run before the
+    # transaction, so the policies' rows load with the batch's snapshot.
+    # Only kinds with a policy pay for this: none of the built-in ones has one.
+    stateful = policy_kinds()
+    prepared = {id(c): prepare(c.envelope) for c in candidates if c.envelope.receipt.kind in stateful} if stateful else {}
+    keys = keys_for(inputs, candidates, prepared.values())
     sources = keys.sources
 
-    def decide_all(snapshot: Snapshot) -> BatchState:
+    done: list[BatchState] = []  # the last attempt's; a store may retry fn
+
+    def decide_all(snapshot: Snapshot) -> BatchWrites:
         state = BatchState(snapshot)
+        done[:] = [state]
         # Only a re-delivery after a crash (or a caller feeding one position
         # twice) has an earlier decision; skip the lookups otherwise.
         seen_before = bool(snapshot.decisions) or len(set(sources)) < len(sources)
@@ -192,11 +184,10 @@ def admit_batch(
             if earlier is not None and same_record(earlier, digest, c.envelope.receipt_id if isinstance(c, Candidate) else c.receipt_id):
                 state.decisions.append(earlier)
                 continue
-            if isinstance(c, Decision):
-                decision, effects = msgspec.structs.replace(c, record_sha256=digest), NO_EFFECTS
+            if isinstance(c, Decision):  # refused by precheck; it carries the digest already
+                decision, effects = c, NO_EFFECTS
             else:
-                decision, effects = decide(c, keys_by_candidate[id(c)], state, now_ms, policy)
-                decision = msgspec.structs.replace(decision, record_sha256=digest)
+                decision, effects = decide(c, keys_by_candidate[id(c)], state, now_ms, policy, prepared.get(id(c)) if prepared else None)
                 if oversize is not None and decision.outcome == Outcome.FORWARD:
                     detail = oversize(decision, item)
                     if detail is not None:
@@ -207,10 +198,11 @@ def admit_batch(
             state.apply(sk, decision, effects)
         if after_decide is not None:
             after_decide()  # a test hook: crash here and the transaction never commits
-        return state
+        return state.writes
 
-    done = store.run_batch(keys, now_ms, decide_all)
+    store.run_batch(keys, now_ms, decide_all)
+    (state,) = done
     if on_replaced is not None:
-        for earlier, new in done.replaced:
+        for earlier, new in state.replaced:
             on_replaced(earlier, new)
-    return done.decisions
+    return state.decisions

@@ -1,5 +1,6 @@
 """Admission: one record, a view of the state and the time in; a decision and
-the state changes it needs out. No I/O, no clock, no Kafka (DESIGN principle 1).
+the state changes it needs out. No I/O, no clock, no Kafka (docs/design.md,
+"Principles", 1: pure core, thin I/O shell).
 
 The shape follows Bytewax's `StatefulLogic`: the shell owns the state and the
 clock; this module only computes. It runs in three stages so the shell can
@@ -23,29 +24,21 @@ import msgspec
 
 from busguard.admission import window as win
 from busguard.admission.fence import fenced
-from busguard.admission.freshness import is_valid_nonce
-from busguard.admission.types import (
-    NO_EFFECTS,
-    AdmissionPolicy,
-    Coordinates,
-    Decision,
-    Effects,
-    NonceKey,
-    NonceRecord,
-    TaskEntry,
-    TaskKey,
-    WindowKey,
-    WindowRecord,
-    decision_id,
-)
+from busguard.admission.freshness import check_freshness, is_valid_nonce
+from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Effects
+from busguard.admission import policystep
 from busguard.policies import KINDS, run_policies
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES, Envelope, open_envelope
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.keys import KeyRegistry, KeyWindow
 from busguard.protocol.reasons import Outcome, Reason
+from busguard.protocol.records import Coordinates, Decision, TaskEntry, decision_id
 from busguard.protocol.receipt import ReceiptError, payload_hash, payload_hash_problem, signing_input
 from busguard.protocol.signing import verify_signature
 from busguard.protocol.timestamps import parse_timestamp
+from busguard.state.keys import NonceKey, PolicyKey, TaskKey, WindowKey
+from busguard.state.snapshot import WindowState
+from busguard.state.writes import NonceRecord, PolicyRecord, WindowRecord
 
 
 class StateView(Protocol):
@@ -56,9 +49,11 @@ class StateView(Protocol):
 
     def nonce_seen(self, key: NonceKey) -> bool: ...
 
-    def window(self, key: WindowKey) -> win.WindowState | None: ...
+    def window(self, key: WindowKey) -> WindowState | None: ...
 
     def task(self, key: TaskKey) -> TaskEntry | None: ...
+
+    def policy_value(self, key: PolicyKey) -> bytes | None: ...
 
 
 class Candidate(msgspec.Struct, frozen=True, gc=False):  # positional on the hot path: keep the order
@@ -72,6 +67,7 @@ class Candidate(msgspec.Struct, frozen=True, gc=False):  # positional on the hot
     nonce_key: NonceKey
     task_key: TaskKey
     window_key: WindowKey | None
+    record_sha256: str | None = None  # the input record's (protocol.records.record_sha256)
 
 
 def _decision(
@@ -86,9 +82,12 @@ def _decision(
     key: KeyWindow | None = None,
     supersedes: str | None = None,
     prior: TaskEntry | None = None,
+    record: str | None = None,
 ) -> Decision:
+    """`record`: the input record's `record_sha256`, set here rather than by
+    copying the decision afterwards (a struct copy per record)."""
     if envelope is None:
-        return Decision(did, outcome, reason, source, now_ms, detail)
+        return Decision(did, outcome, reason, source, now_ms, detail, record_sha256=record)
     r = envelope.receipt
     # Positional, in Decision's field order (see its docstring for why).
     return Decision(
@@ -115,6 +114,7 @@ def _decision(
         envelope.signature,
         supersedes,
         prior,
+        record,
     )
 
 
@@ -127,22 +127,23 @@ def precheck(
     policy: AdmissionPolicy,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     receivers: frozenset[str] | None = None,
+    record_sha256: str | None = None,
 ) -> Candidate | Decision:
     """Stateless checks, cheapest first. Returns a reject decision or a candidate.
 
     `receivers`: the canonical principals the record's route serves, or None
     when the route declares none (any receiver is accepted)."""
-    checked = _precheck(source, value, headers, registry, now_ms, policy, max_payload_bytes, receivers)
+    checked = _precheck(source, value, headers, registry, now_ms, policy, max_payload_bytes, receivers, record_sha256)
     if isinstance(checked, Candidate):
         return checked
     reason, detail, env, principal = checked
-    return _decision(decision_id(policy.namespace, source), source, now_ms, Outcome.REJECT, reason, detail, env, principal)
+    return _decision(decision_id(policy.namespace, source), source, now_ms, Outcome.REJECT, reason, detail, env, principal, record=record_sha256)
 
 
-def undecodable(source: Coordinates, now_ms: int, policy: AdmissionPolicy, reason: Reason, detail: str) -> Decision:
+def undecodable(source: Coordinates, now_ms: int, policy: AdmissionPolicy, reason: Reason, detail: str, record_sha256: str | None = None) -> Decision:
     """The reject decision for a record the Kafka client could not decode
     (busguard.runtime.records): there is no receipt to look at."""
-    return _decision(decision_id(policy.namespace, source), source, now_ms, Outcome.REJECT, reason, detail)
+    return _decision(decision_id(policy.namespace, source), source, now_ms, Outcome.REJECT, reason, detail, record=record_sha256)
 
 
 _Refusal = tuple[Reason, str, Envelope | None, str | None]
@@ -161,6 +162,7 @@ def _precheck(
     policy: AdmissionPolicy,
     max_payload_bytes: int,
     receivers: frozenset[str] | None,
+    record_sha256: str | None,
 ) -> Candidate | _Refusal:
     try:
         env = open_envelope(value, headers, max_payload_bytes)
@@ -181,10 +183,11 @@ def _precheck(
         issued = parse_timestamp(r.issued_at)
     except ValueError as exc:
         return Reason.MALFORMED_TIMESTAMP, str(exc), env, principal
-    if now_ms - issued > policy.max_age_ms:  # both bounds inclusive (seed 001)
-        return Reason.TIMESTAMP_EXPIRED, f"issued_at {r.issued_at} is {now_ms - issued} ms old", env, principal
-    if issued - now_ms > policy.max_future_ms:
-        return Reason.TIMESTAMP_TOO_FAR_FUTURE, f"issued_at {r.issued_at} is {issued - now_ms} ms ahead of the receiver clock", env, principal
+    stale = check_freshness(issued, now_ms, policy.max_age_ms, policy.max_future_ms)
+    if stale is not None:
+        if stale is Reason.TIMESTAMP_EXPIRED:
+            return stale, f"issued_at {r.issued_at} is {now_ms - issued} ms old", env, principal
+        return stale, f"issued_at {r.issued_at} is {issued - now_ms} ms ahead of the receiver clock", env, principal
     if payload_hash(env.payload) != r.payload_hash:
         malformed = payload_hash_problem(r.payload_hash)
         if malformed is not None:
@@ -206,7 +209,7 @@ def _precheck(
             return Reason.WRONG_RECEIVER, f"receiver {r.receiver[:128]!r} is not one this route serves", env, principal
     nonce_key = (principal if policy.nonce_scope == "principal" else "", r.nonce)
     window_key = None if r.session_id is None else (principal, r.session_id)
-    return Candidate(source, env, principal, found.keys, issued, nonce_key, (r.kind, r.task_id), window_key)
+    return Candidate(source, env, principal, found.keys, issued, nonce_key, (r.kind, r.task_id), window_key, record_sha256)
 
 
 def verify(candidate: Candidate) -> KeyWindow | None:
@@ -225,20 +228,24 @@ def decide(
     view: StateView,
     now_ms: int,
     policy: AdmissionPolicy,
+    prepared: policystep.Prepared | None = None,
 ) -> tuple[Decision, Effects]:
-    """The stateful part of the admission table (docs/protocol.md, "Decisions")."""
+    """The stateful part of the admission table (docs/protocol.md, "Decisions").
+
+    `prepared`: the kind's policy, parsed (busguard.admission.policystep);
+    it decides a record the core would admit (docs/design.md, "The policy seam")."""
     env = c.envelope
     r = env.receipt
     # Every decision below shares this head and `env, principal, key` tail;
     # spelled out rather than a closure, which would cost an object per record.
-    did, src, principal = decision_id(policy.namespace, c.source), c.source, c.principal
+    did, src, principal, rs = decision_id(policy.namespace, c.source), c.source, c.principal, c.record_sha256
 
     if key is None:
         detail = "Ed25519 signature does not verify over the receipt bytes"
-        return _decision(did, src, now_ms, Outcome.REJECT, Reason.BAD_SIGNATURE, detail, env, principal), NO_EFFECTS
-    objection = run_policies(env) if KINDS[r.kind] else None
+        return _decision(did, src, now_ms, Outcome.REJECT, Reason.BAD_SIGNATURE, detail, env, principal, None, None, None, rs), NO_EFFECTS
+    objection = run_policies(env) if KINDS[r.kind].interceptors else None
     if objection is not None:
-        return _decision(did, src, now_ms, objection.outcome, objection.reason, objection.detail, env, principal, key), NO_EFFECTS
+        return _decision(did, src, now_ms, objection.outcome, objection.reason, objection.detail, env, principal, key, None, None, rs), NO_EFFECTS
     # The fence (admission/fence.py): a store that is new, was lost or was
     # rolled back refuses what it could have forgotten, while that can be fresh.
     if fenced(c.issued_at_ms, now_ms, view.trusted_from, policy.max_age_ms, policy.max_future_ms):
@@ -246,17 +253,17 @@ def decide(
             f"issued at most max_future_ms after this state store became trusted ({view.trusted_from}); "
             "refused until one freshness window (max_future_ms + max_age_ms) has passed"
         )
-        return _decision(did, src, now_ms, Outcome.REJECT, Reason.STORE_WARMING, detail, env, principal, key), NO_EFFECTS
+        return _decision(did, src, now_ms, Outcome.REJECT, Reason.STORE_WARMING, detail, env, principal, key, None, None, rs), NO_EFFECTS
 
     prior = view.task(c.task_key)
     # The task index outlives the nonce store, so an exact resend is
     # recognised even after its nonce has aged out.
     if prior is not None and prior.nonce == r.nonce and prior.payload_hash == r.payload_hash and prior.principal == principal:
         detail = "already admitted; not forwarded again"
-        return _decision(did, src, now_ms, Outcome.DUPLICATE, Reason.EXACT_DUPLICATE, detail, env, principal, key, None, prior), NO_EFFECTS
+        return _decision(did, src, now_ms, Outcome.DUPLICATE, Reason.EXACT_DUPLICATE, detail, env, principal, key, None, prior, rs), NO_EFFECTS
     if view.nonce_seen(c.nonce_key):
         detail = "nonce already used inside the retention window"
-        return _decision(did, src, now_ms, Outcome.REJECT, Reason.NONCE_REPLAY, detail, env, principal, key), NO_EFFECTS
+        return _decision(did, src, now_ms, Outcome.REJECT, Reason.NONCE_REPLAY, detail, env, principal, key, None, None, rs), NO_EFFECTS
 
     window_record: WindowRecord | None = None
     if c.window_key is not None and r.sequence is not None:
@@ -264,10 +271,10 @@ def decide(
         after = win.slide(state, r.sequence, policy.window_size)
         if after is win.Verdict.REPLAY:
             detail = f"sequence {r.sequence} already seen in session"
-            return _decision(did, src, now_ms, Outcome.REJECT, Reason.SEQUENCE_REPLAY, detail, env, principal, key), NO_EFFECTS
+            return _decision(did, src, now_ms, Outcome.REJECT, Reason.SEQUENCE_REPLAY, detail, env, principal, key, None, None, rs), NO_EFFECTS
         if isinstance(after, win.Verdict):  # TOO_OLD
             detail = f"sequence {r.sequence} is left of the {policy.window_size}-wide window (highest {state.top if state else None})"
-            return _decision(did, src, now_ms, Outcome.REJECT, Reason.SEQUENCE_TOO_OLD, detail, env, principal, key), NO_EFFECTS
+            return _decision(did, src, now_ms, Outcome.REJECT, Reason.SEQUENCE_TOO_OLD, detail, env, principal, key, None, None, rs), NO_EFFECTS
         window_record = WindowRecord(c.window_key, after, now_ms + policy.session_retention_ms)
 
     nonce_record = NonceRecord(c.nonce_key, now_ms + policy.nonce_retention_ms)
@@ -287,11 +294,13 @@ def decide(
             env.signature,
             now_ms,
         )
-        return _decision(did, src, now_ms, Outcome.FORWARD, Reason.ADMITTED, "", env, principal, key), Effects(nonce_record, window_record, entry)
+        if prepared is not None:
+            return _policy_decision(prepared, view, c, key, did, now_ms, Effects(nonce_record, window_record, entry))
+        return _decision(did, src, now_ms, Outcome.FORWARD, Reason.ADMITTED, "", env, principal, key, None, None, rs), Effects(nonce_record, window_record, entry)
     consumed = Effects(nonce_record, window_record)
     if prior.payload_hash != r.payload_hash:
         detail = f"task {r.task_id!r} was admitted with a different payload_hash"
-        return _decision(did, src, now_ms, Outcome.ESCALATE, Reason.TASK_CONFLICT, detail, env, principal, key, None, prior), consumed
+        return _decision(did, src, now_ms, Outcome.ESCALATE, Reason.TASK_CONFLICT, detail, env, principal, key, None, prior, rs), consumed
     if (
         r.session_id is not None
         and r.sequence is not None
@@ -301,9 +310,43 @@ def decide(
         and r.sequence > prior.sequence
     ):
         detail = f"crash-recovery retransmission in session {r.session_id!r} (sequence {prior.sequence} -> {r.sequence})"
-        return _decision(did, src, now_ms, Outcome.DUPLICATE, Reason.RETRANSMISSION, detail, env, principal, key, prior.receipt_id, prior), consumed
+        return _decision(did, src, now_ms, Outcome.DUPLICATE, Reason.RETRANSMISSION, detail, env, principal, key, prior.receipt_id, prior, rs), consumed
     detail = (
         f"task {r.task_id!r} already admitted under nonce {prior.nonce!r}; "
         "same payload, new nonce, and no session/sequence to tell a retransmission from a second witness"
     )
-    return _decision(did, src, now_ms, Outcome.ESCALATE, Reason.AMBIGUOUS_RETRANSMISSION, detail, env, principal, key, prior.receipt_id, prior), consumed
+    return _decision(did, src, now_ms, Outcome.ESCALATE, Reason.AMBIGUOUS_RETRANSMISSION, detail, env, principal, key, prior.receipt_id, prior, rs), consumed
+
+
+def _policy_decision(
+    prepared: policystep.Prepared,
+    view: StateView,
+    c: Candidate,
+    key: KeyWindow,
+    did: str,
+    now_ms: int,
+    admitted: Effects,
+) -> tuple[Decision, Effects]:
+    """A record the core would admit, as its kind's policy decides it.
+
+    Whatever the outcome, its state writes, annotations and notices are kept
+    (a refused award still sends its rebid notice); only an admission records
+    the task and forwards (the replacement, if any). An objection still
+    consumes the nonce and sequence: the record was authentic and fresh."""
+    env, principal = c.envelope, c.principal
+    outcome = policystep.run(prepared, view, now_ms)
+    o = outcome.objection
+    rows = tuple(PolicyRecord(w.key, w.value, now_ms + w.ttl_ms) for w in outcome.writes)
+    if o is None:
+        decision = _decision(did, c.source, now_ms, Outcome.FORWARD, Reason.ADMITTED, "", env, principal, key, None, None, c.record_sha256)
+        effects = msgspec.structs.replace(admitted, policy=rows)
+    else:
+        decision = _decision(did, c.source, now_ms, o.outcome, o.reason, o.detail, env, principal, key, None, None, c.record_sha256)
+        effects = Effects(admitted.nonce, admitted.window, None, rows)
+    decision = msgspec.structs.replace(
+        decision,
+        annotations=dict(outcome.annotations) if outcome.annotations else None,
+        replacement=outcome.replacement if o is None else None,
+        notices=outcome.notices or None,
+    )
+    return decision, effects

@@ -46,8 +46,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-Partition = tuple[str, int]
-"""(topic, partition)"""
+from busguard.state.keys import Partition
 
 
 def fenced(issued_ms: int, now_ms: int, trusted_from: int | None, max_age_ms: int, max_future_ms: int) -> bool:
@@ -85,7 +84,3 @@ def behind(watermarks: Mapping[Partition, int], committed: Mapping[Partition, in
             found.append(Behind(topic=topic, partition=partition, committed=c, watermark=w))
     return found
 
-
-def rearmed(trusted_from: int | None, now_ms: int) -> int:
-    """The trusted-from time after a re-arm: now, never earlier than it was."""
-    return now_ms if trusted_from is None else max(trusted_from, now_ms)

@@ -26,6 +26,7 @@ from typing import Final
 
 import msgspec
 
+from busguard.protocol.reasons import Reason
 from busguard.protocol.timestamps import parse_timestamp
 
 __all__ = [
@@ -52,11 +53,13 @@ DEFAULT_MAX_FUTURE_MS: Final = 30_000
 #: never forgotten while a message carrying it could still be accepted.
 DEFAULT_NONCE_RETENTION_MS: Final = 600_000
 
-REASON_MALFORMED_NONCE: Final = "malformed_nonce"
-REASON_MALFORMED_TIMESTAMP: Final = "malformed_timestamp"
-REASON_TIMESTAMP_EXPIRED: Final = "timestamp_expired"
-REASON_TIMESTAMP_TOO_FAR_FUTURE: Final = "timestamp_too_far_future"
-REASON_NONCE_REPLAY: Final = "nonce_replay"
+#: INK's reason strings are busguard's own codes (protocol.reasons.Reason,
+#: a StrEnum: each compares and encodes as the plain string).
+REASON_MALFORMED_NONCE: Final = Reason.MALFORMED_NONCE
+REASON_MALFORMED_TIMESTAMP: Final = Reason.MALFORMED_TIMESTAMP
+REASON_TIMESTAMP_EXPIRED: Final = Reason.TIMESTAMP_EXPIRED
+REASON_TIMESTAMP_TOO_FAR_FUTURE: Final = Reason.TIMESTAMP_TOO_FAR_FUTURE
+REASON_NONCE_REPLAY: Final = Reason.NONCE_REPLAY
 
 # Explicit ASCII classes: \w would also admit Unicode letters and digits,
 # letting visually identical nonces be distinct store keys (and vice versa
@@ -80,8 +83,9 @@ def check_freshness(
     now_ms: int,
     max_age_ms: int = DEFAULT_MAX_AGE_MS,
     max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
-) -> str | None:
+) -> Reason | None:
     """Return a reason code if ``issued_at_ms`` is outside the window, else None.
+    The one implementation: admission's precheck calls it too.
 
     Exactly ``max_age_ms`` old is still fresh, and exactly ``max_future_ms``
     ahead is still accepted (INK bounds are inclusive).  Negative limits make

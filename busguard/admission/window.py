@@ -16,17 +16,9 @@ from __future__ import annotations
 import enum
 from typing import Final
 
-import msgspec
+from busguard.state.snapshot import WindowState
 
 DEFAULT_WINDOW_SIZE: Final = 1024
-
-
-class WindowState(msgspec.Struct, frozen=True):
-    """A Struct, not a NamedTuple: msgspec builds one in C, and one is built
-    for every session-carrying record."""
-
-    top: int
-    bitmap: int
 
 
 class Verdict(enum.Enum):

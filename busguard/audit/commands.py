@@ -24,7 +24,7 @@ from typing import Final, TypeVar
 import msgspec
 from aiokafka.errors import KafkaError
 
-from busguard.admission.types import Decision
+from busguard.protocol.records import Decision
 from busguard.audit.lineage import AuditReport, Ledger
 from busguard.audit.reader import AuditReadError, Offsets, find_escalation, read_log
 from busguard.audit.report import progress_bar, render_json, render_pending, render_table
@@ -33,7 +33,7 @@ from busguard.errors import ConfigError
 from busguard.protocol.identity import multikey_decode, multikey_encode
 from busguard.protocol.keyfile import read_key
 from busguard.reconcile.operators import Operators
-from busguard.reconcile.records import Resolution
+from busguard.protocol.records import Resolution
 
 CHECKPOINT_FORMAT: Final = "busguard.audit-checkpoint.v1"
 DEFAULT_IDLE_MS: Final = 1500

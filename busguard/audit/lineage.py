@@ -8,17 +8,22 @@ copies and count once). Where two different records claim one id (a
 violation), the one with the smallest SHA-256 is used for the lineage, so the
 choice is order-independent too.
 
+Split in three: the ledger (busguard.audit.ledger: what was fed, what a
+checkpoint holds), the report's types (busguard.audit.findings) and the
+judge here, which turns a ledger into a report.
+
 The ledger is a msgspec Struct, so `--checkpoint` can save it and resume. It
 keeps a compact fact per decision id (ids, outcome, task, nonce, receipt ids,
 links, source coordinates and the SHA-256 of the record), never the record
 bytes: `busguard escalations show` re-reads the log for the receipts.
 
-Violation codes (stable; the invariant of the audit issue each one breaks):
+Violation codes (stable; the invariant each one breaks, as numbered in
+docs/design.md, "The auditor's invariants"):
 
 | code | inv. | meaning |
 | --- | --- | --- |
 | `multiple_forwards` | 1 | a (kind, task_id) has more than one distinct `forward` decision id |
-| `missing_witness` | 1 | a handoff task has a non-reject decision but no `forward` decision |
+| `missing_witness` | 1 | a task of a single-witness kind (`KindSpec.single_witness`, e.g. handoff) has a non-reject decision but no `forward` decision |
 | `prior_mismatch` | 1 | a duplicate/escalation names a prior admission that is not the task's witness |
 | `unknown_escalation` | 2 | a resolution settles an id that is not an `escalate` decision in the log |
 | `duplicate_resolution` | 2 | two final resolution ids, or two different final records, for one escalation |
@@ -38,19 +43,26 @@ Violation codes (stable; the invariant of the audit issue each one breaks):
 
 from __future__ import annotations
 
-import hashlib
 from collections import defaultdict
-from typing import Final, Literal, TypeVar
+from typing import Final
 
 import msgspec
 
-from busguard.admission.types import Coordinates, Decision
+from busguard.audit.findings import (
+    AuditReport,
+    EscalationStatus,
+    PendingEscalation,
+    Summary,
+    SupersedesLink,
+    TaskLineage,
+    Violation,
+)
+from busguard.audit.ledger import LEDGER_VERSION, DecisionFact, F, Ledger, ResolutionFact, Sealer
+from busguard.policies import single_witness
 from busguard.protocol.identity import multikey_decode
-from busguard.reconcile.records import ResolveCommand, Resolution, SignedCommand, Stage, command_seal_ok, resolution_id
+from busguard.protocol.records import ResolveCommand, command_seal_ok, resolution_id
 
-LEDGER_VERSION: Final = 1
-
-#: code -> invariant number (1-5 as in the issue; 0 for "decide once, re-emit identically").
+#: code -> invariant number (1-5 and 0 as docs/design.md, "The auditor's invariants", numbers them).
 INVARIANTS: Final[dict[str, int]] = {
     "multiple_forwards": 1,
     "missing_witness": 1,
@@ -71,283 +83,6 @@ INVARIANTS: Final[dict[str, int]] = {
     "conflicting_reemission": 0,
 }
 
-EscalationState = Literal["pending", "held", "resolved"]
-#: Whose key verified an audit record's seal (busguard.audit.reader).
-Sealer = Literal["guard", "reconciler"]
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-# -- ledger state (what a checkpoint holds) -----------------------------------
-
-
-class DecisionFact(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
-    """The part of a decision the invariants need (no receipt bytes)."""
-
-    decision_id: str
-    sha256: str
-    outcome: str
-    reason: str
-    source: Coordinates
-    kind: str | None = None
-    task_id: str | None = None
-    principal: str | None = None
-    nonce: str | None = None
-    receipt_id: str | None = None
-    supersedes: str | None = None
-    prior_decision_id: str | None = None
-    prior_receipt_id: str | None = None
-    decided_at: int | None = None
-
-
-class ResolutionFact(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
-    resolution_id: str
-    sha256: str
-    escalation_id: str
-    stage: Stage
-    resolved_as: str | None = None
-    by: str = ""
-    kind: str | None = None
-    task_id: str | None = None
-    receipt_id: str | None = None
-    supersedes: str | None = None
-    prior_decision_id: str | None = None
-    note: str = ""
-    sealed_by: Sealer = "reconciler"
-    command: SignedCommand | None = None
-
-
-class BadRecord(msgspec.Struct, kw_only=True, array_like=True):
-    """An audit record excluded from the lineage: unsealed/forged or unreadable."""
-
-    sealed: bool
-    claimed_id: str | None
-    reasons: list[str] = msgspec.field(default_factory=list)
-
-
-class Downstream(msgspec.Struct, kw_only=True, array_like=True):
-    """What was seen on one downstream topic for one decision id."""
-
-    attested: bool = False  # at least one copy verified
-    unattested: bool = False  # at least one copy did not
-    decision_sha256: list[str] = msgspec.field(default_factory=list)
-
-
-class Ledger(msgspec.Struct, kw_only=True):
-    """Everything learned from the log so far. Feed it, then call `report()`.
-
-    `routes` maps each input topic to its downstream topic (for the
-    wrong-topic check; empty disables it). `nonce_scope` is the guard's
-    `[admission] nonce_scope`. `operators` maps operator names to their
-    multikeys (the operators file), to prove `by: operator:<name>`.
-    `single_key_audit` / `single_key_until` (epoch ms) are the `[keys]`
-    settings of a one-key deployment, or of one that moved to separate keys
-    at `single_key_until`. These five follow the current config on every run.
-    """
-
-    v: int = LEDGER_VERSION
-    nonce_scope: Literal["global", "principal"] = "global"
-    routes: dict[str, str] = msgspec.field(default_factory=dict)
-    operators: dict[str, str] = msgspec.field(default_factory=dict)
-    single_key_audit: bool = False
-    single_key_until: int | None = None
-    decisions: dict[str, DecisionFact] = msgspec.field(default_factory=dict)
-    decision_variants: dict[str, list[str]] = msgspec.field(default_factory=dict)
-    resolutions: dict[str, ResolutionFact] = msgspec.field(default_factory=dict)
-    resolution_variants: dict[str, list[str]] = msgspec.field(default_factory=dict)
-    bad_records: dict[str, BadRecord] = msgspec.field(default_factory=dict)
-    forwarded: dict[str, dict[str, Downstream]] = msgspec.field(default_factory=dict)
-
-    # -- feeding ------------------------------------------------------------
-
-    def add_decision(self, raw_value: bytes, decision: Decision, verified: bool, why: str = "", sealed_by: Sealer = "guard") -> None:
-        """One audit record holding a guard decision; `verified` = its seal
-        verified (with `sealed_by`'s key) and is bound to these bytes
-        (`verify_decision_record`). Only the guard decides."""
-        sha = sha256_hex(raw_value)
-        if verified and sealed_by != "guard":
-            verified, why = False, f"a decision sealed with the {sealed_by}'s key; only the guard key seals decisions"
-        if not verified:
-            self._bad(sha, False, decision.decision_id, why or "the seal does not verify with the guard key")
-            return
-        prior = decision.prior
-        fact = DecisionFact(
-            decision_id=decision.decision_id,
-            sha256=sha,
-            outcome=decision.outcome,
-            reason=decision.reason,
-            source=decision.source,
-            kind=decision.kind,
-            task_id=decision.task_id,
-            principal=decision.principal,
-            nonce=decision.nonce,
-            receipt_id=decision.receipt_id,
-            supersedes=decision.supersedes,
-            prior_decision_id=prior.decision_id if prior is not None else None,
-            prior_receipt_id=prior.receipt_id if prior is not None else None,
-            decided_at=decision.decided_at,
-        )
-        _keep(self.decisions, self.decision_variants, decision.decision_id, sha, fact)
-
-    def add_resolution(self, raw_value: bytes, resolution: Resolution, verified: bool, why: str = "", sealed_by: Sealer = "reconciler") -> None:
-        """One audit record holding a reconciliation `Resolution`, sealed
-        (when `verified`) with `sealed_by`'s key: whether the guard's may
-        seal it is judged in `report()`, which knows its escalation."""
-        sha = sha256_hex(raw_value)
-        if not verified:
-            self._bad(sha, False, resolution.resolution_id, why or "the seal does not verify with the reconciler's key")
-            return
-        r = resolution
-        fact = ResolutionFact(
-            resolution_id=r.resolution_id,
-            sha256=sha,
-            escalation_id=r.escalation_id,
-            stage=r.stage,
-            resolved_as=r.resolved_as,
-            by=r.by,
-            kind=r.kind,
-            task_id=r.task_id,
-            receipt_id=r.receipt_id,
-            supersedes=r.supersedes,
-            prior_decision_id=r.prior_decision_id,
-            note=r.note,
-            sealed_by=sealed_by,
-            command=r.command,
-        )
-        _keep(self.resolutions, self.resolution_variants, r.resolution_id, sha, fact)
-
-    def add_unreadable(self, raw_value: bytes | None, verified: bool, why: str) -> None:
-        """An audit record that is not a decision or a resolution (or has no value)."""
-        self._bad(sha256_hex(raw_value or b""), verified, None, why)
-
-    def add_forwarded(self, topic: str, decision_id: str, attestation_ok: bool, decision_sha256: str | None = None) -> None:
-        """One record on a downstream topic. `decision_id` is its
-        `busguard-decision-id` header ('' when absent); `attestation_ok` that
-        `verify_admitted` passed for it (and named that decision id);
-        `decision_sha256` the attested SHA-256 of its audit record, if known."""
-        seen = self.forwarded.setdefault(decision_id, {}).setdefault(topic, Downstream())
-        if attestation_ok:
-            seen.attested = True
-            if decision_sha256 is not None and decision_sha256 not in seen.decision_sha256:
-                seen.decision_sha256.append(decision_sha256)
-                seen.decision_sha256.sort()
-        else:
-            seen.unattested = True
-
-    def _bad(self, sha: str, sealed: bool, claimed: str | None, why: str) -> None:
-        bad = self.bad_records.get(sha)
-        if bad is None:
-            bad = self.bad_records[sha] = BadRecord(sealed=sealed, claimed_id=claimed)
-        if why not in bad.reasons:
-            bad.reasons.append(why)
-            bad.reasons.sort()
-        if claimed is not None and (bad.claimed_id is None or claimed < bad.claimed_id):
-            bad.claimed_id = claimed
-        bad.sealed = bad.sealed or sealed
-
-    # -- the verdict ----------------------------------------------------------
-
-    def report(self) -> AuditReport:
-        return _Judge(self).run()
-
-
-_F = TypeVar("_F", DecisionFact, ResolutionFact)
-
-
-def _keep(facts: dict[str, _F], variants: dict[str, list[str]], key: str, sha: str, fact: _F) -> None:
-    """Store one fact per id: identical copies count once; of different ones
-    (a violation) the smallest SHA-256 is kept, whatever the arrival order."""
-    current = facts.get(key)
-    if current is None:
-        facts[key] = fact
-        return
-    if current.sha256 == sha:
-        return
-    known = set(variants.get(key, [current.sha256]))
-    known.add(sha)
-    variants[key] = sorted(known)
-    if sha < current.sha256:
-        facts[key] = fact
-
-
-# -- the report ----------------------------------------------------------------
-
-
-class Summary(msgspec.Struct, kw_only=True):
-    records: int  # distinct audit records (identical re-emissions count once)
-    decisions: int  # distinct verified decision ids
-    resolutions: int  # distinct verified resolution ids
-    tasks: int  # distinct (kind, task_id)
-    forwarded: int  # distinct decision ids seen on downstream topics
-    duplicates: int  # decisions with outcome `duplicate`
-    escalations: int  # decisions with outcome `escalate`
-    pending: int  # escalations without a final resolution
-    violations: int
-    single_key: int = 0  # resolutions accepted only under keys.single_key_audit (guard-sealed, or the operator's name unproven)
-
-
-class EscalationStatus(msgspec.Struct, kw_only=True):
-    escalation_id: str
-    reason: str
-    receipt_id: str | None
-    supersedes: str | None
-    prior_receipt_id: str | None
-    status: EscalationState
-    resolution_id: str | None = None  # the final one, else the held one
-    resolved_as: str | None = None
-    by: str | None = None
-
-
-class SupersedesLink(msgspec.Struct, kw_only=True):
-    decision_id: str
-    reason: str
-    receipt_id: str | None
-    supersedes: str
-
-
-class TaskLineage(msgspec.Struct, kw_only=True):
-    kind: str
-    task_id: str
-    witness: str | None  # decision id of the (first) forward decision
-    witness_receipt_id: str | None
-    forwards: int  # distinct forward decision ids (more than 1 is a violation)
-    delivered: bool  # the witness was seen, attested, on a downstream topic
-    duplicates: int
-    rejects: int
-    escalations: list[EscalationStatus]
-    supersedes: list[SupersedesLink]
-
-
-class PendingEscalation(msgspec.Struct, kw_only=True):
-    escalation_id: str
-    kind: str | None
-    task_id: str | None
-    reason: str
-    principal: str | None
-    receipt_id: str | None
-    prior_receipt_id: str | None
-    prior_decision_id: str | None
-    supersedes: str | None
-    source: Coordinates
-    held: str | None = None  # the `held` resolution id, if an operator was asked
-
-
-class Violation(msgspec.Struct, kw_only=True):
-    invariant: str
-    detail: str
-    task_id: str | None = None
-    decision_id: str | None = None
-    kind: str | None = None
-
-
-class AuditReport(msgspec.Struct, kw_only=True):
-    ok: bool
-    summary: Summary
-    tasks: list[TaskLineage]
-    pending: list[PendingEscalation]
-    violations: list[Violation]
 
 
 _OPERATOR: Final = "operator:"
@@ -388,7 +123,7 @@ def _operator_problem(r: ResolutionFact, operators: dict[str, str]) -> str | Non
     return None
 
 
-def _distinct(facts: dict[str, _F], variants: dict[str, list[str]]) -> int:
+def _distinct(facts: dict[str, F], variants: dict[str, list[str]]) -> int:
     """Distinct records behind `facts`: one per id, more for conflicting ids."""
     return len(facts) + sum(len(v) - 1 for v in variants.values())
 
@@ -451,9 +186,9 @@ class _Judge:
         if len(forwards) > 1:
             ids = ", ".join(f.decision_id for f in forwards)
             self.flag("multiple_forwards", f"{kind} {task_id!r} was admitted {len(forwards)} times: {ids}", task=key, decision_id=forwards[1].decision_id)
-        if kind == "handoff" and not forwards and any(f.outcome != "reject" for f in facts):
+        if single_witness(kind) and not forwards and any(f.outcome != "reject" for f in facts):
             shown = ", ".join(f"{f.decision_id} ({f.reason})" for f in facts if f.outcome != "reject")
-            self.flag("missing_witness", f"handoff {task_id!r} has decisions but no admitted witness in the log: {shown}", task=key)
+            self.flag("missing_witness", f"{kind} {task_id!r} has decisions but no admitted witness in the log: {shown}", task=key)
         for f in facts:
             if forwards and f.prior_decision_id is not None and f.prior_decision_id not in forward_ids:
                 self.flag(
@@ -630,3 +365,20 @@ class _Judge:
         for did, shas in self.led.decision_variants.items():
             f = self.led.decisions[did]
             self.flag("conflicting_reemission", f"decision {did} appears as {len(shas)} different audit records (re-emissions must be byte-identical)", task=(f.kind, f.task_id), decision_id=did)
+
+
+def judge(ledger: Ledger) -> AuditReport:
+    return _Judge(ledger).run()
+
+
+__all__ = [
+    "INVARIANTS",
+    "LEDGER_VERSION",
+    "AuditReport",
+    "EscalationStatus",
+    "Ledger",
+    "PendingEscalation",
+    "Sealer",
+    "TaskLineage",
+    "judge",
+]

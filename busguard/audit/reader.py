@@ -21,10 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, NamedTuple, TypeVar
 
 import msgspec
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka import TopicPartition
 
-from busguard.admission.types import Decision
+from busguard.protocol.records import Decision
 from busguard.audit.lineage import Ledger, Sealer
 from busguard.config import Config
 from busguard.protocol.attestation import (
@@ -39,8 +38,9 @@ from busguard.protocol.attestation import (
     verify_decision_record,
 )
 from busguard.protocol.reasons import Reason
-from busguard.reconcile.records import AuditRecord, Resolution, audit_decoder
-from busguard.runtime.records import Undecodable, consumer_options
+from busguard.protocol.records import AuditRecord, Resolution, audit_decoder
+from busguard.runtime.clients import partitions_of, reader
+from busguard.runtime.records import Undecodable
 
 Offsets = dict[str, dict[int, int]]
 """topic -> partition -> next offset to read."""
@@ -216,23 +216,6 @@ def _headers(record: Any) -> list[tuple[str, bytes]]:
     return [(k, v if v is not None else b"") for k, v in record.headers]
 
 
-async def partitions_of(cfg: Config, topics: Sequence[str]) -> dict[str, list[int]]:
-    """Partition ids of those `topics` that exist (asks for all topics, so
-    nothing is auto-created by the question)."""
-    admin = AIOKafkaAdminClient(
-        bootstrap_servers=cfg.kafka.bootstrap_servers,
-        client_id=f"{cfg.kafka.client_id}-audit",
-        request_timeout_ms=cfg.kafka.request_timeout_ms,
-    )
-    await admin.start()
-    try:
-        described: list[dict[str, Any]] = await admin.describe_topics(None)
-    finally:
-        await admin.close()
-    found = {t["topic"]: sorted(p["partition"] for p in t["partitions"]) for t in described if t["error_code"] == 0 and t["partitions"]}
-    return {t: found[t] for t in topics if t in found}
-
-
 async def scan(
     cfg: Config,
     topics: Sequence[str],
@@ -245,7 +228,7 @@ async def scan(
     """Read `topics` from `offsets` (or the beginning) until `idle_ms` pass
     without a new record, handing each poll's records to `handle` (in log
     order per partition). Returns the offsets to resume from."""
-    parts = await partitions_of(cfg, topics)
+    parts = await partitions_of(cfg, topics, name="audit")
     if required is not None and required not in parts:
         raise AuditReadError(f"topic {required!r} does not exist on {cfg.kafka.bootstrap_servers}")
     position: Offsets = {t: {p: (offsets or {}).get(t, {}).get(p, 0) for p in ps} for t, ps in parts.items()}
@@ -255,17 +238,8 @@ async def scan(
     tps = [TopicPartition(t, p) for t, ps in parts.items() for p in ps]
     if not tps:
         return position
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=cfg.kafka.bootstrap_servers,
-        client_id=f"{cfg.kafka.client_id}-audit",
-        group_id=None,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",  # an offset before the log start (retention) resumes at the start
-        request_timeout_ms=cfg.kafka.request_timeout_ms,
-        max_partition_fetch_bytes=max(4_194_304, cfg.batch.max_payload_bytes + 262_144),
-        fetch_max_bytes=52_428_800,
-        **consumer_options(),  # an undecodable record is reported, not fatal
-    )
+    # an undecodable record is reported, not fatal
+    consumer = reader(cfg, name="audit", min_partition_fetch_bytes=4_194_304)
     await consumer.start()
     try:
         consumer.assign(tps)

@@ -1,47 +1,77 @@
-"""The seam where kind-specific policies plug in (DESIGN principle 7).
+"""The kind registry: every record kind busguard accepts, and what it needs.
 
-Every record kind busguard accepts is registered here. After a record's
-signature verifies and before the replay/task-index machinery records
-anything, its kind's interceptors run in order; the first that objects turns
-the record into a reject or an escalation. Adding a policy (contract-net
-awards, taint replays, compromised-session handoffs) is one new module plus
-one line in `KINDS`.
+Each kind has one `KindSpec`: its stateless interceptors (checks on the
+verified envelope alone), its stateful policy (busguard.policies.seam: parse
+-> keys -> decide), the state namespaces that policy may read and write,
+whether its tasks have a single witness (the auditor's `missing_witness`
+rule reads this), the reason codes it may give, and the extra topic routes
+it emits to beyond downstream / reconciliation / dead-letter / audit (the
+dev config creates them). `cli`, the dev config, the demo and the auditor
+read this registry and name no kind themselves.
 
-Interceptors are pure: (verified record) -> objection or None.
+Adding a kind is its policy module and one entry in `_SPECS`
+(docs/design.md, "Adding a kind").
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Final
 
 import msgspec
 
+from busguard.policies.seam import AnyPolicy, Objection
 from busguard.protocol.envelope import Envelope
-from busguard.protocol.reasons import Outcome, Reason
-
-
-class Objection(msgspec.Struct, frozen=True):
-    outcome: Outcome
-    reason: Reason
-    detail: str
-
+from busguard.protocol.reasons import Reason
 
 Interceptor = Callable[[Envelope], Objection | None]
 
-KINDS: Final[dict[str, tuple[Interceptor, ...]]] = {
-    "handoff": (),
-    "ack": (),
-}
+
+class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
+    kind: str
+    interceptors: tuple[Interceptor, ...] = ()
+    policy: AnyPolicy | None = None
+    #: PolicyKey namespaces the policy may read and write; empty: its own kind name.
+    namespaces: tuple[str, ...] = ()
+    single_witness: bool = False
+    reasons: tuple[Reason, ...] = ()
+    routes: tuple[str, ...] = ()
+
+    def may_use(self, namespace: str) -> bool:
+        return namespace in self.namespaces if self.namespaces else namespace == self.kind
+
+
+_SPECS: Final = (
+    KindSpec(kind="handoff", single_witness=True),
+    KindSpec(kind="ack"),
+)
+
+#: By kind name. A Mapping to its readers; tests add a test-only kind with
+#: `monkeypatch.setitem(KINDS, spec.kind, spec)`.
+KINDS: Final[Mapping[str, KindSpec]] = {s.kind: s for s in _SPECS}
+
+
+def kind_names() -> tuple[str, ...]:
+    return tuple(KINDS)
 
 
 def is_known_kind(kind: str) -> bool:
     return kind in KINDS
 
 
+def single_witness(kind: str | None) -> bool:
+    """Whether a task of this kind must have one admitted witness (auditor)."""
+    spec = KINDS.get(kind) if kind is not None else None
+    return spec is not None and spec.single_witness
+
+
 def run_policies(envelope: Envelope) -> Objection | None:
-    for interceptor in KINDS[envelope.receipt.kind]:
+    """The kind's stateless interceptors, in order; the first objection wins."""
+    for interceptor in KINDS[envelope.receipt.kind].interceptors:
         objection = interceptor(envelope)
         if objection is not None:
             return objection
     return None
+
+
+__all__ = ["KINDS", "Interceptor", "KindSpec", "Objection", "is_known_kind", "kind_names", "run_policies", "single_witness"]

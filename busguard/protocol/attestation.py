@@ -26,7 +26,7 @@ from typing import Final
 
 import msgspec
 
-from busguard.admission.types import Coordinates, Decision
+from busguard.protocol.records import Coordinates, Decision
 from busguard.protocol.envelope import HEADER_RECEIPT, b64url_decode_strict, b64url_encode
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.receipt import ReceiptError, decode_receipt, payload_hash, receipt_id

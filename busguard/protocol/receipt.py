@@ -12,7 +12,7 @@ different values out of one signed byte string.
 
 The receipt id is the SHA-256 of the signing input. It identifies the signed
 statement, not the signature, because a signer can produce many valid
-signatures for one statement (principle 2 in DESIGN.md).
+signatures for one statement (docs/design.md, "Principles", 2: sign bytes, not objects).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import sys
 import time
 
 import msgspec
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import TopicPartition
 
 from busguard.config import Config
 from busguard.errors import ConfigError
@@ -27,21 +27,21 @@ from busguard.protocol.envelope import b64url_encode
 from busguard.protocol.identity import multikey_encode
 from busguard.protocol.keyfile import read_key
 from busguard.protocol.signing import sign
-from busguard.runtime.records import Undecodable, consumer_options
-from busguard.reconcile.records import COMMAND_CONTEXT, HEADER_COMMAND, HEADER_SIGNER, ResolveCommand, Resolution, ResolvedAs, audit_decoder
+from busguard.runtime.clients import partitions_of, reader
+from busguard.runtime.clients import producer as make_producer
+from busguard.runtime.records import Undecodable
+from busguard.protocol.records import COMMAND_CONTEXT, HEADER_COMMAND, HEADER_SIGNER, ResolveCommand, Resolution, ResolvedAs, audit_decoder
 
 
 async def _find_key(cfg: Config, topic: str, record_id: str, idle_ms: int = 1500) -> bytes | None:
     """The Kafka key of the record on `topic` whose decision id is `record_id`."""
     # tolerant: a foreign record on the topic the client cannot decode is passed over, not fatal
-    consumer = AIOKafkaConsumer(bootstrap_servers=cfg.kafka.bootstrap_servers, enable_auto_commit=False, auto_offset_reset="earliest", **consumer_options())
+    tps = [TopicPartition(topic, p) for p in (await partitions_of(cfg, [topic], name="resolve")).get(topic, [])]
+    if not tps:
+        return None
+    consumer = reader(cfg, name="resolve")
     await consumer.start()
     try:
-        parts = consumer.partitions_for_topic(topic) or set()
-        if not parts:
-            await consumer._client.force_metadata_update()
-            parts = consumer.partitions_for_topic(topic) or set()
-        tps = [TopicPartition(topic, p) for p in parts]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         wanted = record_id.encode()
@@ -59,11 +59,11 @@ async def _find_key(cfg: Config, topic: str, record_id: str, idle_ms: int = 1500
 
 async def _wait_for_resolution(cfg: Config, escalation_id: str, deadline: float) -> Resolution | None:
     # tolerant: a foreign record on the topic the client cannot decode is passed over, not fatal
-    consumer = AIOKafkaConsumer(bootstrap_servers=cfg.kafka.bootstrap_servers, enable_auto_commit=False, auto_offset_reset="earliest", **consumer_options())
+    audit = cfg.topics.audit
+    tps = [TopicPartition(audit, p) for p in (await partitions_of(cfg, [audit], name="resolve")).get(audit, [])]
+    consumer = reader(cfg, name="resolve")
     await consumer.start()
     try:
-        await consumer._client.force_metadata_update()
-        tps = [TopicPartition(cfg.topics.audit, p) for p in consumer.partitions_for_topic(cfg.topics.audit) or ()]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         while time.monotonic() < deadline:
@@ -104,7 +104,7 @@ def resolve(
         command = ResolveCommand(escalation_id=escalation_id, resolve_as=resolve_as, operator=operator, note=note, issued_at=time.time_ns() // 1_000_000)
         body = msgspec.json.encode(command)
         headers = [(HEADER_COMMAND, b"resolve"), (HEADER_SEAL, b64url_encode(sign(identity.seed, COMMAND_CONTEXT + body)).encode()), *signer]
-        producer = AIOKafkaProducer(bootstrap_servers=cfg.kafka.bootstrap_servers, enable_idempotence=cfg.kafka.idempotence, acks="all")
+        producer = make_producer(cfg, name="resolve")
         await producer.start()
         try:
             await producer.send_and_wait(cfg.topics.reconciliation, value=body, key=key, headers=headers)

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import msgspec
 
-from busguard.admission.types import Coordinates, Decision
-from busguard.reconcile.records import Reply, ResolveCommand, Resolution, SignedCommand, resolution_id
+from busguard.protocol.records import Coordinates, Decision
+from busguard.protocol.records import Reply, ResolveCommand, Resolution, SignedCommand, resolution_id
 
 
 class EscalationState(msgspec.Struct, frozen=True, kw_only=True):

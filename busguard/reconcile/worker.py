@@ -14,18 +14,15 @@ escalations and commands for one task share a key, hence a partition.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
 import structlog
 
-from busguard.admission.types import Coordinates, Decision, decision_id
+from busguard.protocol.records import Coordinates, Decision, decision_id
 from busguard.config import Config
 from busguard.protocol.attestation import (
-    HEADER_ATTESTATION,
-    HEADER_DECISION_ID,
     HEADER_OUTCOME,
     HEADER_REASON,
     HEADER_SEAL,
@@ -36,16 +33,15 @@ from busguard.protocol.attestation import (
 )
 from busguard.protocol.identity import multikey_decode
 from busguard.protocol.keyfile import Identity
-from busguard.protocol.signing import Signer
 from busguard.reconcile.policy import EscalationState, Item, Rejected, on_command, on_escalation
 from busguard.reconcile.operators import Operators
-from busguard.reconcile.records import HEADER_COMMAND, HEADER_SIGNER, Reply, ResolveCommand, Resolution, SignedCommand, command_seal_ok
+from busguard.protocol.records import HEADER_COMMAND, HEADER_SIGNER, Reply, ResolveCommand, Resolution, SignedCommand, command_seal_ok
 from busguard.reconcile.store import Processed, ReconcileState, States
 from busguard.runtime.faults import Faults
-from busguard.runtime.loop import BatchLoop
 from busguard.runtime.ops import Metrics
-from busguard.runtime.outputs import Output, dead_letter
+from busguard.runtime.outputs import Output, dead_letter, proof_headers
 from busguard.runtime.records import Undecodable, preserved
+from busguard.runtime.stage import SealingStage
 from busguard.runtime.watched import WatchedFile
 
 log = structlog.get_logger(__name__)
@@ -132,7 +128,7 @@ def operators_file(cfg: Config) -> WatchedFile[Operators] | None:
     return WatchedFile(cfg.path(cfg.keys.operators), Operators.load, what="operators file", watch=cfg.keys.watch)
 
 
-class Reconciler:
+class Reconciler(SealingStage):
     def __init__(
         self,
         cfg: Config,
@@ -149,34 +145,19 @@ class Reconciler:
         verifies the escalations it reads (and commands signed with the guard
         key). They are one key only in a one-key deployment (no
         `keys.reconciler_key`), which is logged as a warning."""
-        self.cfg = cfg
-        self.identity = identity
         self.guard_public_key = guard_public_key
-        self.signer = Signer(identity.seed)
         if identity.public_key == guard_public_key:
             log.warning(
                 "the reconciler seals with the guard key (one-key deployment); give it its own key (keys.reconciler_key) so the auditor can tell the roles apart",
                 reconciler=identity.agent_id,
             )
         self.store = store
-        self.metrics = metrics or Metrics(role="reconcile")
         self.operators = operators
-        if operators is not None:
-            operators.on_reload = lambda result: self.metrics.reloads.labels("operators", result).inc()
-        self.clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self.namespace = f"reconcile:{cfg.reconcile.group_id}"
-        self.loop = BatchLoop(
-            cfg,
-            self,
-            topics=[cfg.topics.reconciliation],
-            group_id=cfg.reconcile.group_id,
-            role="reconciler",
-            metrics=self.metrics,
-            faults=faults,
+        self._start_stage(
+            cfg, identity, metrics or Metrics(role="reconcile"), clock_ms, faults, topics=[cfg.topics.reconciliation], group_id=cfg.reconcile.group_id, role="reconciler"
         )
-
-    def request_stop(self) -> None:
-        self.loop.request_stop()
+        self._follow(operators, "operators")
 
     async def run(self) -> None:
         await self.loop.run()
@@ -247,11 +228,5 @@ class Reconciler:
 
     def _sealed(self, topic: str, key: bytes, body: bytes, record_id: str, outcome: str, reason: str, receipt_id: str | None, source: Coordinates, at: int) -> Output:
         att = attest_record(self.identity.agent_id, record_id, outcome, reason, receipt_id, source, at, body)
-        headers = [
-            (HEADER_DECISION_ID, record_id.encode()),
-            (HEADER_ATTESTATION, att),
-            (HEADER_SEAL, seal(self.signer, att)),
-            (HEADER_OUTCOME, outcome.encode()),
-            (HEADER_REASON, reason.encode()),
-        ]
+        headers = [*proof_headers(record_id, att, seal(self.signer, att)), (HEADER_OUTCOME, outcome.encode()), (HEADER_REASON, reason.encode())]
         return Output(topic, key, body, headers, at)

@@ -19,21 +19,21 @@ import structlog
 
 from busguard.admission.batch import Input, admit_batch
 from busguard.admission.decide import Candidate, verify
-from busguard.admission.fence import Partition, behind, fence_ends
-from busguard.admission.types import Coordinates, Decision
+from busguard.admission.fence import behind, fence_ends
+from busguard.protocol.records import Coordinates, Decision
 from busguard.config import Config
 from busguard.protocol.attestation import attest, decision_bytes, seal
 from busguard.protocol.keyfile import Identity
 from busguard.protocol.keys import KeyRegistry, KeyWindow
 from busguard.protocol.reasons import Reason
-from busguard.protocol.signing import Signer
 from busguard.runtime.faults import Faults
+from busguard.runtime.stage import SealingStage
 from busguard.runtime.watched import WatchedFile
-from busguard.runtime.loop import BatchLoop
 from busguard.runtime.ops import Metrics
 from busguard.runtime.outputs import Output, OutputBudget, Sealed, outputs_for
 from busguard.runtime.records import Undecodable, preserved
-from busguard.state.base import StateStore
+from busguard.state.keys import Partition
+from busguard.state.store import StateStore
 
 log = structlog.get_logger(__name__)
 
@@ -43,7 +43,7 @@ def chunks(items: Sequence[Any], n: int) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-class Guard:
+class Guard(SealingStage):
     def __init__(
         self,
         cfg: Config,
@@ -55,34 +55,18 @@ class Guard:
         clock_ms: Callable[[], int] | None = None,
         faults: Faults | None = None,
     ) -> None:
-        self.cfg = cfg
-        self.identity = identity
-        self.signer = Signer(identity.seed)
         self.store = store
-        self.metrics = metrics or Metrics()
         self.keys = keys
-        keys.on_reload = lambda result: self.metrics.reloads.labels("key_registry", result).inc()
-        self.clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
-        self.faults = faults or Faults(None)
         self.policy = cfg.policy()
         self.downstreams = cfg.downstreams
         self.receivers = cfg.receivers
         self.budget = OutputBudget(cfg.kafka.max_message_bytes, cfg.kafka.compression, identity.agent_id)
         self._pool = ThreadPoolExecutor(cfg.batch.verify_threads, thread_name_prefix="busguard-crypto")
-        self.loop = BatchLoop(
-            cfg,
-            self,
-            topics=cfg.input_topics,
-            group_id=cfg.kafka.group_id,
-            role="guard",
-            metrics=self.metrics,
-            faults=self.faults,
-            before_first=self.check_store,
+        self._start_stage(
+            cfg, identity, metrics or Metrics(), clock_ms, faults, topics=cfg.input_topics, group_id=cfg.kafka.group_id, role="guard", before_first=self.check_store
         )
+        self._follow(keys, "key_registry")
         self._show_fence(store.trusted_from)
-
-    def request_stop(self) -> None:
-        self.loop.request_stop()
 
     async def run(self) -> None:
         log.info(
@@ -96,7 +80,7 @@ class Guard:
         finally:
             self._pool.shutdown(wait=True)
 
-    # -- the store-behind check (issue 8) --------------------------------------
+    # -- the store-behind check (docs/operations.md, section 5) -----------------
 
     async def check_store(self, committed: Mapping[Partition, int | None] | None) -> None:
         """Before the first batch of newly assigned partitions: a store the

@@ -1,7 +1,7 @@
 """The crash-safe consume → process → produce → commit loop, shared by
 `busguard run` and `busguard reconcile`.
 
-The batch commit protocol (DESIGN principle 3), in this order and why:
+The batch commit protocol (docs/design.md, "Commit protocol"), in this order and why:
 
 1. process the batch           the stage decides (pure) and persists its state
                                and its outputs-to-be in one transaction, so a
@@ -24,7 +24,7 @@ Newly assigned partitions: before the first batch after an assignment, the
 loop reads the group's committed offsets for every assigned partition it has
 not checked since it was assigned (not only those in the batch: a replay can
 arrive on any partition, and nonces are not per partition) and hands them to
-the stage's `before_first` hook (the guard's store-behind check, issue 8),
+the stage's `before_first` hook (the guard's store-behind check: docs/operations.md, section 5),
 inside the batch's lock and before step 1. Doing it there rather than in
 `on_partitions_assigned` is what guarantees the order: aiokafka may start
 fetching a partition before the assignment callback has finished.
@@ -46,8 +46,8 @@ from aiokafka.partitioner import murmur2
 from busguard.config import Config
 from busguard.runtime.faults import Faults
 from busguard.runtime.ops import Liveness, Metrics, OpsServer
-from busguard.runtime.outputs import Output, producer_batch_size
-from busguard.runtime.records import consumer_options
+from busguard.runtime.clients import group_consumer, loop_producer
+from busguard.runtime.outputs import Output
 
 log = structlog.get_logger(__name__)
 
@@ -134,39 +134,8 @@ class BatchLoop:
         self._stop.set()
 
     async def run(self) -> None:
-        k = self.cfg.kafka
-        producer = AIOKafkaProducer(
-            bootstrap_servers=k.bootstrap_servers,
-            client_id=f"{k.client_id}-{self.role}-producer",
-            acks="all" if k.acks == "all" else 1,
-            enable_idempotence=k.idempotence,
-            linger_ms=5,
-            # Batches fill to a size that compresses to at most the brokers'
-            # limit; a larger output travels alone, checked by OutputBudget.
-            compression_type=None if k.compression == "none" else k.compression,
-            max_batch_size=producer_batch_size(k.max_message_bytes, k.compression),
-            max_request_size=k.max_message_bytes,
-            request_timeout_ms=k.request_timeout_ms,
-        )
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=k.bootstrap_servers,
-            group_id=self.group_id,
-            client_id=f"{k.client_id}-{self.role}-consumer",
-            enable_auto_commit=False,
-            auto_offset_reset=k.auto_offset_reset,
-            session_timeout_ms=k.session_timeout_ms,
-            heartbeat_interval_ms=k.heartbeat_interval_ms,
-            max_poll_interval_ms=k.max_poll_interval_ms,
-            # aiokafka defaults this to session_timeout_ms; a rebalance must be
-            # allowed to wait for the in-flight batch (revoke_budget_ms).
-            rebalance_timeout_ms=k.rebalance_timeout_ms,
-            request_timeout_ms=k.request_timeout_ms,
-            max_partition_fetch_bytes=max(1_048_576, self.cfg.batch.max_payload_bytes + 262_144),
-            fetch_max_bytes=52_428_800,
-            # a record the client cannot decode arrives as an Undecodable
-            # placeholder instead of raising out of getmany()
-            **consumer_options(),
-        )
+        producer = loop_producer(self.cfg, role=self.role)
+        consumer = group_consumer(self.cfg, group_id=self.group_id, role=self.role)
         ops = OpsServer(self.metrics, self.liveness.check, self.cfg.ops.host, self.cfg.ops.port) if self.cfg.ops.port else None
         await producer.start()
         try:

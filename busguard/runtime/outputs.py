@@ -27,7 +27,7 @@ from typing import Final, NamedTuple
 
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from busguard.admission.types import Coordinates, Decision, headers_encoding
+from busguard.protocol.records import Coordinates, Decision, headers_encoding
 from busguard.config import Compression, TopicsConfig
 from busguard.protocol.attestation import (
     HEADER_ATTESTATION,
@@ -79,6 +79,13 @@ class Sealed(NamedTuple):
     seal: bytes
 
 
+def proof_headers(record_id: str, attestation: bytes, seal: bytes) -> list[tuple[str, bytes]]:
+    """The headers that make any sealed output checkable on its own, in the
+    one order every writer uses (docs/protocol.md, "Attestation"): the
+    guard's outputs, the reconciler's and the size budget's worst case."""
+    return [(HEADER_DECISION_ID, record_id.encode()), (HEADER_ATTESTATION, attestation), (HEADER_SEAL, seal)]
+
+
 def outputs_for(
     sealed: Sealed,
     record_key: bytes | None,
@@ -91,7 +98,7 @@ def outputs_for(
 ) -> tuple[Output, Output]:
     d = sealed.decision
     did = d.decision_id.encode()
-    proof = [(HEADER_DECISION_ID, did), (HEADER_ATTESTATION, sealed.attestation), (HEADER_SEAL, sealed.seal)]
+    proof = proof_headers(d.decision_id, sealed.attestation, sealed.seal)
     task_key = d.task_id.encode() if d.task_id is not None else did
     at, part = d.decided_at, d.source.partition
     # The audit topic is placed by input partition, not by hashing unique task ids.
@@ -267,7 +274,7 @@ def worst_proof(guard_id: str) -> list[tuple[str, bytes]]:
         -(2**63),
         b"",
     )
-    return [(HEADER_DECISION_ID, b"f" * 32), (HEADER_ATTESTATION, att), (HEADER_SEAL, b"A" * 86)]
+    return proof_headers("f" * 32, att, b"A" * 86)
 
 
 class OutputBudget:
@@ -305,7 +312,7 @@ class OutputBudget:
         if BATCH_OVERHEAD + record_size(record_key, value, headers) + self._proof_bytes <= self.batch_size:
             return None
         s = seal(d)
-        proof = [(HEADER_DECISION_ID, d.decision_id.encode()), (HEADER_ATTESTATION, s.attestation), (HEADER_SEAL, s.seal)]
+        proof = proof_headers(d.decision_id, s.attestation, s.seal)
         o = forward_output("", record_key, value, headers, proof, d.decided_at, d.source.partition)
         if self.fits(o):
             return None

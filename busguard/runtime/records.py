@@ -16,25 +16,8 @@ coordinates and original bytes. Every offset a record batch's header covers
 every offset gets exactly one decision and the committed position always
 moves past a bad record.
 
-How, per record batch of a fetch (Kafka message format v2, KIP-98):
-
-* the batch's CRC-32C is checked (as aiokafka does with `check_crcs`); a
-  mismatch makes the whole batch `undecodable_batch`;
-* the batch is decoded by aiokafka's own decoder (its C extension when
-  built), the fast path: a batch that decodes costs one offset-order check
-  per record and nothing else;
-* if that raises, a small tolerant reader (below) re-reads the batch: it
-  decompresses (none, gzip, snappy, lz4, zstd: aiokafka's codec functions),
-  walks the records by their length prefixes, and yields each good record as
-  aiokafka would, each record with a header name that is not UTF-8 as
-  `undecodable_header`, each record whose fields do not parse as
-  `undecodable_record`, and every offset it cannot attribute (unknown codec,
-  corrupt compressed frame, broken length prefixes, offset deltas out of
-  order) as `undecodable_batch`.
-
-Control batches (transaction markers) are skipped as aiokafka skips them;
-legacy (v0/v1) message sets go through aiokafka's legacy decoder, and one
-that fails yields one `undecodable_batch` placeholder.
+The decoding itself (how, per record batch, and what each placeholder
+carries) is in busguard.runtime.decoding.
 
 The hook: aiokafka 0.14 builds `PartitionRecords(..., key_deserializer, ...)`
 from the raw partition bytes in `aiokafka.consumer.fetcher`, with no per
@@ -51,7 +34,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import struct
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
@@ -60,6 +42,26 @@ import msgspec
 from aiokafka.structs import ConsumerRecord
 
 from busguard.protocol.reasons import Reason
+from busguard.runtime.decoding import PartitionDecoder, Undecodable
+
+__all__ = [
+    "FORM_BATCH",
+    "FORM_BATCH_REF",
+    "FORM_PARTS",
+    "FORM_RECORD",
+    "HEADER_BATCH_OFFSET",
+    "HEADER_BATCH_SHA256",
+    "HEADER_ORIGINAL_FORM",
+    "HEADER_ORIGINAL_HEADERS",
+    "HEADER_ORIGINAL_HEADERS_LENGTH",
+    "HEADER_ORIGINAL_HEADERS_SHA256",
+    "RAW_KEYS",
+    "PartitionDecoder",
+    "Undecodable",
+    "consumer_options",
+    "install",
+    "preserved",
+]
 
 #: The preserved-bytes headers on a dead-letter record for an `Undecodable`
 #: input (docs/protocol.md, "Undecodable records").
@@ -74,50 +76,6 @@ FORM_PARTS: Final = "parts"
 FORM_RECORD: Final = "record"
 FORM_BATCH: Final = "batch"
 FORM_BATCH_REF: Final = "batch-ref"
-
-_BATCH_HEADER: Final = struct.Struct(">qiibIhiqqqhii")  # 61 bytes: KIP-98 RecordBatch header
-_LOG_OVERHEAD: Final = 12  # baseOffset int64 + batchLength int32
-_MIN_V2_LENGTH: Final = _BATCH_HEADER.size - _LOG_OVERHEAD
-_CODEC_NAMES: Final = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
-_CONTROL: Final = 0x20
-_TRANSACTIONAL: Final = 0x10
-_LOG_APPEND_TIME: Final = 0x08
-_MAX_DETAIL: Final = 512
-
-
-class Undecodable(msgspec.Struct, frozen=True, gc=False):
-    """An offset whose record the client could not decode.
-
-    Has the attributes the loop reads from a `ConsumerRecord` (topic,
-    partition, offset, key, value, headers, timestamp), so it travels
-    through the batch loop beside ordinary records.
-
-    * `undecodable_header` / `undecodable_record`: `key` and `value` are the
-      record's own (when they could be read), `raw_headers` its header pairs
-      as bytes, `raw` the record's exact bytes as encoded inside the
-      (decompressed) batch;
-    * `undecodable_batch`: `raw` is the whole batch as fetched, on the
-      placeholder at the batch's base offset (`carrier`); the others refer
-      to it by `batch_offset` and `batch_sha256`.
-    """
-
-    topic: str
-    partition: int
-    offset: int
-    reason: str
-    detail: str
-    raw: bytes | None
-    batch_offset: int
-    batch_sha256: str
-    key: bytes | None = None
-    value: bytes | None = None
-    raw_headers: tuple[tuple[bytes, bytes | None], ...] | None = None
-    timestamp: int | None = None
-    carrier: bool = False
-
-    @property
-    def headers(self) -> tuple[tuple[str, bytes], ...]:
-        return ()
 
 
 def _raw_keys(key: bytes | None) -> bytes | None:
@@ -164,316 +122,6 @@ def preserved(item: Any, max_bytes: int) -> tuple[bytes | None, bytes | None, li
     else:
         kept = [(HEADER_ORIGINAL_HEADERS, encoded)]
     return u.key, u.value, [(HEADER_ORIGINAL_FORM, FORM_PARTS.encode()), *kept]
-
-
-# -- the tolerant reader -------------------------------------------------------
-
-
-class _Corrupt(Exception):
-    """The bytes do not parse; the message says where."""
-
-
-def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
-    """Zigzag varint (as Kafka's records use), at most 10 bytes, within `end`."""
-    shift = value = 0
-    for i in range(10):
-        if pos >= end:
-            raise _Corrupt("truncated varint")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (value >> 1) ^ -(value & 1), pos
-        shift += 7
-    raise _Corrupt("varint longer than 10 bytes")
-
-
-def _bytes(buf: bytes, pos: int, end: int, what: str) -> tuple[bytes | None, int]:
-    n, pos = _varint(buf, pos, end)
-    if n < 0:
-        return None, pos
-    if pos + n > end:
-        raise _Corrupt(f"{what} length {n} runs past the record")
-    return buf[pos : pos + n], pos + n
-
-
-def _decompress(codec: int, body: bytes) -> bytes:
-    from aiokafka import codec as c
-
-    if codec == 0:
-        return body
-    if codec == 1:
-        return bytes(c.gzip_decode(body))
-    if codec == 2:
-        return bytes(c.snappy_decode(body))
-    if codec == 3:
-        return bytes(c.lz4_decode(body))
-    if codec == 4:
-        return bytes(c.zstd_decode(body))
-    raise _Corrupt(f"unknown compression codec id {codec}")
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= _MAX_DETAIL else text[: _MAX_DETAIL - 1] + "…"
-
-
-class PartitionDecoder:
-    """Decodes one partition's fetched bytes into `ConsumerRecord`s and
-    `Undecodable`s, in offset order, from `next_fetch_offset` on. Pure over
-    its input; `next_fetch_offset` advances as items are yielded, as
-    aiokafka's own iterator does, so a consumer that stops early resumes at
-    the right place."""
-
-    def __init__(self, topic: str, partition: int, raw: bytes, fetch_offset: int) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.raw = raw
-        self.next_fetch_offset = fetch_offset
-
-    def __iter__(self) -> Iterator[ConsumerRecord | Undecodable]:
-        raw = self.raw
-        n = len(raw)
-        pos = 0
-        first = True
-        while n - pos >= _LOG_OVERHEAD:
-            start_offset = self.next_fetch_offset
-            base, length = struct.unpack_from(">qi", raw, pos)
-            end = pos + _LOG_OVERHEAD + length
-            if length >= 0 and end > n:
-                break  # a partial batch at the end of the fetch: refetched next time
-            framed = length >= _MIN_V2_LENGTH or (length >= 0 and n > pos + 16 and raw[pos + 16] < 2)
-            if not framed:
-                # The length cannot be right, so nothing after it can be delimited.
-                batch = raw[pos:n]
-                why = f"batch length {length} cannot frame a record batch"
-                yield from self._placeholders(batch, base, base, self._header_last(raw, pos, base), why)
-                if first and self.next_fetch_offset == start_offset:
-                    yield from self._placeholders(batch, base, start_offset, start_offset, why, carrier=True)
-                return
-            next_base = struct.unpack_from(">q", raw, end)[0] if end + 8 <= n else None
-            batch = raw[pos:end]
-            magic = raw[pos + 16]
-            if magic == 2:
-                yield from self._v2(batch, base, next_base)
-            elif magic in (0, 1):
-                yield from self._legacy(batch, base, magic, next_base)
-            else:
-                yield from self._placeholders(batch, base, base, base, f"magic byte {magic} is not a Kafka record format")
-            if first and self.next_fetch_offset == start_offset:
-                # The broker returned this batch for `start_offset`, so it
-                # covers it; a header that says otherwise must not stall us.
-                yield from self._placeholders(batch, base, start_offset, start_offset, "the batch header does not cover the fetched offset", carrier=True)
-            first = False
-            pos = end
-
-    @staticmethod
-    def _header_last(raw: bytes, pos: int, base: int) -> int:
-        if len(raw) - pos >= 27:
-            delta: int = struct.unpack_from(">i", raw, pos + 23)[0]
-            return base + max(delta, 0)
-        return base
-
-    def _placeholders(
-        self, batch: bytes, base: int, lo: int, hi: int, why: str, *, carrier: bool = False
-    ) -> Iterator[Undecodable]:
-        """One `undecodable_batch` placeholder per offset in [lo, hi] not yet consumed."""
-        first = max(lo, self.next_fetch_offset)
-        if first > hi:
-            return
-        sha = hashlib.sha256(batch).hexdigest()
-        detail = _clip(why)
-        for offset in range(first, hi + 1):
-            self.next_fetch_offset = offset + 1
-            bearer = carrier or offset == base
-            yield Undecodable(
-                self.topic, self.partition, offset, Reason.UNDECODABLE_BATCH, detail, batch if bearer else None, base, sha, carrier=bearer
-            )
-
-    def _record(self, rec: Any) -> ConsumerRecord:
-        key, value = rec.key, rec.value
-        return ConsumerRecord(
-            self.topic,
-            self.partition,
-            rec.offset,
-            rec.timestamp,
-            rec.timestamp_type,
-            key,
-            value,
-            rec.checksum,
-            len(key) if key is not None else -1,
-            len(value) if value is not None else -1,
-            tuple(rec.headers),
-        )
-
-    def _v2(self, batch: bytes, base: int, next_base: int | None) -> Iterator[ConsumerRecord | Undecodable]:
-        from aiokafka.record.default_records import DefaultRecordBatch
-
-        _, _, _, _, _, attrs, last_delta, first_ts, max_ts, _, _, _, count = _BATCH_HEADER.unpack_from(batch, 0)
-        last = base + max(last_delta, 0)
-        if next_base is not None and base < next_base <= last:
-            last = next_base - 1
-        if last < self.next_fetch_offset:
-            return  # already consumed (the broker returns whole batches)
-        if attrs & _CONTROL:
-            if attrs & _TRANSACTIONAL:
-                self.next_fetch_offset = last + 1  # a transaction marker, not a record
-                return
-            yield from self._placeholders(batch, base, base, last, "control batch outside a transaction")
-            return
-        try:
-            parsed = DefaultRecordBatch(batch)
-            crc_ok = parsed.validate_crc()
-        except Exception as exc:  # noqa: BLE001 - any failure of the client's decoder is data, not a bug
-            yield from self._placeholders(batch, base, base, last, f"batch header does not parse: {type(exc).__name__}: {exc}")
-            return
-        if not crc_ok:
-            yield from self._placeholders(batch, base, base, last, "CRC-32C mismatch: the batch is corrupt")
-            return
-        try:
-            recs = list(parsed)
-        except Exception:  # noqa: BLE001 - fall back to the tolerant reader below
-            recs = None
-        if recs is not None:
-            prev = base - 1
-            for r in recs:
-                o = r.offset
-                if o <= prev or o > last:
-                    recs = None
-                    break
-                prev = o
-        if recs is None:
-            yield from self._tolerant(batch, base, last, attrs, first_ts, max_ts, count)
-        else:
-            nfo = self.next_fetch_offset
-            for r in recs:
-                if r.offset >= nfo:
-                    self.next_fetch_offset = r.offset + 1
-                    yield self._record(r)
-        self.next_fetch_offset = max(self.next_fetch_offset, last + 1)
-
-    def _tolerant(
-        self, batch: bytes, base: int, last: int, attrs: int, first_ts: int, max_ts: int, count: int
-    ) -> Iterator[ConsumerRecord | Undecodable]:
-        codec = attrs & 0x07
-        try:
-            data = _decompress(codec, batch[_BATCH_HEADER.size :])
-        except Exception as exc:  # noqa: BLE001 - a codec library's error is data here
-            name = _CODEC_NAMES.get(codec, f"id {codec}")
-            yield from self._placeholders(batch, base, base, last, f"{name} records do not decompress: {type(exc).__name__}: {exc}")
-            return
-        log_append = bool(attrs & _LOG_APPEND_TIME)
-        sha = hashlib.sha256(batch).hexdigest()
-        pos, end, prev = 0, len(data), base - 1
-        broken = ""
-        items: list[ConsumerRecord | Undecodable] = []
-        nfo = self.next_fetch_offset
-        for _ in range(max(count, 0)):
-            if pos >= end:
-                broken = f"{count} records declared, the batch holds fewer"
-                break
-            start = pos
-            try:
-                length, pos = _varint(data, pos, end)
-                if length < 0 or pos + length > end:
-                    raise _Corrupt(f"record length {length} runs past the batch")
-                body, rec_end = pos, pos + length
-                pos += 1  # attributes
-                ts_delta, pos = _varint(data, pos, rec_end)
-                offset_delta, pos = _varint(data, pos, rec_end)
-            except _Corrupt as exc:
-                broken = f"record after offset {prev} cannot be delimited: {exc}"
-                break
-            offset = base + offset_delta
-            if offset <= prev or offset > last:
-                # Offsets no longer say which record is which: the batch as a whole.
-                yield from self._placeholders(batch, base, base, last, f"offset delta {offset_delta} is out of order or beyond the batch's last offset")
-                return
-            prev = offset
-            raw_record = data[start:rec_end]
-            timestamp = max_ts if log_append else first_ts + ts_delta
-            pos = rec_end
-            if offset < nfo:
-                continue
-            p = body + 1  # past attributes, then the two deltas read above
-            _, p = _varint(data, p, rec_end)
-            _, p = _varint(data, p, rec_end)
-            key: bytes | None = None
-            value: bytes | None = None
-            pairs: list[tuple[bytes, bytes | None]] | None = None
-            try:
-                key, p = _bytes(data, p, rec_end, "key")
-                value, p = _bytes(data, p, rec_end, "value")
-                n_headers, p = _varint(data, p, rec_end)
-                if n_headers < 0:
-                    raise _Corrupt(f"header count {n_headers}")
-                pairs = []
-                for _ in range(n_headers):
-                    h_name, p = _bytes(data, p, rec_end, "header name")
-                    if h_name is None:
-                        raise _Corrupt("null header name")
-                    h_value, p = _bytes(data, p, rec_end, "header value")
-                    pairs.append((h_name, h_value))
-                if p != rec_end:
-                    raise _Corrupt(f"{rec_end - p} bytes after the record's headers")
-            except _Corrupt as exc:
-                items.append(Undecodable(
-                    self.topic, self.partition, offset, Reason.UNDECODABLE_RECORD, _clip(f"record does not parse: {exc}"), raw_record, base, sha, timestamp=timestamp
-                ))
-                continue
-            try:
-                headers = tuple((k.decode(), v) for k, v in pairs)
-            except UnicodeDecodeError as exc:
-                items.append(Undecodable(
-                    self.topic,
-                    self.partition,
-                    offset,
-                    Reason.UNDECODABLE_HEADER,
-                    _clip(f"a header name is not UTF-8: {exc}"),
-                    raw_record,
-                    base,
-                    sha,
-                    key,
-                    value,
-                    tuple(pairs),
-                    timestamp,
-                ))
-                continue
-            items.append(ConsumerRecord(
-                self.topic,
-                self.partition,
-                offset,
-                timestamp,
-                1 if log_append else 0,
-                key,
-                value,
-                None,
-                len(key) if key is not None else -1,
-                len(value) if value is not None else -1,
-                headers,
-            ))
-        for item in items:
-            self.next_fetch_offset = item.offset + 1
-            yield item
-        if broken:
-            yield from self._placeholders(batch, base, prev + 1, last, broken)
-
-    def _legacy(self, batch: bytes, base: int, magic: int, next_base: int | None) -> Iterator[ConsumerRecord | Undecodable]:
-        from aiokafka.record.legacy_records import LegacyRecordBatch
-
-        try:
-            recs = list(LegacyRecordBatch(batch, magic))
-            offsets = [r.offset for r in recs]
-            if offsets != sorted(set(offsets)):
-                raise _Corrupt("offsets out of order")
-            if offsets and next_base is not None and offsets[-1] >= next_base:
-                raise _Corrupt("offsets run into the next batch")
-        except Exception as exc:  # noqa: BLE001 - any failure of the client's decoder is data
-            yield from self._placeholders(batch, base, base, base, f"legacy v{magic} message set does not decode: {type(exc).__name__}: {exc}")
-            return
-        for r in recs:
-            if r.offset >= self.next_fetch_offset:
-                self.next_fetch_offset = r.offset + 1
-                yield self._record(r)
 
 
 # -- the aiokafka hook ---------------------------------------------------------

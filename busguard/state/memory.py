@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 
-from busguard.admission.batch import BatchState, KeySet, Snapshot, SourceKey, source_key
-from busguard.admission.fence import Partition, rearmed
-from busguard.admission.types import Coordinates, Decision, TaskEntry, WindowRecord
+from busguard.protocol.records import Coordinates, Decision, TaskEntry
+from busguard.state.keys import KeySet, Partition, PolicyKey, SourceKey, source_key
+from busguard.state.snapshot import Snapshot
+from busguard.state.store import BatchFn, rearmed
+from busguard.state.writes import PolicyRecord, WindowRecord
 
 
 class MemoryStore:
@@ -34,8 +35,13 @@ class MemoryStore:
         self.nonces: dict[tuple[str, str], int] = {}
         self.windows: dict[tuple[str, str], WindowRecord] = {}
         self.tasks: dict[tuple[str, str], tuple[TaskEntry, int]] = {}
+        self.policy: dict[PolicyKey, PolicyRecord] = {}
         self.decision_retention_ms = decision_retention_ms
         self.task_retention_ms = task_retention_ms
+
+    @property
+    def created(self) -> bool:
+        return True  # lost at every exit, so every open creates it
 
     @property
     def created_at(self) -> int:
@@ -54,7 +60,7 @@ class MemoryStore:
         with self._lock:
             return dict(self.watermarks)
 
-    def run_batch(self, keys: KeySet, now_ms: int, fn: Callable[[Snapshot], BatchState]) -> BatchState:
+    def run_batch(self, keys: KeySet, now_ms: int, fn: BatchFn) -> None:
         with self._lock:
             snap = Snapshot(trusted_from=self._trusted_from)
             for sk in keys.sources:
@@ -70,20 +76,25 @@ class MemoryStore:
                 current = self.tasks.get(tk)
                 if current is not None and current[1] > now_ms:
                     snap.tasks[tk] = current[0]
-            state = fn(snap)
+            for pk in keys.policy:
+                row = self.policy.get(pk)
+                if row is not None and row.expires_at > now_ms:
+                    snap.policy[pk] = row.value
+            writes = fn(snap)
             marks = self.watermarks
-            for sk, d in state.new_decisions.items():
+            for part, offset in writes.watermarks().items():
+                if marks.get(part, -1) < offset:
+                    marks[part] = offset
+            for sk, d in writes.decisions.items():
                 self.decisions[sk] = (d, d.decided_at + self.decision_retention_ms)
-                if marks.get(sk[:2], -1) < sk[2]:
-                    marks[sk[:2]] = sk[2]
-            for nk, n in state.nonces.items():
+            for nk, n in writes.nonces.items():
                 self.nonces[nk] = n.expires_at
-            self.windows.update(state.windows)
-            for tk, entry in state.tasks.items():
+            self.windows.update(writes.windows)
+            self.policy.update(writes.policy)
+            for tk, entry in writes.tasks.items():
                 current = self.tasks.get(tk)
                 if current is None or current[1] <= now_ms:
                     self.tasks[tk] = (entry, entry.admitted_at + self.task_retention_ms)
-            return state
 
     def decision_at(self, source: Coordinates) -> Decision | None:
         found = self.decisions.get(source_key(source))
@@ -100,13 +111,14 @@ class MemoryStore:
             self.nonces = {k: v for k, v in self.nonces.items() if v > now_ms}
             self.windows = {k: v for k, v in self.windows.items() if v.expires_at > now_ms}
             self.tasks = {k: v for k, v in self.tasks.items() if v[1] > now_ms}
+            self.policy = {k: v for k, v in self.policy.items() if v.expires_at > now_ms}
             return before - self._total()
 
     def _total(self) -> int:
-        return len(self.decisions) + len(self.nonces) + len(self.windows) + len(self.tasks)
+        return len(self.decisions) + len(self.nonces) + len(self.windows) + len(self.tasks) + len(self.policy)
 
     def counts(self) -> dict[str, int]:
-        return {"decisions": len(self.decisions), "nonces": len(self.nonces), "windows": len(self.windows), "tasks": len(self.tasks)}
+        return {"decisions": len(self.decisions), "nonces": len(self.nonces), "windows": len(self.windows), "tasks": len(self.tasks), "policy": len(self.policy)}
 
     def close(self) -> None:
         pass

@@ -215,13 +215,15 @@ DDL: Final = (
     "CREATE TABLE IF NOT EXISTS nonces(k bytea PRIMARY KEY, exp bigint NOT NULL)",
     "CREATE TABLE IF NOT EXISTS windows(k bytea PRIMARY KEY, top bigint NOT NULL, bitmap bytea NOT NULL, ver bigint NOT NULL, exp bigint NOT NULL)",
     "CREATE TABLE IF NOT EXISTS tasks(k bytea PRIMARY KEY, body bytea NOT NULL, exp bigint NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS policy(k bytea PRIMARY KEY, body bytea NOT NULL, exp bigint NOT NULL)",
     "CREATE TABLE IF NOT EXISTS watermarks(topic text NOT NULL, part integer NOT NULL, off bigint NOT NULL, PRIMARY KEY (topic, part))",
     "CREATE INDEX IF NOT EXISTS decisions_exp ON decisions(exp)",
     "CREATE INDEX IF NOT EXISTS nonces_exp ON nonces(exp)",
     "CREATE INDEX IF NOT EXISTS windows_exp ON windows(exp)",
     "CREATE INDEX IF NOT EXISTS tasks_exp ON tasks(exp)",
+    "CREATE INDEX IF NOT EXISTS policy_exp ON policy(exp)",
 )
-EXPIRING: Final = ("decisions", "nonces", "windows", "tasks")
+EXPIRING: Final = ("decisions", "nonces", "windows", "tasks", "policy")
 EXPIRE_CHUNK: Final = 20_000  # rows per DELETE: short transactions, short row locks
 
 LOAD_TRUSTED_FROM: Final = "SELECT v FROM meta WHERE k = 'trusted_from_ms'"
@@ -229,6 +231,13 @@ LOAD_DECISIONS: Final = "SELECT body FROM decisions WHERE k = ANY(%b::bytea[]) A
 LOAD_NONCES: Final = "SELECT k FROM nonces WHERE k = ANY(%b::bytea[]) AND exp > %s"
 LOAD_WINDOWS: Final = "SELECT k, top, bitmap, ver FROM windows WHERE k = ANY(%b::bytea[]) AND exp > %s"
 LOAD_TASKS: Final = "SELECT body FROM tasks WHERE k = ANY(%b::bytea[]) AND exp > %s"
+LOAD_POLICY: Final = "SELECT k, body FROM policy WHERE k = ANY(%b::bytea[]) AND exp > %s"
+# Policy rows are read-modify-write with reads that need not be written, so
+# they are not covered by conditional writes: a batch locks the policy keys
+# it reads (transaction-scoped advisory locks, taken in one statement in
+# sorted order) before reading them. Only records of kinds with a stateful
+# policy have such keys, a handful per batch.
+LOCK_KEYS: Final = "SELECT count(pg_advisory_xact_lock(k)) FROM unnest(%b::bigint[]) AS k"
 
 # Statements run in this table order with keys sorted, so two transactions
 # that both wait on each other's uncommitted rows cannot happen (no deadlock).
@@ -254,9 +263,32 @@ WRITE_TASKS: Final = """
 INSERT INTO tasks(k, body, exp) SELECT * FROM unnest(%b::bytea[], %b::bytea[], %b::bigint[])
 ON CONFLICT (k) DO UPDATE SET body = excluded.body, exp = excluded.exp WHERE tasks.exp <= %s
 RETURNING k"""
+WRITE_POLICY: Final = """
+INSERT INTO policy(k, body, exp) SELECT * FROM unnest(%b::bytea[], %b::bytea[], %b::bigint[])
+ON CONFLICT (k) DO UPDATE SET body = excluded.body, exp = excluded.exp"""
+# Rows a batch writes without having read them (the contract's last-write-wins
+# for keys outside its KeySet; admission always reads what it writes).
+UPSERT_DECISIONS: Final = """
+INSERT INTO decisions(k, did, body, exp) SELECT * FROM unnest(%b::bytea[], %b::text[], %b::bytea[], %b::bigint[])
+ON CONFLICT (k) DO UPDATE SET did = excluded.did, body = excluded.body, exp = excluded.exp"""
+UPSERT_NONCES: Final = """
+INSERT INTO nonces(k, exp) SELECT * FROM unnest(%b::bytea[], %b::bigint[]) ON CONFLICT (k) DO UPDATE SET exp = excluded.exp"""
+UPSERT_WINDOWS: Final = """
+INSERT INTO windows(k, top, bitmap, ver, exp) SELECT * FROM unnest(%b::bytea[], %b::bigint[], %b::bytea[], %b::bigint[], %b::bigint[])
+ON CONFLICT (k) DO UPDATE SET top = excluded.top, bitmap = excluded.bitmap, ver = windows.ver + 1, exp = excluded.exp"""
+INSERT_TASKS: Final = """
+INSERT INTO tasks(k, body, exp) SELECT * FROM unnest(%b::bytea[], %b::bytea[], %b::bigint[])
+ON CONFLICT (k) DO UPDATE SET body = excluded.body, exp = excluded.exp WHERE tasks.exp <= %s"""
 WRITE_WATERMARKS: Final = """
 INSERT INTO watermarks(topic, part, off) SELECT * FROM unnest(%b::text[], %b::integer[], %b::bigint[])
 ON CONFLICT (topic, part) DO UPDATE SET off = excluded.off WHERE excluded.off > watermarks.off"""
+
+
+def lock_id(raw: bytes) -> int:
+    """A row key as an advisory lock id (a collision only serialises two batches)."""
+    import hashlib
+
+    return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "big", signed=True)
 
 
 def init_lock_id(schema: str) -> int:

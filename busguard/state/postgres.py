@@ -36,6 +36,16 @@ then runs again on fresh reads (the decision function is pure):
   its decision. (Records refused before those checks — bad signature, store
   warming, a policy objection — rely on no absence.)
 
+Policy rows (busguard.policies: a kind's own state, e.g. an award's call
+for bids) break the last point: a policy may read a row it does not write
+(a settlement reads the award) and overwrite rows whatever they held. So a
+batch takes a transaction-scoped advisory lock on each policy key it reads
+(one statement, keys sorted, before reading them), and another batch
+touching one of those keys waits until it commits: two-phase locking for
+policy rows, conditional writes for the rest. A policy key written unread
+is locked when written. Only records of kinds with a stateful policy have
+policy keys, a handful per batch, so the lock table is no concern.
+
 So each committed batch is equivalent to running it alone at its commit
 point, which is the guarantee SQLite's `BEGIN IMMEDIATE` gives on one host.
 Two guards that receive copies of one receipt at the same moment both read
@@ -51,7 +61,8 @@ which every pair of concurrent batches conflicts and aborts; at READ
 COMMITTED only batches that really touch the same key wait or retry. Why not
 advisory locks on every key: one lock-table slot per key per batch
 (max_locks_per_transaction × max_connections is 6400 by default, a batch has
-up to ~1500 keys), and an operator would have to size it.
+up to ~1500 keys), and an operator would have to size it (for the few policy keys of a batch
+they are what is used, above).
 
 No deadlocks: a batch writes its tables in a fixed order (decisions, nonces,
 windows, tasks, watermarks) with its keys sorted, so two batches never wait
@@ -74,19 +85,20 @@ never expired.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-import msgspec
 import structlog
 
-from busguard.admission.batch import BatchState, KeySet, Snapshot, SourceKey, source_key
-from busguard.admission.fence import Partition, rearmed
-from busguard.admission.types import Coordinates, Decision, TaskEntry
-from busguard.admission.window import WindowState
+from busguard.protocol.records import Coordinates, Decision, TaskEntry
 from busguard.state import pgsql
+from busguard.state.codecs import bitmap_bytes, bitmap_int, decision_decoder, encode, task_decoder
+from busguard.state.keys import KeySet, Partition, source_key
 from busguard.state.pgsql import Session, returned
+from busguard.state.snapshot import Snapshot, WindowState
 from busguard.state.sqlitedb import key as text_key
+from busguard.state.store import BatchFn, rearmed
+from busguard.state.writes import BatchWrites
 
 if TYPE_CHECKING:
     import psycopg
@@ -98,17 +110,9 @@ log = structlog.get_logger("busguard.state.postgres")
 GENESIS: Final = "genesis"
 CREATED: Final = "created"
 
-_decision_codec = msgspec.msgpack.Decoder(Decision)
-_task_codec = msgspec.msgpack.Decoder(TaskEntry)
-_encode = msgspec.msgpack.Encoder().encode
-
-
 def key(*parts: object) -> bytes:
+    """sqlitedb's text key in UTF-8: bytea, since it may hold NUL (text cannot)."""
     return text_key(*parts).encode()
-
-
-def _bitmap_bytes(bitmap: int) -> bytes:
-    return bitmap.to_bytes((bitmap.bit_length() + 7) // 8 or 1, "big")
 
 
 class PostgresStore:
@@ -199,19 +203,19 @@ class PostgresStore:
 
         return self._session.run(body, what="read watermarks")
 
-    def run_batch(self, keys: KeySet, now_ms: int, fn: Callable[[Snapshot], BatchState]) -> BatchState:
+    def run_batch(self, keys: KeySet, now_ms: int, fn: BatchFn) -> None:
         from psycopg import errors
 
-        def body(cur: Cursor) -> tuple[BatchState, int, int]:
+        def body(cur: Cursor) -> tuple[BatchWrites, int, int]:
             generation = self._session.generation
             created_at, trusted_from = self._check_identity(cur, now_ms, generation)
             snap, versions = self._load(cur, keys, now_ms, trusted_from)
-            state = fn(snap)
-            self._write(cur, snap, versions, state, now_ms)
-            return state, created_at, generation
+            writes = fn(snap)
+            self._write(cur, keys, snap, versions, writes, now_ms)
+            return writes, created_at, generation
 
         try:
-            state, created_at, generation = self._session.run(body, what="run batch")
+            writes, created_at, generation = self._session.run(body, what="run batch")
         except errors.UndefinedTable:
             # The schema was dropped under us: the store is lost. Recreate it,
             # fenced from now, as `busguard run` would at its next start.
@@ -220,10 +224,9 @@ class PostgresStore:
             self._created_at, self.origin, self._committed = int(meta["created_at_ms"]), meta["origin"], {}
             return self.run_batch(keys, now_ms, fn)
         self._created_at, self._checked_generation = created_at, generation
-        for topic, partition, offset in state.new_decisions:
-            if self._committed.get((topic, partition), -1) < offset:
-                self._committed[(topic, partition)] = offset
-        return state
+        for p, offset in writes.watermarks().items():
+            if self._committed.get(p, -1) < offset:
+                self._committed[p] = offset
 
     def _check_identity(self, cur: Cursor, now_ms: int, generation: int) -> tuple[int, int | None]:
         """Inside the batch's transaction, before its reads: is this still the
@@ -270,7 +273,7 @@ class PostgresStore:
         if keys.sources:
             cur.execute(pgsql.LOAD_DECISIONS, ([key(*s) for s in keys.sources], now_ms), binary=True)
             for (body,) in cur.fetchall():
-                d = _decision_codec.decode(body)
+                d = decision_decoder.decode(body)
                 snap.decisions[source_key(d.source)] = d
         if keys.nonces:
             by_key = {key(*n): n for n in keys.nonces}
@@ -282,60 +285,91 @@ class PostgresStore:
             by_key = {key(*w): w for w in keys.windows}
             cur.execute(pgsql.LOAD_WINDOWS, (list(by_key), now_ms), binary=True)
             for k, top, bitmap, ver in cur.fetchall():
-                snap.windows[by_key[k]] = WindowState(top, int.from_bytes(bitmap, "big"))
+                snap.windows[by_key[k]] = WindowState(top, bitmap_int(bitmap))
                 versions[k] = ver
         if keys.tasks:
             cur.execute(pgsql.LOAD_TASKS, ([key(*t) for t in keys.tasks], now_ms), binary=True)
             for (body,) in cur.fetchall():
-                t = _task_codec.decode(body)
+                t = task_decoder.decode(body)
                 snap.tasks[(t.kind, t.task_id)] = t
+        if keys.policy:
+            by_key = {key(*p): p for p in keys.policy}
+            cur.execute(pgsql.LOCK_KEYS, (sorted({pgsql.lock_id(k) for k in by_key}),))
+            cur.execute(pgsql.LOAD_POLICY, (list(by_key), now_ms), binary=True)
+            for k, body in cur.fetchall():
+                snap.policy[by_key[k]] = body
         return snap, versions
 
-    def _write(self, cur: Cursor, snap: Snapshot, versions: dict[bytes, int], state: BatchState, now_ms: int) -> None:
+    def _write(self, cur: Cursor, keys: KeySet, snap: Snapshot, versions: dict[bytes, int], writes: BatchWrites, now_ms: int) -> None:
+        """Conditional writes for every key the batch read (the module docstring);
+        plain last-write-wins for keys it did not read (none, from admission)."""
+        read_sources = set(keys.sources)
         fresh: list[tuple[bytes, str, bytes, int]] = []
         replaced: list[tuple[bytes, str, bytes, int, str]] = []
-        marks: dict[Partition, int] = {}
-        for sk, d in state.new_decisions.items():
-            row = (key(*sk), d.decision_id, _encode(d), d.decided_at + self.decision_retention_ms)
+        blind: list[tuple[bytes, str, bytes, int]] = []
+        for sk, d in writes.decisions.items():
+            row = (key(*sk), d.decision_id, encode(d), d.decided_at + self.decision_retention_ms)
             earlier = snap.decisions.get(sk)
-            if earlier is None:
+            if sk not in read_sources:
+                blind.append(row)
+            elif earlier is None:
                 fresh.append(row)
             else:
                 replaced.append((*row, earlier.decision_id))
-            topic, partition, offset = sk
-            if marks.get((topic, partition), -1) < offset:
-                marks[(topic, partition)] = offset
         if fresh:
             fresh.sort()
             returned(cur, pgsql.WRITE_DECISIONS, (*_columns(fresh, 4), now_ms), len(fresh), "decisions")
         if replaced:
             replaced.sort()
             returned(cur, pgsql.REPLACE_DECISIONS, _columns(replaced, 5), len(replaced), "replaced decisions")
-        nonces = sorted((key(*n.key), n.expires_at) for n in state.nonces.values() if n.key not in snap.nonces)
+        if blind:
+            cur.execute(pgsql.UPSERT_DECISIONS, _columns(sorted(blind), 4))
+        nonces = sorted((key(*n.key), n.expires_at) for n in writes.nonces.values() if n.key in keys.nonces and n.key not in snap.nonces)
         if nonces:
             returned(cur, pgsql.WRITE_NONCES, (*_columns(nonces, 2), now_ms), len(nonces), "nonces")
-        windows = []
-        for w in state.windows.values():
+        others = sorted((key(*n.key), n.expires_at) for n in writes.nonces.values() if n.key not in keys.nonces or n.key in snap.nonces)
+        if others:
+            cur.execute(pgsql.UPSERT_NONCES, _columns(others, 2))
+        windows: list[tuple[bytes, int, bytes, int, int]] = []
+        loose: list[tuple[bytes, int, bytes, int, int]] = []
+        for w in writes.windows.values():
             k = key(*w.key)
-            windows.append((k, w.state.top, _bitmap_bytes(w.state.bitmap), versions.get(k, 0) + 1, w.expires_at))
+            wrow = (k, w.state.top, bitmap_bytes(w.state.bitmap), versions.get(k, 0) + 1, w.expires_at)
+            (windows if w.key in keys.windows else loose).append(wrow)
         if windows:
             windows.sort()
             returned(cur, pgsql.WRITE_WINDOWS, (*_columns(windows, 5), now_ms), len(windows), "windows")
+        if loose:
+            cur.execute(pgsql.UPSERT_WINDOWS, _columns(sorted(loose), 5))
         # Insert-only, except over an expired row: the first admission stays the witness.
-        tasks = sorted(
-            (key(t.kind, t.task_id), _encode(t), t.admitted_at + self.task_retention_ms) for tk, t in state.tasks.items() if tk not in snap.tasks
-        )
+        tasks: list[tuple[bytes, bytes, int]] = []
+        unread: list[tuple[bytes, bytes, int]] = []
+        for tk, t in writes.tasks.items():
+            if tk in snap.tasks:
+                continue  # present when read, and insert-only: nothing to write
+            trow = (key(t.kind, t.task_id), encode(t), t.admitted_at + self.task_retention_ms)
+            (tasks if tk in keys.tasks else unread).append(trow)
         if tasks:
+            tasks.sort()
             returned(cur, pgsql.WRITE_TASKS, (*_columns(tasks, 3), now_ms), len(tasks), "tasks")
+        if unread:
+            cur.execute(pgsql.INSERT_TASKS, (*_columns(sorted(unread), 3), now_ms))
+        if writes.policy:
+            # locked when read (LOCK_KEYS); a key written unread is locked here
+            rows = sorted((key(*p.key), p.value, p.expires_at) for p in writes.policy.values())
+            unlocked = sorted({pgsql.lock_id(key(*p.key)) for p in writes.policy.values() if p.key not in keys.policy})
+            if unlocked:
+                cur.execute(pgsql.LOCK_KEYS, (unlocked,))
+            cur.execute(pgsql.WRITE_POLICY, _columns(rows, 3))
+        marks = writes.watermarks()
         if marks:
-            rows = sorted((t, p, o) for (t, p), o in marks.items())
-            cur.execute(pgsql.WRITE_WATERMARKS, _columns(rows, 3))
+            cur.execute(pgsql.WRITE_WATERMARKS, _columns(sorted((t, p, o) for (t, p), o in marks.items()), 3))
 
     def decision_at(self, source: Coordinates) -> Decision | None:
         def body(cur: Cursor) -> Decision | None:
             cur.execute("SELECT body FROM decisions WHERE k = %s", (key(*source_key(source)),))
             row = cur.fetchone()
-            return None if row is None else _decision_codec.decode(row[0])
+            return None if row is None else decision_decoder.decode(row[0])
 
         return self._session.run(body, what="read a decision")
 
@@ -343,7 +377,7 @@ class PostgresStore:
         def body(cur: Cursor) -> TaskEntry | None:
             cur.execute("SELECT body FROM tasks WHERE k = %s AND exp > %s", (key(kind, task_id), now_ms))
             row = cur.fetchone()
-            return None if row is None else _task_codec.decode(row[0])
+            return None if row is None else task_decoder.decode(row[0])
 
         return self._session.run(body, what="read a task")
 

@@ -37,17 +37,19 @@ before, watermarks rebuilt from the decisions it still holds.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 import msgspec
 
-from busguard.admission.batch import BatchState, KeySet, Snapshot, SourceKey, source_key
-from busguard.admission.fence import Partition, rearmed
-from busguard.admission.types import Coordinates, Decision, TaskEntry
-from busguard.admission.window import WindowState
+from busguard.protocol.records import Coordinates, Decision, TaskEntry
+from busguard.state.codecs import bitmap_bytes, bitmap_int, decision_decoder, encode, task_decoder
+from busguard.state.keys import KeySet, Partition, source_key
+from busguard.state.snapshot import Snapshot, WindowState
 from busguard.state.sqlitedb import connect, key, select_in, transaction
+from busguard.state.store import BatchFn, rearmed
+from busguard.state.writes import BatchWrites
 
 SCHEMA_VERSION: Final = 2
 GENESIS: Final = "genesis"
@@ -59,21 +61,15 @@ CREATE TABLE IF NOT EXISTS decisions(k TEXT PRIMARY KEY, body BLOB NOT NULL, exp
 CREATE TABLE IF NOT EXISTS nonces(k TEXT PRIMARY KEY, exp INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS windows(k TEXT PRIMARY KEY, top INTEGER NOT NULL, bitmap BLOB NOT NULL, exp INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS tasks(k TEXT PRIMARY KEY, body BLOB NOT NULL, exp INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS policy(k TEXT PRIMARY KEY, body BLOB NOT NULL, exp INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS watermarks(k TEXT PRIMARY KEY, topic TEXT NOT NULL, part INTEGER NOT NULL, off INTEGER NOT NULL) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS decisions_exp ON decisions(exp);
 CREATE INDEX IF NOT EXISTS nonces_exp ON nonces(exp);
 CREATE INDEX IF NOT EXISTS windows_exp ON windows(exp);
 CREATE INDEX IF NOT EXISTS tasks_exp ON tasks(exp);
+CREATE INDEX IF NOT EXISTS policy_exp ON policy(exp);
 """
-
-
-_decision_codec = msgspec.msgpack.Decoder(Decision)
-_task_codec = msgspec.msgpack.Decoder(TaskEntry)
-_encode = msgspec.msgpack.Encoder().encode
-
-
-def _bitmap_bytes(bitmap: int) -> bytes:
-    return bitmap.to_bytes((bitmap.bit_length() + 7) // 8 or 1, "big")
+_TABLES: Final = ("decisions", "nonces", "windows", "tasks", "policy")
 
 
 class SqliteStore:
@@ -102,8 +98,8 @@ class SqliteStore:
                 for statement in filter(str.strip, _SCHEMA.split(";")):
                     db.execute(statement)
                 meta = dict(db.execute("SELECT k, v FROM meta").fetchall())
-                self.created = "created_at_ms" not in meta
-                if self.created:
+                self._created = "created_at_ms" not in meta
+                if self._created:
                     meta = {"created_at_ms": str(now_ms), "schema": str(SCHEMA_VERSION), "origin": GENESIS if genesis else CREATED}
                     if not genesis:
                         meta["trusted_from_ms"] = str(now_ms)
@@ -150,11 +146,13 @@ class SqliteStore:
     def partition_watermarks(self) -> dict[Partition, int]:
         return {(t, p): o for t, p, o in self._db.execute("SELECT topic, part, off FROM watermarks")}
 
-    def run_batch(self, keys: KeySet, now_ms: int, fn: Callable[[Snapshot], BatchState]) -> BatchState:
+    @property
+    def created(self) -> bool:
+        return self._created
+
+    def run_batch(self, keys: KeySet, now_ms: int, fn: BatchFn) -> None:
         with transaction(self._db):
-            state = fn(self._load(keys, now_ms))
-            self._write(state, now_ms)
-        return state
+            self._write(fn(self._load(keys, now_ms)), now_ms)
 
     def _select(self, sql: str, keys: Sequence[str], now_ms: int) -> Iterable[tuple[Any, ...]]:
         return select_in(self._db, sql, keys, now_ms)
@@ -162,58 +160,59 @@ class SqliteStore:
     def _load(self, keys: KeySet, now_ms: int) -> Snapshot:
         snap = Snapshot(trusted_from=_trusted_from(self._db))
         for (body,) in self._select("SELECT body FROM decisions WHERE +exp > ? AND k IN ({})", [key(*s) for s in keys.sources], now_ms):
-            d = _decision_codec.decode(body)
+            d = decision_decoder.decode(body)
             snap.decisions[source_key(d.source)] = d
         by_key = {key(*n): n for n in keys.nonces}
         for (k,) in self._select("SELECT k FROM nonces WHERE +exp > ? AND k IN ({})", list(by_key), now_ms):
             snap.nonces.add(by_key[k])
         by_key = {key(*w): w for w in keys.windows}
         for k, top, bitmap in self._select("SELECT k, top, bitmap FROM windows WHERE +exp > ? AND k IN ({})", list(by_key), now_ms):
-            snap.windows[by_key[k]] = WindowState(top, int.from_bytes(bitmap, "big"))
+            snap.windows[by_key[k]] = WindowState(top, bitmap_int(bitmap))
         for (body,) in self._select("SELECT body FROM tasks WHERE +exp > ? AND k IN ({})", [key(*t) for t in keys.tasks], now_ms):
-            t = _task_codec.decode(body)
+            t = task_decoder.decode(body)
             snap.tasks[(t.kind, t.task_id)] = t
+        by_key = {key(*p): p for p in keys.policy}
+        for k, body in self._select("SELECT k, body FROM policy WHERE +exp > ? AND k IN ({})", list(by_key), now_ms):
+            snap.policy[by_key[k]] = body
         return snap
 
-    def _write(self, state: BatchState, now_ms: int) -> None:
+    def _write(self, state: BatchWrites, now_ms: int) -> None:
         db = self._db
-        marks: dict[Partition, int] = {}
-        for topic, partition, offset in state.new_decisions:
-            if marks.get((topic, partition), -1) < offset:
-                marks[(topic, partition)] = offset
+        marks = state.watermarks()
         db.executemany(
             "INSERT INTO watermarks VALUES (?,?,?,?) ON CONFLICT(k) DO UPDATE SET off=excluded.off WHERE excluded.off > watermarks.off",
             [(key(t, p), t, p, o) for (t, p), o in marks.items()],
         )
         db.executemany(
             "INSERT OR REPLACE INTO decisions VALUES (?,?,?)",
-            [(key(*k), _encode(d), d.decided_at + self.decision_retention_ms) for k, d in state.new_decisions.items()],
+            [(key(*k), encode(d), d.decided_at + self.decision_retention_ms) for k, d in state.decisions.items()],
         )
         db.executemany("INSERT OR REPLACE INTO nonces VALUES (?,?)", [(key(*n.key), n.expires_at) for n in state.nonces.values()])
         db.executemany(
             "INSERT OR REPLACE INTO windows VALUES (?,?,?,?)",
-            [(key(*w.key), w.state.top, _bitmap_bytes(w.state.bitmap), w.expires_at) for w in state.windows.values()],
+            [(key(*w.key), w.state.top, bitmap_bytes(w.state.bitmap), w.expires_at) for w in state.windows.values()],
         )
         # Insert-only, except over an expired row: the first admission stays the witness.
         db.executemany(
             "INSERT INTO tasks VALUES (?,?,?) ON CONFLICT(k) DO UPDATE SET body=excluded.body, exp=excluded.exp WHERE tasks.exp <= ?",
-            [(key(t.kind, t.task_id), _encode(t), t.admitted_at + self.task_retention_ms, now_ms) for t in state.tasks.values()],
+            [(key(t.kind, t.task_id), encode(t), t.admitted_at + self.task_retention_ms, now_ms) for t in state.tasks.values()],
         )
+        db.executemany("INSERT OR REPLACE INTO policy VALUES (?,?,?)", [(key(*p.key), p.value, p.expires_at) for p in state.policy.values()])
 
     def decision_at(self, source: Coordinates) -> Decision | None:
         row = self._db.execute("SELECT body FROM decisions WHERE k=?", (key(*source_key(source)),)).fetchone()
-        return None if row is None else _decision_codec.decode(row[0])
+        return None if row is None else decision_decoder.decode(row[0])
 
     def task(self, kind: str, task_id: str, now_ms: int) -> TaskEntry | None:
         row = self._db.execute("SELECT body FROM tasks WHERE k=? AND exp > ?", (key(kind, task_id), now_ms)).fetchone()
-        return None if row is None else _task_codec.decode(row[0])
+        return None if row is None else task_decoder.decode(row[0])
 
     def expire(self, now_ms: int) -> int:
         with transaction(self._db) as db:
-            return sum(db.execute(f"DELETE FROM {t} WHERE exp <= ?", (now_ms,)).rowcount for t in ("decisions", "nonces", "windows", "tasks"))
+            return sum(db.execute(f"DELETE FROM {t} WHERE exp <= ?", (now_ms,)).rowcount for t in _TABLES)
 
     def counts(self) -> dict[str, int]:
-        return {t: self._db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("decisions", "nonces", "windows", "tasks")}
+        return {t: self._db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in _TABLES}
 
     def close(self) -> None:
         self._db.close()

@@ -39,7 +39,7 @@ try:
 except ModuleNotFoundError:  # a checkout without `pip install -e .`: use the repository's copy
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from busguard.cli import init_state
+from busguard.wiring import init_state
 from busguard.config import load_config
 from busguard.devconfig import Topics, embedded_config
 from busguard.protocol.attestation import HEADER_DECISION_ID, AttestationError, verify_admitted
@@ -48,7 +48,8 @@ from busguard.protocol.identity import multikey_decode, multikey_encode, public_
 from busguard.protocol.keyfile import Identity, new_identity, read_key, write_key
 from busguard.protocol.receipt import Receipt, ReceiptError, decode_receipt, payload_hash, receipt_id, signing_input
 from busguard.protocol.signing import verify_signature
-from busguard.runtime.broker import create_topics, free_port
+from busguard.devtools.broker import free_port
+from busguard.runtime.topics import create_topics
 
 Receipts = Literal["legacy", "session"]
 PIPELINE_FILE = "pipeline.json"

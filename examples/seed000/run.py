@@ -43,7 +43,7 @@ from typing import IO, Any
 
 from common import Pipeline, create_pipeline, write_json
 
-from busguard.runtime.broker import EmbeddedBroker
+from busguard.devtools.broker import EmbeddedBroker
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

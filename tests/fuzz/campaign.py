@@ -31,7 +31,7 @@ import msgspec
 from aiokafka.consumer import fetcher
 from aiokafka.structs import TopicPartition
 
-from busguard.admission.types import Decision
+from busguard.protocol.records import Decision
 from busguard.config import load_config
 from busguard.devconfig import Topics, embedded_config
 from busguard.protocol.envelope import HEADER_RECEIPT, HEADER_SIGNATURE, b64url_encode

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from busguard.runtime.broker import EmbeddedBroker, create_topics
+from busguard.devtools.broker import EmbeddedBroker
+from busguard.runtime.topics import create_topics
 
 _HERE = Path(__file__).parent
 

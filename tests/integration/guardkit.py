@@ -23,13 +23,14 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from busguard.cli import init_state
+from busguard.wiring import init_state
 from busguard.config import load_config
 from busguard.devconfig import Topics, embedded_config
 from busguard.protocol.identity import agent_id_for_key, multikey_encode
 from busguard.protocol.keyfile import Identity, read_key, write_key
 from busguard.protocol.signing import public_key_from_seed
-from busguard.runtime.broker import create_topics, free_port
+from busguard.devtools.broker import free_port
+from busguard.runtime.topics import create_topics
 from busguard.sdk.sender import Sender, SignedRecord
 
 REPO = Path(__file__).resolve().parents[2]

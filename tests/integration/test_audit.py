@@ -16,7 +16,7 @@ from pathlib import Path
 
 import msgspec
 
-from busguard.admission.types import Coordinates, Decision
+from busguard.protocol.records import Coordinates, Decision
 from busguard.audit.commands import load_checkpoint, run_audit
 from busguard.audit.lineage import AuditReport
 from busguard.audit.reader import read_log
@@ -25,7 +25,7 @@ from busguard.protocol.attestation import attest, decision_bytes, seal
 from busguard.protocol.identity import multikey_encode
 from busguard.protocol.receipt import receipt_id
 from busguard.protocol.signing import Signer, public_key_from_seed
-from busguard.runtime.broker import EmbeddedBroker
+from busguard.devtools.broker import EmbeddedBroker
 from busguard.sdk.sender import SignedRecord
 
 from .guardkit import REPO, GuardProcess, Setup, all_decided, collect, collect_all, identity, make_setup, produce, sender

@@ -13,12 +13,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from busguard.admission.types import Decision
+from busguard.protocol.records import Decision
 from busguard.cli import build_parser, main
 from busguard.protocol.attestation import verify_admitted
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.keyfile import read_key
-from busguard.runtime.broker import EmbeddedBroker
+from busguard.devtools.broker import EmbeddedBroker
 
 from .guardkit import REPO, GuardProcess, collect, header, identity, make_setup
 

@@ -10,9 +10,9 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from busguard.admission.types import Decision
+from busguard.protocol.records import Decision
 from busguard.protocol.attestation import verify_admitted, verify_decision_record
-from busguard.runtime.broker import EmbeddedBroker
+from busguard.devtools.broker import EmbeddedBroker
 from busguard.sdk.sender import SignedRecord
 
 from .guardkit import GuardProcess, Setup, all_decided, collect, collect_all, header, identity, make_setup, produce, sender

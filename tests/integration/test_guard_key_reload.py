@@ -11,9 +11,9 @@ from pathlib import Path
 
 import msgspec
 
-from busguard.admission.types import Decision
+from busguard.protocol.records import Decision
 from busguard.protocol.timestamps import format_timestamp
-from busguard.runtime.broker import EmbeddedBroker
+from busguard.devtools.broker import EmbeddedBroker
 from busguard.sdk.sender import SignedRecord
 
 from .guardkit import GuardProcess, Setup, collect, identity, make_setup, produce, sender

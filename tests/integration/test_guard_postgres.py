@@ -21,9 +21,9 @@ from pathlib import Path
 
 import msgspec
 
-from busguard.admission.types import Decision
+from busguard.protocol.records import Decision
 from busguard.protocol.attestation import verify_admitted, verify_decision_record
-from busguard.runtime.broker import EmbeddedBroker
+from busguard.devtools.broker import EmbeddedBroker
 from busguard.sdk.sender import SignedRecord
 from tests.pgkit import EmbeddedPostgres
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import msgspec
 
-from busguard.admission.types import Decision
+from busguard.protocol.records import Decision
 from busguard.protocol.attestation import verify_admitted
-from busguard.runtime.broker import EmbeddedBroker
+from busguard.devtools.broker import EmbeddedBroker
 
 from .guardkit import GuardProcess, all_decided, collect, header, make_setup, produce
 from .test_guard_crash import workload

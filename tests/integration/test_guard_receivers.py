@@ -11,8 +11,8 @@ import msgspec
 import pytest
 
 from busguard import AttestationError, open_admitted
-from busguard.admission.types import Decision
-from busguard.runtime.broker import EmbeddedBroker
+from busguard.protocol.records import Decision
+from busguard.devtools.broker import EmbeddedBroker
 
 from .guardkit import GuardProcess, all_decided, collect, header, identity, make_setup, produce, sender
 

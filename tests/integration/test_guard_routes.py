@@ -6,9 +6,9 @@ from pathlib import Path
 
 import msgspec
 
-from busguard.admission.types import Decision
+from busguard.protocol.records import Decision
 from busguard.protocol.attestation import verify_admitted, verify_decision_record
-from busguard.runtime.broker import EmbeddedBroker
+from busguard.devtools.broker import EmbeddedBroker
 
 from .guardkit import GuardProcess, all_decided, collect, header, identity, make_setup, produce, sender
 

@@ -1,4 +1,4 @@
-"""Poison-proof (issue 8): records a real client produces in every codec, and
+"""Poison-proof (docs/operations.md, section 2.1): records a real client produces in every codec, and
 records no client library will produce (non-UTF-8 header names, corrupt
 batches), into running guard, reconciler and auditor processes on the real
 broker. Every offset gets exactly one decision; nothing dies, not after a
@@ -26,10 +26,10 @@ import msgspec
 from aiokafka import AIOKafkaProducer
 from aiokafka.consumer import fetcher
 
-from busguard.admission.types import Decision
+from busguard.protocol.records import Decision
 from busguard.audit.commands import run_audit
 from busguard.config import load_config
-from busguard.runtime.broker import EmbeddedBroker
+from busguard.devtools.broker import EmbeddedBroker
 from busguard.runtime.records import consumer_options
 from busguard.sdk.sender import SignedRecord
 from tests.fuzz.batches import CODECS, batch, record
@@ -239,7 +239,11 @@ async def test_the_reconciler_and_the_auditor_survive_foreign_records_on_their_t
     await produce_batches(s.bootstrap, s.audit, poison)
     await produce_batches(s.bootstrap, s.downstream_handoffs, poison[:1])
     try:
-        report = await asyncio.to_thread(run_audit, load_config(s.config), guard_public_key=s.guard.public_key, idle_ms=2000)
+        # each role's key, as a deployment with a reconciler key is audited: the
+        # resolution of t-esc is sealed by the reconciler, not the guard
+        report = await asyncio.to_thread(
+            run_audit, load_config(s.config), guard_public_key=s.guard.public_key, reconciler_public_key=s.reconciler.public_key, idle_ms=2000
+        )
     finally:
         assert guard.terminate() == 0, guard.tail()
     forged = [v for v in report.violations if v.invariant == "forged_record"]

@@ -20,9 +20,9 @@ from pathlib import Path
 import msgspec
 from aiokafka import AIOKafkaProducer
 
-from busguard.admission.types import Decision, headers_encoding
+from busguard.protocol.records import Decision, headers_encoding
 from busguard.protocol.attestation import verify_admitted, verify_decision_record
-from busguard.runtime.broker import EmbeddedBroker
+from busguard.devtools.broker import EmbeddedBroker
 from busguard.runtime.outputs import Output, batch_size, compressed_batch_size
 from busguard.sdk.sender import SignedRecord
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from busguard.admission.types import Decision
+from busguard.protocol.records import Decision
 from busguard.protocol.attestation import verify_decision_record
-from busguard.reconcile.records import Reply, Resolution, audit_decoder
-from busguard.runtime.broker import EmbeddedBroker
+from busguard.protocol.records import Reply, Resolution, audit_decoder
+from busguard.devtools.broker import EmbeddedBroker
 
 from .guardkit import REPO, GuardProcess, Setup, collect, collect_all, header, identity, make_setup, produce, sender
 
@@ -171,9 +171,9 @@ async def test_two_workers_share_the_load_and_resolve_each_escalation_once(
     # both workers resolved some of them
     assert '"event": "resolution"' in a.log.read_text() and '"event": "resolution"' in b.log.read_text()  # type: ignore[union-attr]
     if backend == "postgres":  # both workers kept their state in the shared database
-        from busguard.reconcile.pgstore import PostgresReconcileStore
+        from busguard.reconcile.store import PgReconcileStore
 
-        shared = PostgresReconcileStore(request.getfixturevalue("postgres").dsn, schema=request.getfixturevalue("pg_schema"))
+        shared = PgReconcileStore(request.getfixturevalue("postgres").dsn, schema=request.getfixturevalue("pg_schema"))
         assert len(list(shared.escalations())) == 40
         shared.close()
     del got

@@ -15,14 +15,14 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from busguard.admission.types import Decision
+from busguard.protocol.records import Decision
 from busguard.protocol.attestation import AttestationError, attest_record, seal, verify_decision_record
 from busguard.protocol.envelope import b64url_encode
 from busguard.protocol.identity import multikey_encode
 from busguard.protocol.keyfile import write_key
 from busguard.protocol.signing import Signer, sign
-from busguard.reconcile.records import COMMAND_CONTEXT, ResolveCommand, Resolution, SignedCommand, audit_decoder, resolution_id
-from busguard.runtime.broker import EmbeddedBroker
+from busguard.protocol.records import COMMAND_CONTEXT, ResolveCommand, Resolution, SignedCommand, audit_decoder, resolution_id
+from busguard.devtools.broker import EmbeddedBroker
 
 from .guardkit import REPO, GuardProcess, Setup, collect, header, identity, make_setup, produce, sender
 

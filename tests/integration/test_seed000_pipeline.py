@@ -24,14 +24,14 @@ from typing import Any
 
 import msgspec
 
-from busguard.admission.types import Decision
+from busguard.protocol.records import Decision
 from busguard.config import load_config
 from busguard.protocol.envelope import open_envelope
 from busguard.protocol.identity import public_key_from_agent_id
 from busguard.protocol.receipt import signing_input
 from busguard.protocol.signing import verify_signature
-from busguard.reconcile.records import audit_decoder
-from busguard.runtime.broker import EmbeddedBroker
+from busguard.protocol.records import audit_decoder
+from busguard.devtools.broker import EmbeddedBroker
 
 from .guardkit import REPO, collect_all
 

@@ -1,4 +1,4 @@
-"""Issue 8 end to end: a lost store and a rolled-back store must not trust
+"""Store loss and store rollback end to end (docs/operations.md, section 5): a lost store and a rolled-back store must not trust
 themselves. Real guard processes, the real broker, real SQLite files."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import msgspec
 
-from busguard.admission.types import Decision
-from busguard.runtime.broker import EmbeddedBroker
+from busguard.protocol.records import Decision
+from busguard.devtools.broker import EmbeddedBroker
 from busguard.sdk.sender import SignedRecord
 
 from .guardkit import REPO, Collected, GuardProcess, Setup, collect, collect_all, identity, make_setup, produce, sender

@@ -7,13 +7,14 @@ import itertools
 from collections.abc import Sequence
 
 from busguard.admission.batch import Input, admit_batch
-from busguard.admission.types import AdmissionPolicy, Coordinates, Decision
+from busguard.admission.types import AdmissionPolicy
+from busguard.protocol.records import Coordinates, Decision
 from busguard.protocol.identity import agent_id_for_key
 from busguard.protocol.keys import KeyRegistry, KeyWindow
 from busguard.protocol.signing import public_key_from_seed
 from busguard.protocol.timestamps import parse_timestamp
 from busguard.sdk.sender import Sender, SignedRecord
-from busguard.state.base import StateStore
+from busguard.state.store import StateStore
 from busguard.state.memory import MemoryStore
 
 NOW = parse_timestamp("2026-11-29T12:00:00.000Z")

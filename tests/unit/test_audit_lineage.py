@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from busguard.admission.types import Coordinates, Decision
+from busguard.protocol.records import Coordinates, Decision
 from busguard.audit.commands import Checkpoint, add_commands, load_checkpoint, new_ledger, save_checkpoint
 from busguard.audit.lineage import INVARIANTS, AuditReport, Ledger
 from busguard.audit.reader import apply_audit, check_audit_record, check_forwarded
@@ -32,7 +32,7 @@ from busguard.protocol.identity import agent_id_for_key, multikey_encode
 from busguard.protocol.signing import public_key_from_seed
 from busguard.protocol.envelope import b64url_encode
 from busguard.protocol.signing import sign
-from busguard.reconcile.records import COMMAND_CONTEXT, ResolveCommand, Resolution, SignedCommand, resolution_id
+from busguard.protocol.records import COMMAND_CONTEXT, ResolveCommand, Resolution, SignedCommand, resolution_id
 from busguard.runtime.outputs import Sealed, outputs_for
 from busguard.sdk.sender import SignedRecord
 
@@ -742,3 +742,14 @@ def test_the_auditor_takes_operators_and_single_key_settings_from_the_config(tmp
     )
     led = new_ledger(load_config(tmp_path / "busguard.toml", env={}))
     assert led.operators == {"alice": ALICE_MK} and led.single_key_audit and led.single_key_until == 1_796_083_200_000
+
+
+def test_missing_witness_follows_the_kind_registry(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    from busguard.policies import KINDS, KindSpec
+
+    records = [audit_record(msgspec.structs.replace(d, kind="probe")) for d in (world.dup, world.esc)]
+    assert feed(ledger(), *records).report().ok  # an unregistered kind: no single-witness rule
+    monkeypatch.setitem(KINDS, "probe", KindSpec(kind="probe", single_witness=True))  # type: ignore[index]
+    assert {v.invariant for v in feed(ledger(), *records).report().violations} == {"missing_witness"}
+    monkeypatch.setitem(KINDS, "handoff", KindSpec(kind="handoff", single_witness=False))  # type: ignore[index]
+    assert feed(ledger(), audit_record(world.dup), audit_record(world.esc)).report().ok

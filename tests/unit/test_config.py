@@ -333,7 +333,7 @@ def test_a_declared_guard_public_key_is_read_in_either_spelling(tmp_path: Path) 
 
 
 def test_a_guard_whose_key_is_not_the_declared_one_does_not_start(tmp_path: Path) -> None:
-    from busguard.cli import _open_runtime
+    from busguard.wiring import open_guard
     from busguard.protocol.identity import multikey_encode
     from busguard.protocol.keyfile import new_identity, write_key
     from busguard.protocol.signing import public_key_from_seed
@@ -343,7 +343,7 @@ def test_a_guard_whose_key_is_not_the_declared_one_does_not_start(tmp_path: Path
     other = multikey_encode(public_key_from_seed(bytes(range(32))))
     write(tmp_path, ROUTE + f'[state]\nbackend = "memory"\n[keys]\nguard_key = "guard.key"\nguard_public_key = "{other}"\n')
     with pytest.raises(ConfigError) as info:
-        _open_runtime(load_config(tmp_path / "busguard.toml", env={}))  # what `busguard run` does before touching Kafka
+        open_guard(load_config(tmp_path / "busguard.toml", env={}))  # what `busguard run` does before touching Kafka
     assert info.value.field == "keys.guard_public_key" and "the public half of keys.guard_key" in info.value.allowed
 
 

@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from busguard.admission.fence import Behind, behind, fence_ends, fenced, rearmed
+from busguard.admission.fence import Behind, behind, fence_ends, fenced
+from busguard.state.store import rearmed
 from busguard.admission.types import AdmissionPolicy
-from busguard.state.base import StateStore
+from busguard.state.store import StateStore
 from busguard.state.memory import MemoryStore
 from busguard.state.sqlite import SqliteStore
 
@@ -245,7 +246,7 @@ def test_sqlite_schema_1_is_upgraded_fenced_from_its_creation_with_watermarks_fr
 
 
 def test_state_init_makes_a_genesis_store_once_and_refuses_the_memory_backend(tmp_path: Path) -> None:
-    from busguard.cli import init_state
+    from busguard.wiring import init_state
     from busguard.config import load_config
     from busguard.errors import ConfigError
 

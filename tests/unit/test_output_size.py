@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from busguard.admission.batch import Input, admit_batch
-from busguard.admission.types import Coordinates, Decision, headers_encoding
+from busguard.protocol.records import Coordinates, Decision, headers_encoding
 from busguard.config import MIN_MAX_MESSAGE_BYTES, Compression, TopicsConfig, load_config
 from busguard.errors import ConfigError
 from busguard.protocol.attestation import attest, decision_bytes, open_attestation, seal

@@ -10,9 +10,12 @@ import re
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
-from busguard.admission.types import DECISION_ID_CONTEXT, AdmissionPolicy, Coordinates, decision_id
+from busguard.admission.types import AdmissionPolicy
+
+from busguard.protocol.records import DECISION_ID_CONTEXT, Coordinates, decision_id
 from busguard.admission.window import DEFAULT_WINDOW_SIZE
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES, HEADER_RECEIPT, HEADER_SIGNATURE, b64url_decode_strict
 from busguard.protocol.identity import multikey_encode
@@ -164,3 +167,80 @@ def test_documented_defaults_match_the_code() -> None:
     assert "7 days" in limits
     assert f"`{HEADER_RECEIPT}`" in DOC and f"`{HEADER_SIGNATURE}`" in DOC
     assert SIGNING_CONTEXT == b"busguard/receipt/v1\x00" and DECISION_ID_CONTEXT == b"busguard/decision/v1\x00"
+
+
+# --------------------------------------------------- attestation and prior (12.1, 7.2)
+
+
+def _table(after: str) -> list[list[str]]:
+    """The rows (cells, backticks stripped) of the first table after `after`."""
+    start = DOC.index(after)
+    rows: list[list[str]] = []
+    for line in DOC[start:].splitlines()[1:]:
+        if not line.startswith("|"):
+            if rows:
+                break
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells[0].startswith("`"):
+            rows.append([c.strip("`") for c in cells])
+    return rows
+
+
+def test_the_attestation_table_names_every_field_in_wire_order() -> None:
+    from busguard.protocol.attestation import Attestation
+
+    assert [r[0] for r in _table("The attestation object")] == list(Attestation.__struct_fields__)
+
+
+def test_the_prior_table_names_every_key_in_wire_order_with_its_encoding() -> None:
+    from busguard.protocol.records import TaskEntry
+
+    rows = _table("`prior` is a JSON object")
+    assert [r[0] for r in rows] == list(TaskEntry.__struct_fields__)
+    source = Coordinates(topic="t", partition=0, offset=5)
+    entry = TaskEntry("handoff", "t1", "a" * 64, "b" * 32, "tulpa:x", "n" * 16, "h", None, None, source, b"{}", bytes(64), 1)
+    wire = json.loads(msgspec.json.encode(entry))
+    assert list(wire) == [r[0] for r in rows]  # every key present, nulls included
+    assert wire["receipt"] == base64.b64encode(b"{}").decode() and len(wire["signature"]) == 88
+    assert wire["session_id"] is None and wire["sequence"] is None
+
+
+def test_decision_sha256_is_the_audit_records_hash_on_every_guard_output() -> None:
+    from busguard.config import TopicsConfig
+    from busguard.protocol.attestation import HEADER_ATTESTATION, attest, decision_bytes, decode_attestation, seal
+    from busguard.protocol.keyfile import new_identity
+    from busguard.protocol.signing import Signer
+    from busguard.runtime.outputs import Sealed, outputs_for
+
+    from .harness import Harness, agent, sender
+
+    guard = new_identity()
+    s = sender("planner")
+    first = s.sign(kind="handoff", task_id="t", receiver=agent("executor"), payload=b"work")
+    h = Harness()
+    decisions = [h.one(first, offset=0), h.one(first, offset=1)]  # forward, then exact_duplicate (dead-letter)
+    assert [d.outcome for d in decisions] == ["forward", "duplicate"]
+    for d in decisions:
+        body = decision_bytes(d)
+        att = attest(d, body, guard.agent_id)
+        primary, audit = outputs_for(Sealed(d, body, att, seal(Signer(guard.seed), att)), b"k", first.value, first.headers, "down", TopicsConfig(), 1 << 20)
+        for out in (primary, audit):
+            a = decode_attestation(dict(out.headers)[HEADER_ATTESTATION])
+            assert a.decision_sha256 == hashlib.sha256(audit.value or b"").hexdigest()
+            assert a.decided_at == d.decided_at and a.receipt_id == d.receipt_id
+        assert hashlib.sha256(primary.value or b"").hexdigest() != hashlib.sha256(audit.value or b"").hexdigest()
+
+
+def test_receipt_id_is_null_exactly_when_no_receipt_was_opened() -> None:
+    from .harness import Harness, agent, sender
+
+    rec = sender("planner").sign(kind="handoff", task_id="t", receiver=agent("executor"), payload=b"work")
+    signature = dict(rec.headers)[HEADER_SIGNATURE]
+    bad_sig = [(HEADER_RECEIPT, dict(rec.headers)[HEADER_RECEIPT]), (HEADER_SIGNATURE, b"A" * 85 + b"A")]
+    row1, row2, row10 = Harness().feed_raw(
+        [(None, list(rec.headers)), (rec.value, [(HEADER_RECEIPT, b"not json"), (HEADER_SIGNATURE, signature)]), (rec.value, bad_sig)]
+    )
+    assert (row1.reason, row1.receipt_id) == (Reason.MISSING_FIELD, None)
+    assert (row2.reason, row2.receipt_id) == (Reason.NOT_JSON, None)
+    assert row10.reason == Reason.BAD_SIGNATURE and row10.receipt_id == rec.receipt_id

@@ -11,7 +11,7 @@ import pytest
 
 from busguard import AttestationError, open_admitted, verify_admitted
 from busguard.admission.batch import Input, admit_batch
-from busguard.admission.types import Coordinates, Decision
+from busguard.protocol.records import Coordinates, Decision
 from busguard.config import Config, TopicsConfig, load_config
 from busguard.errors import ConfigError
 from busguard.protocol.attestation import attest, decision_bytes, seal

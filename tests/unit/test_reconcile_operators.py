@@ -14,7 +14,7 @@ from busguard.protocol.envelope import b64url_encode
 from busguard.protocol.identity import multikey_encode
 from busguard.protocol.signing import public_key_from_seed, sign
 from busguard.reconcile.operators import Operators
-from busguard.reconcile.records import COMMAND_CONTEXT, HEADER_COMMAND, HEADER_SIGNER, ResolveCommand
+from busguard.protocol.records import COMMAND_CONTEXT, HEADER_COMMAND, HEADER_SIGNER, ResolveCommand
 from busguard.reconcile.worker import parse
 from tests.unit.harness import seed
 
@@ -114,9 +114,9 @@ def test_a_bad_operators_file_names_the_field(tmp_path: Path, text: str, field: 
 
 def test_an_operator_command_is_kept_byte_for_byte_in_its_resolution(ops: Operators, tmp_path: Path) -> None:
     """So the auditor can check alice's signature itself, from the log."""
-    from busguard.admission.types import Coordinates
+    from busguard.protocol.records import Coordinates
     from busguard.reconcile.policy import EscalationState, on_command
-    from busguard.reconcile.records import SignedCommand, command_seal_ok
+    from busguard.protocol.records import SignedCommand, command_seal_ok
     from tests.unit.test_reconcile_policy import escalations
 
     _, conflict = escalations(tmp_path)
@@ -172,7 +172,7 @@ def test_the_reconciler_seals_with_its_own_key_and_keeps_the_signed_command(tmp_
     from busguard.protocol.attestation import AttestationError, attest, decision_bytes, seal, verify_decision_record
     from busguard.protocol.identity import agent_id_for_key
     from busguard.protocol.signing import Signer
-    from busguard.reconcile.records import Resolution, audit_decoder
+    from busguard.protocol.records import Resolution, audit_decoder
     from tests.unit.test_reconcile_policy import escalations
 
     reconciler_seed = seed("reconciler")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from busguard.admission.types import Coordinates, Decision
+from busguard.protocol.records import Coordinates, Decision
 from busguard.reconcile.policy import EscalationState, Rejected, on_command, on_escalation
-from busguard.reconcile.records import Reply, ResolveCommand, Resolution, resolution_id
+from busguard.protocol.records import Reply, ResolveCommand, Resolution, resolution_id
 
 from .harness import Harness, agent, sender
 

@@ -16,7 +16,8 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from busguard.admission.batch import Input, admit_batch
-from busguard.admission.types import AdmissionPolicy, Coordinates
+from busguard.admission.types import AdmissionPolicy
+from busguard.protocol.records import Coordinates
 from busguard.protocol.reasons import Reason
 from busguard.runtime.records import (
     FORM_BATCH,

@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from busguard.admission.batch import Input, admit_batch
-from busguard.admission.types import Coordinates, Decision, headers_encoding, record_sha256
+from busguard.protocol.records import Coordinates, Decision, headers_encoding, record_sha256
 from busguard.protocol.reasons import Outcome, Reason
-from busguard.state.base import StateStore
+from busguard.state.store import StateStore
 from busguard.state.memory import MemoryStore
 from busguard.state.sqlite import SqliteStore
 from busguard.state.sqlitedb import key, transaction

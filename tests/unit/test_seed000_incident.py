@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from busguard.admission.types import Decision
+from busguard.protocol.records import Decision
 from busguard.protocol.envelope import b64url_decode_strict
 from busguard.protocol.receipt import signing_input
 from busguard.protocol.signing import verify_signature

@@ -27,7 +27,10 @@ import psycopg
 import pytest
 import structlog
 
-from busguard.admission.batch import BatchState, KeySet, Snapshot
+from busguard.state.keys import KeySet
+from busguard.state.snapshot import Snapshot
+from busguard.state.store import BatchFn
+from busguard.state.writes import BatchWrites
 from busguard.admission.types import AdmissionPolicy
 from busguard.sdk.sender import SignedRecord
 from busguard.state import pgsql
@@ -65,8 +68,8 @@ class Interleaved:
         self.meanwhile: Callable[[], None] | None = meanwhile
         self.calls = 0
 
-    def run_batch(self, keys: KeySet, now_ms: int, fn: Callable[[Snapshot], BatchState]) -> BatchState:
-        def wrapped(snap: Snapshot) -> BatchState:
+    def run_batch(self, keys: KeySet, now_ms: int, fn: BatchFn) -> None:
+        def wrapped(snap: Snapshot) -> BatchWrites:
             self.calls += 1
             if self.meanwhile is not None:
                 go, self.meanwhile = self.meanwhile, None
@@ -214,7 +217,7 @@ def test_expiry_deletes_in_chunks(open_store: Callable[..., PostgresStore], monk
     h.feed(*[_handoff(f"x{i}") for i in range(25)])
     monkeypatch.setattr(pgsql, "EXPIRE_CHUNK", 7)
     assert s.expire(NOW + 600_000) == 25  # the nonces, 7 at a time; tasks and decisions live on
-    assert s.counts() == {"decisions": 25, "nonces": 0, "windows": 0, "tasks": 25}
+    assert s.counts() == {"decisions": 25, "nonces": 0, "windows": 0, "tasks": 25, "policy": 0}
 
 
 def test_redact_hides_passwords_in_both_dsn_forms() -> None:
@@ -360,8 +363,8 @@ def test_a_reconnect_to_an_intact_store_does_not_rearm(open_store: Callable[...,
 
 
 def test_reconciler_store_rereads_processed_inputs_and_versions_escalations(postgres: EmbeddedPostgres, pg_schema: str) -> None:
-    from busguard.reconcile.pgstore import PostgresReconcileStore
     from busguard.reconcile.policy import EscalationState
+    from busguard.reconcile.store import PgReconcileStore as PostgresReconcileStore
     from busguard.runtime.outputs import Output
 
     h = Harness()
@@ -403,7 +406,7 @@ def test_a_connection_cut_mid_transaction_is_retried_whole(open_store: Callable[
     recs = [_handoff(f"cut-{i}") for i in range(5)]
     assert [d.reason for d in h.feed(*recs)] == ["admitted"] * 5
     assert proxy.calls == 2 and s.session.reconnects >= 1
-    assert s.counts() == {"decisions": 5, "nonces": 5, "windows": 0, "tasks": 5}
+    assert s.counts() == {"decisions": 5, "nonces": 5, "windows": 0, "tasks": 5, "policy": 0}
     assert [d.reason for d in h.feed(*recs)] == ["exact_duplicate"] * 5  # the same records at new offsets
 
 
@@ -414,3 +417,35 @@ def test_scrub_removes_the_password_from_driver_messages() -> None:
     assert scrub('connection to "db" failed for guard (pa55-word)', dsn) == 'connection to "db" failed for guard (***)'
     assert scrub("invalid dsn: postgresql://other:xyz@h/d and password=abc", dsn) == "invalid dsn: postgresql://other:***@h/d and password=***"
     assert scrub("server closed the connection unexpectedly", "host=db password=q") == "server closed the connection unexpectedly"
+
+
+def test_policy_rows_read_by_two_batches_at_once_are_not_lost_updates(open_store: Callable[..., PostgresStore], postgres: EmbeddedPostgres) -> None:
+    """Policy rows are read-modify-write: the second batch waits for the first
+    (the advisory lock on the key it reads) and sees its write."""
+    from busguard.state.writes import PolicyRecord
+
+    a, b = open_store(), open_store()
+    p = ("award", "call-1")
+    b_done = threading.Event()
+
+    def append(snap: Snapshot, tag: bytes) -> BatchWrites:
+        return BatchWrites(policy={p: PolicyRecord(p, snap.policy.get(p, b"") + tag, NOW + 60_000)})
+
+    def b_batch() -> None:
+        b.run_batch(KeySet(policy={p}), NOW, lambda snap: append(snap, b"B"))
+        b_done.set()
+
+    def a_fn(snap: Snapshot) -> BatchWrites:
+        worker = threading.Thread(target=b_batch)
+        worker.start()
+        with psycopg.connect(postgres.dsn, autocommit=True) as conn:  # until b waits on a's lock (or, without one, is done)
+            while not b_done.is_set() and not conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").fetchone()[0]:  # type: ignore[index]
+                b_done.wait(0.01)
+        a_fn.worker = worker  # type: ignore[attr-defined]
+        return append(snap, b"A")
+
+    a.run_batch(KeySet(policy={p}), NOW, a_fn)
+    a_fn.worker.join(30)  # type: ignore[attr-defined]
+    seen: list[bytes] = []
+    a.run_batch(KeySet(policy={p}), NOW, lambda snap: seen.append(snap.policy[p]) or BatchWrites())  # type: ignore[func-returns-value]
+    assert seen == [b"AB"]

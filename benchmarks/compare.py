@@ -1,0 +1,1022 @@
+"""busguard side by side with what it is measured against (issue 13), in one run.
+
+On one embedded tansu broker and the same generated records (N receipts
+signed once, from several senders, half with sessions, a share of exact
+re-sends, realistic JSON payloads), every round runs each contender once,
+in rotating order:
+
+* ``verify_1t`` / ``verify_nt``: bare PyNaCl ``crypto_sign_open`` over the
+  records' signatures, on one thread and on one thread per core (no Kafka);
+* ``relay``: aiokafka consume -> produce, headers kept, its own process
+  (``benchmarks/relay_baseline.py serve``);
+* ``naive``: the hand-written guard, consume -> verify -> produce, one
+  thread, its own process (``benchmarks/naive_guard.py``);
+* ``busguard``: ``busguard run`` started from its config as a separate
+  process: full admission, SQLite state (synchronous=full), audit output.
+
+Fairness. Each contender gets fresh topics (input and output) in every
+round, and busguard a fresh state file, so no run reads a log or a store
+another run wrote. A contender is started against its empty input topics
+and sent one warm-up record; once that record comes out downstream it has
+joined its group and is running, and the N records are produced as fast as
+this process can (all contenders compete with that producer the same way).
+Throughput is the inputs decided between the first and the last read of
+decided outputs (busguard: audit records, one per input; the others:
+downstream records) over that time; the run only counts once every output
+has arrived (busguard: forwards, dead letters and audit records) and fails
+unless every count is exact. Starting the clock at the first output leaves
+out tansu's idle long poll (up to ~250 ms before the first record is handed
+out, docs/notes-broker.md); ``burst_per_s`` is N over first send -> last
+output. Latency is per record, from just before it is handed to the
+producer to when this process reads it on the downstream topic; in this
+burst mode that is mostly queueing behind the burst, so the latency figure
+that matters is the ``--rate`` one. CPU per record is the contender
+process's user + system time from /proc over the same span (and the
+broker's and this process's, for context). Every figure is repeated
+``--rounds`` times, interleaved; the median and the range are reported,
+and the ratios are computed per round and then summarised.
+
+Low-load latency on tansu: busguard's consumer uses aiokafka's default
+500 ms long poll (it has no setting for it), and tansu only answers a
+waiting fetch when it expires; ``--contender-fetch-max-wait-ms`` sets it
+for the relay and the hand-written guard, to show the difference.
+
+Freshness: the records are signed once, before the rounds, so busguard's
+config allows receipts up to an hour old (``admission.max_age_ms``), and
+each round's state file is created (through busguard's store) with a
+creation time before the records were signed, so store warming does not
+apply. Neither changes the work per record.
+
+Modes (the last line of stdout is always one JSON line; the table is for
+people):
+
+    python benchmarks/compare.py [--records 20000] [--rounds 3]     # throughput
+    python benchmarks/compare.py --rate auto [--duration 30]        # steady load at half the measured peak
+    python benchmarks/compare.py --rate 200                         # steady load at 200 records/s
+    python benchmarks/compare.py --preload 1000000                  # busguard on an empty vs a filled store
+    python benchmarks/compare.py --soak 600 [--rate 500]            # RSS and state size over time
+
+``--check`` exits 1 when the mode's target from issue 13 is missed
+(throughput: ratio_naive >= 1.5; rate: p99 <= 50 ms; preload: within 10 %
+of the empty store; soak: RSS within +-10 % once steady).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import gc
+import hashlib
+import json
+import logging
+import os
+import platform
+import random
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import nacl.bindings  # noqa: E402
+import structlog  # noqa: E402
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
+from aiokafka.admin import AIOKafkaAdminClient  # noqa: E402
+
+from busguard.admission.batch import BatchState, KeySet, Snapshot  # noqa: E402
+from busguard.admission.types import Coordinates, NonceRecord, TaskEntry  # noqa: E402
+from busguard.devconfig import Topics, embedded_config  # noqa: E402
+from busguard.protocol.envelope import HEADER_RECEIPT  # noqa: E402
+from busguard.protocol.keyfile import Identity, new_identity, write_key  # noqa: E402
+from busguard.protocol.receipt import signing_input  # noqa: E402
+from busguard.runtime.broker import EmbeddedBroker, create_topics, free_port  # noqa: E402
+from busguard.sdk.sender import Sender  # noqa: E402
+from busguard.state.sqlite import SqliteStore  # noqa: E402
+
+BENCH = REPO / "benchmarks"
+STREAM = ("relay", "naive", "busguard", "busguard_preload")
+CONTENDERS = ("verify_1t", "verify_nt", *STREAM)
+#: The freshness window the throughput runs allow: records are signed once, up front.
+LONG_MAX_AGE_MS = 3_600_000
+#: Short retention for --soak, so the store reaches its steady state within minutes.
+SOAK_RETENTION_MS = 15_000
+SOAK_EXPIRE_S = 5
+_log = structlog.get_logger("compare")
+
+
+# --------------------------------------------------------------------------- workload
+
+
+@dataclass(frozen=True)
+class Item:
+    route: str  # "handoffs" or "acks"
+    key: bytes
+    value: bytes
+    headers: list[tuple[str, bytes]]
+    receipt: bytes
+    signed: bytes  # signature || signing input: what crypto_sign_open takes
+    public_key: bytes
+
+
+@dataclass
+class Workload:
+    items: list[Item]
+    duplicates: int
+    created_before_ms: int  # every store is created "before" this, so store warming never applies
+
+
+_WORDS = (
+    "invoice customer refund shipment quarterly ledger summary approve escalate region north south "
+    "priority low high normal contract renewal draft review translate extract classify route"
+).split()
+
+
+def _payload(rng: random.Random, t: int, size: int) -> bytes:
+    """A JSON task body of about `size` bytes: field names, ids, numbers and words, not filler."""
+    doc: dict[str, Any] = {
+        "op": rng.choice(("transform", "summarise", "classify", "extract")),
+        "task": t,
+        "customer": f"cust-{rng.randrange(10**6):06d}",
+        "amount": round(rng.uniform(1, 10_000), 2),
+        "tags": rng.sample(_WORDS, 3),
+        "text": "",
+    }
+    words: list[str] = []
+    while len(json.dumps(doc).encode()) + sum(len(w) + 1 for w in words) < size:
+        words.append(rng.choice(_WORDS))
+    doc["text"] = " ".join(words)
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+class Signers:
+    """The senders of a run: half keep a session file (session_id + sequence),
+    half send legacy nonce-only receipts, one session per (sender, input topic)
+    because the two topics are consumed independently (docs/operations.md)."""
+
+    def __init__(self, identities: Sequence[Identity], session_dir: Path) -> None:
+        self.identities = list(identities)
+        self._signers = {
+            (i, route): Sender(ident.seed, session_path=session_dir / f"s{i}.{route}.json" if i % 2 == 0 else None)
+            for i, ident in enumerate(identities)
+            for route in ("handoffs", "acks")
+        }
+
+    def sign(self, s: int, route: str, task_id: str, payload: bytes) -> Item:
+        signer = self._signers[(s, route)]
+        rec = signer.sign(kind="ack" if route == "acks" else "handoff", task_id=task_id, receiver="executor", payload=payload)
+        sig = base64.urlsafe_b64decode(rec.headers[1][1] + b"==")
+        return Item(route, signer.agent_id.encode(), rec.value, rec.headers, rec.receipt_bytes, sig + signing_input(rec.receipt_bytes), signer.public_key)
+
+
+class Generator:
+    """An endless, deterministic stream of records; every `1/duplicates`-th is
+    an exact re-send of one of its sender's last 20 (same key, so same
+    partition, after its original)."""
+
+    def __init__(self, signers: Signers, duplicates: float, payload_bytes: int, seed: int = 7, prefix: str = "task") -> None:
+        self.signers = signers
+        self.rng = random.Random(seed)
+        self.dup_every = round(1 / duplicates) if duplicates > 0 else 0
+        self.payload_bytes = payload_bytes
+        self.prefix = prefix
+        self.history: list[list[Item]] = [[] for _ in signers.identities]
+        self.t = 0
+        self.duplicates = 0
+
+    def next(self) -> Item:
+        t, self.t = self.t, self.t + 1
+        s = t % len(self.history)
+        if self.dup_every and t % self.dup_every == self.dup_every - 1 and len(self.history[s]) >= 2:
+            self.duplicates += 1
+            return self.rng.choice(self.history[s])
+        route = "acks" if t % 3 == 0 else "handoffs"
+        item = self.signers.sign(s, route, f"{self.prefix}-{t}", _payload(self.rng, t, self.payload_bytes))
+        self.history[s] = [*self.history[s][-19:], item]
+        return item
+
+
+def generate(gen: Generator, n: int) -> Workload:
+    created = time.time_ns() // 1_000_000 - 1000
+    before = gen.duplicates
+    items = [gen.next() for _ in range(n)]
+    return Workload(items, gen.duplicates - before, created)
+
+
+# --------------------------------------------------------------------------- measuring helpers
+
+
+def rss_mb(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of a process so far (all its threads), from /proc."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """The q-quantile (nearest rank) of a non-empty sample."""
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+def summary(values: Sequence[float | None], digits: int = 1) -> dict[str, Any]:
+    v = [x for x in values if x is not None]
+    if not v:
+        return {"median": None, "min": None, "max": None, "runs": []}
+    return {"median": round(statistics.median(v), digits), "min": round(min(v), digits), "max": round(max(v), digits), "runs": [round(x, digits) for x in v]}
+
+
+def machine() -> dict[str, Any]:
+    model = "?"
+    try:
+        model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"nproc": os.cpu_count(), "cpu": model, "python": platform.python_version(), "loadavg_at_start": os.getloadavg()[0]}
+
+
+def verify_rate(items: Sequence[Item], threads: int) -> float:
+    """Bare PyNaCl verifies per second over the records' signatures (the same
+    libsodium call busguard makes), the messages built beforehand."""
+    work = [(it.signed, it.public_key) for it in items]
+    open_ = nacl.bindings.crypto_sign_open
+
+    def chunk(part: Sequence[tuple[bytes, bytes]]) -> None:
+        for sm, pk in part:
+            open_(sm, pk)
+
+    if threads == 1:
+        t0 = time.perf_counter()
+        chunk(work)
+        return len(work) / (time.perf_counter() - t0)
+    parts = [work[i::threads] for i in range(threads)]
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda p: None, range(threads)))  # threads started before the clock
+        t0 = time.perf_counter()
+        list(pool.map(chunk, parts))
+        return len(work) / (time.perf_counter() - t0)
+
+
+# --------------------------------------------------------------------------- processes
+
+
+class Process:
+    def __init__(self, argv: list[str], log: Path, env_extra: dict[str, str] | None = None) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("BUSGUARD_")}
+        env["PYTHONPATH"] = str(REPO)
+        env.update(env_extra or {})
+        self.log = log
+        self._out = open(log, "wb")
+        self.proc = subprocess.Popen(argv, stdout=self._out, stderr=subprocess.STDOUT, env=env)
+        self.pid = self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(10)
+        finally:
+            self._out.close()
+
+
+def http_get(port: int, path: str) -> str:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+            return str(r.read().decode())
+    except OSError:
+        return ""
+
+
+_ROWS = re.compile(r'^busguard_state_rows\{table="([a-z]+)"\} ([0-9.e+-]+)$', re.M)
+_DECIDED = re.compile(r"^busguard_decisions_total\{[^}]*\} ([0-9.e+-]+)$", re.M)
+
+
+@dataclass
+class Setup:
+    """What every contender run shares: the broker, the keys, the directories."""
+
+    bootstrap: str
+    tmp: Path
+    registry: Path  # busguard's keys.toml
+    naive_keys: Path  # sender id -> hex public key, for the hand-written guard
+    guard_key: Path
+    warm: Sender
+    args: argparse.Namespace
+    preload_template: Path | None = None
+    preload_note: str = ""
+    broker_pid: int | None = None
+    runs: int = 0
+
+
+def guard_config(setup: Setup, topics: Topics, group: str, state: Path, soak: bool = False) -> str:
+    args = setup.args
+    admission: dict[str, object] = {"max_age_ms": LONG_MAX_AGE_MS, "nonce_retention_ms": LONG_MAX_AGE_MS + 30_000}
+    state_cfg: dict[str, object] = {"path": str(state)}
+    if soak:
+        r = SOAK_RETENTION_MS
+        admission = {"max_age_ms": r // 2, "max_future_ms": r // 4, "nonce_retention_ms": r, "session_retention_ms": r, "task_retention_ms": r, "decision_retention_ms": r}
+        state_cfg["expire_interval_s"] = SOAK_EXPIRE_S
+    batch: dict[str, object] = {}
+    if args.max_records:
+        batch["max_records"] = args.max_records
+    if args.verify_threads:
+        batch["verify_threads"] = args.verify_threads
+    return embedded_config(
+        setup.bootstrap,
+        group_id=group,
+        topics=topics,
+        comment="Written by benchmarks/compare.py.",
+        kafka={"create_topics": False},
+        admission=admission,
+        state=state_cfg,
+        keys={"registry": str(setup.registry), "guard_key": str(setup.guard_key)},
+        batch=batch,
+        log={"level": "warning"},
+    )
+
+
+def start_contender(kind: str, setup: Setup, topics: Topics, run_dir: Path, created_ms: int, soak: bool = False) -> tuple[Process, int | None]:
+    routes = [f"{topics.handoffs}={topics.handoffs_admitted}", f"{topics.acks}={topics.acks_admitted}"]
+    group = f"{run_dir.name}-group"
+    py = sys.executable
+    # busguard has no setting for this; it always runs with aiokafka's default (500 ms).
+    fetch = {"FETCH_MAX_WAIT_MS": str(setup.args.contender_fetch_max_wait_ms)} if setup.args.contender_fetch_max_wait_ms else {}
+    if kind == "relay":
+        return Process([py, str(BENCH / "relay_baseline.py"), "serve", setup.bootstrap, group, *routes], run_dir / "relay.log", fetch), None
+    if kind == "naive":
+        return Process([py, str(BENCH / "naive_guard.py"), setup.bootstrap, group, str(setup.naive_keys), *routes], run_dir / "naive.log", fetch), None
+    state = run_dir / "state.db"
+    if kind == "busguard_preload":
+        assert setup.preload_template is not None
+        shutil.copyfile(setup.preload_template, state)
+        fd = os.open(state, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # the copy's writeback must not compete with the guard's own fsyncs
+        finally:
+            os.close(fd)
+    else:
+        SqliteStore(state, now_ms=created_ms).close()
+    config = run_dir / "busguard.toml"
+    config.write_text(guard_config(setup, topics, group, state, soak))
+    port = free_port()
+    proc = Process([py, "-m", "busguard.cli", "run", "--config", str(config)], run_dir / "guard.log", {"BUSGUARD_OPS__PORT": str(port)})
+    return proc, port
+
+
+# --------------------------------------------------------------------------- watching outputs
+
+
+class Watcher:
+    """Reads a run's output topics from the start, in this process: per
+    downstream record the delay since it was sent, and counts per topic."""
+
+    def __init__(self, bootstrap: str, downstream: Sequence[str], counted: Sequence[str], decided: Sequence[str] = ()) -> None:
+        self.bootstrap = bootstrap
+        self.decided = list(decided or downstream)  # one record per input decided
+        self.base: int | None = None
+        self.first_at: float | None = None
+        self.first_count = 0
+        self.downstream = set(downstream)
+        self.topics = [*downstream, *counted]
+        self.sent: dict[bytes, list[float]] = {}
+        self.taken: dict[bytes, int] = {}
+        self.latencies: list[float] = []
+        self.counts = dict.fromkeys(self.topics, 0)
+        self.warm_receipt: bytes | None = None
+        self.warm_seen = asyncio.Event()
+        self.changed = asyncio.Event()
+        self.last_at = 0.0
+        self.keep_latencies = True
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=10)
+        await self.consumer.start()
+        await self.consumer._client.force_metadata_update()
+        tps = [TopicPartition(t, p) for t in self.topics for p in sorted(self.consumer.partitions_for_topic(t) or ())]
+        self.consumer.assign(tps)
+        await self.consumer.seek_to_beginning(*tps)
+        self._task = asyncio.create_task(self._loop())
+
+    async def _loop(self) -> None:
+        while True:
+            batch = await self.consumer.getmany(timeout_ms=50, max_records=20_000)
+            if not batch:
+                continue
+            now = time.perf_counter()
+            for tp, records in batch.items():
+                if tp.topic in self.downstream:
+                    for r in records:
+                        receipt = next((v for k, v in r.headers if k == HEADER_RECEIPT), None)
+                        if receipt is None:
+                            continue
+                        if receipt == self.warm_receipt:
+                            self.warm_seen.set()
+                            continue
+                        times = self.sent.get(receipt)
+                        if times is None:
+                            continue
+                        i = self.taken.get(receipt, 0)
+                        if i < len(times):
+                            self.taken[receipt] = i + 1
+                            if self.keep_latencies:
+                                self.latencies.append(now - times[i])
+                            if i + 1 == len(times):
+                                del self.sent[receipt], self.taken[receipt]
+                        self.counts[tp.topic] += 1
+                else:
+                    self.counts[tp.topic] += len(records)
+            self.last_at = now
+            if self.base is not None and self.first_at is None and (c := self.decided_count() - self.base) > 0:
+                self.first_at, self.first_count = now, c
+            self.changed.set()
+
+    def decided_count(self) -> int:
+        return sum(self.counts[t] for t in self.decided)
+
+    def mark(self) -> None:
+        """From here on, the first read that shows decided records starts the steady-rate clock."""
+        self.base = self.decided_count()
+
+    async def wait_for(self, done: Callable[[], bool], timeout: float, alive: Callable[[], bool]) -> float:
+        deadline = time.monotonic() + timeout
+        while not done():
+            if not alive():
+                raise RuntimeError("contender exited")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"outputs so far {self.counts}")
+            self.changed.clear()
+            try:
+                await asyncio.wait_for(self.changed.wait(), 0.5)
+            except TimeoutError:
+                pass
+        return self.last_at
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        await self.consumer.stop()
+
+
+class RssSampler:
+    def __init__(self, pid: int, every: float = 0.1) -> None:
+        self.pid, self.every = pid, every
+        self.samples: list[float] = []
+        self._task = asyncio.create_task(self._loop())
+
+    async def _loop(self) -> None:
+        while True:
+            mb = rss_mb(self.pid)
+            if mb is not None:
+                self.samples.append(mb)
+            await asyncio.sleep(self.every)
+
+    def stop(self) -> dict[str, float | None]:
+        self._task.cancel()
+        return {"rss_peak_mb": max(self.samples, default=None), "rss_last_mb": self.samples[-1] if self.samples else None}
+
+
+async def delete_topics(bootstrap: str, topics: Sequence[str]) -> None:
+    """Drop a finished run's topics: tansu keeps every record in memory and
+    gets slower as it holds more (docs/notes-broker.md), so every run starts
+    on an empty broker."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics(list(topics))
+    finally:
+        await admin.close()
+
+
+def new_producer(bootstrap: str, linger_ms: int) -> AIOKafkaProducer:
+    return AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False, acks="all", linger_ms=linger_ms, max_batch_size=256 * 1024)
+
+
+# --------------------------------------------------------------------------- one contender, one round
+
+
+async def run_stream(kind: str, setup: Setup, work: Workload, rate: float | None = None) -> dict[str, Any]:
+    """One contender over the workload: fresh topics (and store), warm-up
+    record, then the records as a burst (rate None) or paced at `rate`/s."""
+    setup.runs += 1
+    run_dir = setup.tmp / f"run{setup.runs:02d}-{kind}"
+    run_dir.mkdir()
+    topics = Topics.under(run_dir.name)
+    is_guard = kind.startswith("busguard")
+    names = topics.all() if is_guard else [topics.handoffs, topics.acks, topics.handoffs_admitted, topics.acks_admitted]
+    await create_topics(setup.bootstrap, names, partitions=setup.args.partitions)
+    downstream = [topics.handoffs_admitted, topics.acks_admitted]
+    counted = [topics.audit, topics.dead_letter, topics.reconciliation] if is_guard else []
+    n = len(work.items)
+    if is_guard:
+        want = {topics.audit: n + 1, topics.dead_letter: work.duplicates}
+        want_down = n - work.duplicates
+    else:
+        want = {}
+        want_down = n
+    watcher = Watcher(setup.bootstrap, downstream, counted, [topics.audit] if is_guard else downstream)
+    await watcher.start()
+    proc, _port = start_contender(kind, setup, topics, run_dir, work.created_before_ms)
+    sampler = RssSampler(proc.pid)
+    producer = new_producer(setup.bootstrap, 0 if rate else 5)
+    await producer.start()
+    out: dict[str, Any] = {"contender": kind}
+    try:
+        warm = setup.warm.sign(kind="handoff", task_id=f"warm-{run_dir.name}", receiver="executor", payload=b'{"op":"warm-up"}')
+        watcher.warm_receipt = warm.receipt_bytes
+        t_warm = time.perf_counter()
+        await (await producer.send(topics.handoffs, warm.value, key=setup.warm.agent_id.encode(), headers=warm.headers))
+        deadline = time.monotonic() + 90
+        while not watcher.warm_seen.is_set() or (is_guard and watcher.counts[topics.audit] < 1):
+            if not proc.alive():
+                raise RuntimeError(f"{kind} exited ({proc.proc.returncode}):\n{proc.tail()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{kind}: warm-up record not downstream after 90 s:\n{proc.tail()}")
+            await asyncio.sleep(0.02)
+        out["ready_s"] = round(time.perf_counter() - t_warm, 2)
+        topic_of = {"handoffs": topics.handoffs, "acks": topics.acks}
+        sent = watcher.sent
+        futures = []
+        watcher.mark()
+        cpu0 = {"contender": cpu_s(proc.pid), "broker": cpu_s(setup.broker_pid), "bench": cpu_s(os.getpid())}
+        t0 = time.perf_counter()
+        if rate is None:
+            for it in work.items:
+                sent.setdefault(it.receipt, []).append(time.perf_counter())
+                futures.append(await producer.send(topic_of[it.route], it.value, key=it.key, headers=it.headers))
+        else:
+            i = 0
+            while i < n:
+                due = min(n, int((time.perf_counter() - t0) * rate) + 1)
+                while i < due:
+                    it = work.items[i]
+                    sent.setdefault(it.receipt, []).append(time.perf_counter())
+                    futures.append(await producer.send(topic_of[it.route], it.value, key=it.key, headers=it.headers))
+                    i += 1
+                await asyncio.sleep(0.001)
+        t_sent = time.perf_counter()
+        await asyncio.gather(*futures)
+
+        def done() -> bool:
+            c = watcher.counts
+            return sum(c[t] for t in downstream) >= want_down and all(c[t] >= v for t, v in want.items())
+
+        try:
+            t_end = await watcher.wait_for(done, setup.args.timeout, proc.alive)
+        except (TimeoutError, RuntimeError) as e:
+            raise RuntimeError(f"{kind}: {e}; log:\n{proc.tail()}") from None
+        cpu1 = {"contender": cpu_s(proc.pid), "broker": cpu_s(setup.broker_pid), "bench": cpu_s(os.getpid())}
+        await asyncio.sleep(0.3)  # anything beyond the expected outputs shows up in the counts
+        counts = dict(watcher.counts)
+        got_down = sum(counts[t] for t in downstream)
+        if got_down != want_down or any(counts[t] != v for t, v in want.items()) or counts.get(topics.reconciliation, 0):
+            raise RuntimeError(f"{kind}: outputs {counts}, expected downstream {want_down} and {want}")
+        lat = watcher.latencies
+        assert watcher.first_at is not None
+        steady = (n - watcher.first_count) / (t_end - watcher.first_at) if t_end > watcher.first_at else None
+        out.update(
+            # A burst: the rate between the first and the last read of decided
+            # outputs, so the broker's idle long poll (up to ~250 ms before the
+            # first record is handed out, docs/notes-broker.md) and the first
+            # batch do not count. At a steady rate: records over the whole run.
+            per_s=steady if rate is None and steady else n / (t_end - t0),
+            burst_per_s=n / (t_end - t0),
+            # CPU per input record, from the first record sent to the last
+            # output read: what the contender costs, less sensitive to a busy
+            # machine than wall time; broker and bench (producer + reader) for context.
+            cpu_us_per_record={k: round((cpu1[k] - cpu0[k]) / n * 1e6, 1) for k in cpu0},
+            offered_per_s=n / (t_sent - t0),
+            p50_ms=pct(lat, 0.50) * 1000 if lat else None,
+            p99_ms=pct(lat, 0.99) * 1000 if lat else None,
+            max_ms=max(lat) * 1000 if lat else None,
+        )
+    finally:
+        await producer.stop()
+        await watcher.stop()
+        rss = sampler.stop()
+        out["exit"] = proc.stop()
+        out.update(rss)
+        await delete_topics(setup.bootstrap, names)
+    if not setup.args.keep:
+        for f in run_dir.glob("state.db*"):
+            f.unlink()
+    return out
+
+
+# --------------------------------------------------------------------------- preload
+
+
+def fill_store(path: Path, created_ms: int, n: int, chunk: int = 20_000) -> dict[str, Any]:
+    """`n` live nonces and `n` live tasks, written through SqliteStore.run_batch
+    (the guard's own write path) in transactions of `chunk`. Expiries are a
+    day (nonces) and the store's task retention (tasks) ahead."""
+    t0 = time.perf_counter()
+    store = SqliteStore(path, now_ms=created_ms, synchronous="NORMAL")
+    now_ms = time.time_ns() // 1_000_000
+    rng = random.Random(13)
+    receipt = json.dumps({"v": 1, "kind": "handoff", "task_id": "x" * 24, "sender": "tulpa:z" + "k" * 46, "receiver": "executor", "payload_hash": "0" * 64, "nonce": "n" * 22, "issued_at": "2026-12-01T09:00:00.000Z"}).encode()
+    try:
+        for start in range(0, n, chunk):
+
+            def fill(snap: Snapshot, start: int = start) -> BatchState:
+                state = BatchState(snap)
+                for i in range(start, min(n, start + chunk)):
+                    nonce = base64.urlsafe_b64encode(rng.randbytes(16)).rstrip(b"=").decode()
+                    state.nonces[("", nonce)] = NonceRecord(("", nonce), now_ms + 86_400_000)
+                    tid = f"preload-{i}"
+                    state.tasks[("handoff", tid)] = TaskEntry(
+                        "handoff", tid, hashlib.sha256(nonce.encode()).hexdigest(), hashlib.sha256(tid.encode()).hexdigest(),
+                        "tulpa:z" + "k" * 46, nonce, "0" * 64, None, None, Coordinates(topic="preload", partition=0, offset=i),
+                        receipt, rng.randbytes(64), now_ms,
+                    )
+                return state
+
+            store.run_batch(KeySet(), now_ms, fill)
+        counts = store.counts()
+    finally:
+        store.close()
+    return {"preload_s": round(time.perf_counter() - t0, 1), "preload_rows": counts, "preload_file_mb": round(path.stat().st_size / 2**20, 1)}
+
+
+# --------------------------------------------------------------------------- modes
+
+
+async def make_setup(broker: EmbeddedBroker, tmp: Path, args: argparse.Namespace, signers: Signers) -> Setup:
+    warm_id = new_identity()
+    registry = tmp / "keys.toml"
+    ids = [*signers.identities, warm_id]
+    registry.write_text("".join(f'[[agent]]\nid = "{i.agent_id}"\n\n' for i in ids))
+    naive_keys = tmp / "naive-keys.json"
+    naive_keys.write_text(json.dumps({i.agent_id: i.public_key.hex() for i in ids}))
+    guard_key = tmp / "guard.key"
+    write_key(guard_key, new_identity())
+    return Setup(broker.bootstrap, tmp, registry, naive_keys, guard_key, Sender(warm_id.seed), args)
+
+
+def table(rows: Sequence[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.rjust(w) if j else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def fmt(s: dict[str, Any], digits: int = 0) -> str:
+    if s["median"] is None:
+        return "-"
+    f = f"{{:,.{digits}f}}"
+    return f"{f.format(s['median'])} ({f.format(s['min'])}–{f.format(s['max'])})"
+
+
+async def throughput_mode(setup: Setup, work: Workload, contenders: list[str], rounds: int) -> tuple[dict[str, Any], str]:
+    results: dict[str, list[dict[str, Any]]] = {c: [] for c in contenders}
+    for r in range(rounds):
+        order = contenders[r % len(contenders) :] + contenders[: r % len(contenders)]
+        for c in order:
+            gc.collect()
+            if c == "verify_1t":
+                res: dict[str, Any] = {"per_s": verify_rate(work.items, 1)}
+            elif c == "verify_nt":
+                res = {"per_s": verify_rate(work.items, os.cpu_count() or 1)}
+            else:
+                res = await run_stream(c, setup, work)
+            results[c].append(res)
+            print(f"round {r + 1}/{rounds} {c}: {json.dumps({k: round(v, 1) if isinstance(v, float) else v for k, v in res.items()})}", file=sys.stderr, flush=True)
+
+    def per_round_ratio(a: str, b: str) -> list[float | None]:
+        if a not in results or b not in results:
+            return []
+        return [x["per_s"] / y["per_s"] for x, y in zip(results[a], results[b])]
+
+    out: dict[str, Any] = {}
+    rows: list[tuple[str, ...]] = [("contender", "records/s median (range)", "CPU µs/record", "p50 ms", "p99 ms", "RSS MB peak")]
+    for c in contenders:
+        s = summary([x["per_s"] for x in results[c]], 0)
+        out[f"{c}_per_s"] = s["median"]
+        out[f"{c}_per_s_range"] = [s["min"], s["max"]]
+        lat50 = summary([x.get("p50_ms") for x in results[c]])
+        lat99 = summary([x.get("p99_ms") for x in results[c]])
+        rss = summary([x.get("rss_peak_mb") for x in results[c]])
+        cpu = summary([x["cpu_us_per_record"]["contender"] if "cpu_us_per_record" in x else None for x in results[c]])
+        if c in STREAM:
+            out[f"{c}_p50_ms"], out[f"{c}_p99_ms"], out[f"{c}_rss_mb"] = lat50["median"], lat99["median"], rss["median"]
+            out[f"{c}_cpu_us_per_record"] = cpu["median"]
+        rows.append((c, fmt(s), fmt(cpu), fmt(lat50, 1), fmt(lat99, 1), fmt(rss)))
+    ratios = {"ratio_naive": per_round_ratio("busguard", "naive"), "ratio_relay": per_round_ratio("busguard", "relay"), "ratio_preload": per_round_ratio("busguard_preload", "busguard")}
+    if "busguard" in results and "naive" in results:
+        # CPU per record of the hand-written guard over busguard's: steadier on a shared machine
+        # than wall time, but blind to parallelism (busguard's verify threads).
+        ratios["cpu_ratio_naive"] = [y["cpu_us_per_record"]["contender"] / x["cpu_us_per_record"]["contender"] for x, y in zip(results["busguard"], results["naive"])]
+    text = table(rows)
+    for name, values in ratios.items():
+        if values:
+            s = summary(values, 3)
+            out[name], out[f"{name}_range"] = s["median"], [s["min"], s["max"]]
+            text += f"\n{name}: {fmt(s, 3)}  (per round: {', '.join(f'{v:.3f}' for v in s['runs'])})"
+    if "busguard" in results:
+        out["p50_ms"], out["p99_ms"], out["rss_mb"] = out["busguard_p50_ms"], out["busguard_p99_ms"], out["busguard_rss_mb"]
+    out["runs"] = results
+    return out, text
+
+
+async def rate_mode(setup: Setup, gen: Generator, contenders: list[str], rounds: int) -> tuple[dict[str, Any], str]:
+    args = setup.args
+    out: dict[str, Any] = {}
+    if args.rate == "auto":
+        peak_work = generate(gen, args.records)
+        peaks = [(await run_stream("busguard", setup, peak_work))["per_s"] for _ in range(args.peak_rounds)]
+        out["peak_per_s"] = round(statistics.median(peaks))
+        out["peak_runs"] = [round(p) for p in peaks]
+        rate = out["peak_per_s"] / 2
+    else:
+        rate = float(args.rate)
+    out["rate_per_s"] = round(rate)
+    n = max(1, int(rate * args.duration))
+    results: dict[str, list[dict[str, Any]]] = {c: [] for c in contenders}
+    for r in range(rounds):
+        for c in contenders:
+            work = generate(gen, n)  # fresh receipts: a steady run must not age its records while others run
+            res = await run_stream(c, setup, work, rate=rate)
+            results[c].append(res)
+            print(f"rate round {r + 1}/{rounds} {c}: {json.dumps({k: round(v, 1) if isinstance(v, float) else v for k, v in res.items()})}", file=sys.stderr, flush=True)
+    rows: list[tuple[str, ...]] = [("contender", "offered/s", "achieved/s", "p50 ms", "p99 ms", "max ms", "RSS MB peak", "cores busy: contender / broker / bench")]
+    for c in contenders:
+        got = {k: summary([x.get(k) for x in results[c]]) for k in ("offered_per_s", "per_s", "p50_ms", "p99_ms", "max_ms", "rss_peak_mb")}
+        busy = {k: summary([x["cpu_us_per_record"][k] * x["per_s"] / 1e6 for x in results[c]], 2)["median"] for k in ("contender", "broker", "bench")}
+        out[f"{c}_cores_busy"] = busy
+        rows.append(
+            (
+                c, fmt(got["offered_per_s"]), fmt(got["per_s"]), fmt(got["p50_ms"], 1), fmt(got["p99_ms"], 1), fmt(got["max_ms"], 1), fmt(got["rss_peak_mb"]),
+                " / ".join(f"{busy[k]:.2f}" for k in ("contender", "broker", "bench")),
+            )
+        )
+        out[f"{c}_p50_ms"], out[f"{c}_p99_ms"], out[f"{c}_per_s"] = got["p50_ms"]["median"], got["p99_ms"]["median"], got["per_s"]["median"]
+    if "busguard" in results:
+        out["p50_ms"], out["p99_ms"] = out["busguard_p50_ms"], out["busguard_p99_ms"]
+    out["records_per_round"] = n
+    out["runs"] = results
+    head = f"steady load at {rate:,.0f} records/s for {args.duration:.0f} s" + (f" (half of the measured peak {out['peak_per_s']:,}/s)" if "peak_per_s" in out else "")
+    return out, head + "\n" + table(rows)
+
+
+async def soak_mode(setup: Setup, gen: Generator, seconds: float) -> tuple[dict[str, Any], str]:
+    """One busguard process under steady signed load for `seconds`, with short
+    retention, sampling its RSS, the state file and its row counts."""
+    args = setup.args
+    out: dict[str, Any] = {}
+    if args.rate == "auto":
+        peak = await run_stream("busguard", setup, generate(gen, args.records))
+        rate = peak["per_s"] / 2
+        out["peak_per_s"] = round(peak["per_s"])
+    else:
+        rate = float(args.rate) if args.rate else 500.0
+    out["rate_per_s"] = round(rate)
+    run_dir = setup.tmp / "soak"
+    run_dir.mkdir()
+    topics = Topics.under("soak")
+    await create_topics(setup.bootstrap, topics.all(), partitions=args.partitions)
+    proc, port = start_contender("busguard", setup, topics, run_dir, time.time_ns() // 1_000_000 - 60_000, soak=True)
+    assert port is not None
+    producer = new_producer(setup.bootstrap, 0)
+    await producer.start()
+    samples: list[dict[str, Any]] = []
+    state = run_dir / "state.db"
+    sent_n = 0
+    try:
+        deadline = time.monotonic() + 60
+        while not http_get(port, "/healthz"):
+            if not proc.alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"guard not ready:\n{proc.tail()}")
+            await asyncio.sleep(0.1)
+        topic_of = {"handoffs": topics.handoffs, "acks": topics.acks}
+        t0 = time.perf_counter()
+        next_sample = 0.0
+        pending: list[asyncio.Future[Any]] = []
+        while (elapsed := time.perf_counter() - t0) < seconds:
+            due = int(elapsed * rate) + 1
+            while sent_n < due:
+                it = gen.next()
+                pending.append(await producer.send(topic_of[it.route], it.value, key=it.key, headers=it.headers))
+                sent_n += 1
+            if len(pending) > 5000:
+                await asyncio.gather(*pending)
+                pending = []
+            if elapsed >= next_sample:
+                metrics = http_get(port, "/metrics")
+                rows = {t: int(float(v)) for t, v in _ROWS.findall(metrics)}
+                size = sum(f.stat().st_size for f in run_dir.glob("state.db*"))
+                sample = {
+                    "t_s": round(elapsed),
+                    "rss_mb": rss_mb(proc.pid),
+                    "state_mb": round(size / 2**20, 2),
+                    "rows": rows,
+                    "sent": sent_n,
+                    "decided": int(sum(float(v) for v in _DECIDED.findall(metrics))),
+                    "broker_rss_mb": rss_mb(setup.broker_pid) if setup.broker_pid else None,
+                }
+                samples.append(sample)
+                print(f"soak {json.dumps(sample)}", file=sys.stderr, flush=True)
+                next_sample += args.sample_every
+                if not proc.alive():
+                    raise RuntimeError(f"guard exited:\n{proc.tail()}")
+            await asyncio.sleep(0.002)
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+        out["exit"] = proc.stop()
+    steady_from = max(3 * SOAK_RETENTION_MS / 1000 + 2 * SOAK_EXPIRE_S, 0.25 * seconds)
+    steady = [s for s in samples if s["t_s"] >= steady_from and s["rss_mb"] is not None]
+    out.update(seconds=seconds, sample_every_s=args.sample_every, steady_from_s=steady_from, samples=samples, state_file=str(state))
+    rows_out: list[tuple[str, ...]] = [("t s", "guard RSS MB", "state MB", "nonces", "tasks", "decisions", "windows", "sent", "decided", "broker RSS MB")]
+    for s in samples:
+        r = s["rows"]
+        rows_out.append(
+            (
+                str(s["t_s"]), f"{s['rss_mb']:.1f}" if s["rss_mb"] else "-", f"{s['state_mb']:.1f}",
+                *(str(r.get(k, "-")) for k in ("nonces", "tasks", "decisions", "windows")),
+                str(s["sent"]), str(s["decided"]), f"{s['broker_rss_mb']:.0f}" if s["broker_rss_mb"] else "-",
+            )
+        )
+    text = f"soak: {seconds:.0f} s at {rate:,.0f} records/s, retention {SOAK_RETENTION_MS / 1000:.0f} s, expire every {SOAK_EXPIRE_S} s\n" + table(rows_out)
+    if steady:
+        rss = [s["rss_mb"] for s in steady]
+        med = statistics.median(rss)
+        out["rss_mb"] = round(med, 1)
+        out["rss_dev_pct"] = round(max(abs(x - med) for x in rss) / med * 100, 1)
+        out["rss_drift_pct"] = round((rss[-1] - rss[0]) / rss[0] * 100, 1)
+        nonces = [s["rows"].get("nonces", 0) for s in steady]
+        out["nonces_steady"] = [min(nonces), max(nonces)]
+        st = [s["state_mb"] for s in steady]
+        out["state_mb_steady"] = [min(st), max(st)]
+        text += (
+            f"\nonce steady (t >= {steady_from:.0f} s, {len(steady)} samples): RSS median {med:.1f} MB, max deviation {out['rss_dev_pct']}%, "
+            f"first->last {out['rss_drift_pct']:+}%; nonces {min(nonces)}–{max(nonces)}; state file {min(st)}–{max(st)} MB"
+        )
+    return out, text
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--records", type=int, default=20_000, help="records per throughput run (default 20000)")
+    p.add_argument("--rounds", type=int, help="interleaved repetitions (default 3; 1 with --rate)")
+    p.add_argument("--senders", type=int, default=8)
+    p.add_argument("--duplicates", type=float, default=0.05, help="share of exact re-sends (default 0.05)")
+    p.add_argument("--payload-bytes", type=int, default=300, help="JSON payload size; the receipt header adds ~390 bytes")
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--contenders", help=f"comma list from {', '.join(CONTENDERS)} (default: all but busguard_preload; with --preload: busguard,busguard_preload; with --rate: busguard)")
+    p.add_argument("--max-records", type=int, default=0, help="busguard [batch] max_records (default: the config default)")
+    p.add_argument("--verify-threads", type=int, default=0, help="busguard [batch] verify_threads (default: the config default)")
+    p.add_argument("--rate", help="steady-load mode: records/s, or 'auto' (half the measured busguard peak)")
+    p.add_argument("--duration", type=float, default=30, help="seconds of steady load per --rate run (default 30)")
+    p.add_argument("--peak-rounds", type=int, default=2, help="burst runs that measure the peak for --rate auto (default 2)")
+    p.add_argument("--preload", type=int, default=0, metavar="N", help="also run busguard on a store holding N live nonces and N live tasks")
+    p.add_argument("--soak", type=float, default=0, metavar="SECONDS", help="soak mode: one guard under steady load (--rate, default 500/s)")
+    p.add_argument("--sample-every", type=float, default=10, help="soak sampling period in seconds (default 10)")
+    p.add_argument(
+        "--contender-fetch-max-wait-ms",
+        type=int,
+        default=0,
+        metavar="MS",
+        help="fetch_max_wait_ms of the relay's and the hand-written guard's consumers (default: aiokafka's 500, which busguard also uses and cannot change)",
+    )
+    p.add_argument("--timeout", type=float, default=300, help="seconds a run may take to drain")
+    p.add_argument("--keep", metavar="DIR", help="keep the run directories (logs, configs, state) under DIR")
+    p.add_argument("--check", action="store_true", help="exit 1 when the mode's issue-13 target is missed")
+    args = p.parse_args(argv)
+    if args.contenders:
+        names = args.contenders.split(",")
+        unknown = [c for c in names if c not in CONTENDERS]
+        if unknown:
+            p.error(f"--contenders: unknown {unknown}; allowed: {', '.join(CONTENDERS)}")
+        args.contender_list = names
+    elif args.rate and not args.soak:
+        args.contender_list = ["busguard"]
+    elif args.preload:
+        args.contender_list = ["busguard", "busguard_preload"]
+    else:
+        args.contender_list = [c for c in CONTENDERS if c != "busguard_preload"]
+    if "busguard_preload" in args.contender_list and not args.preload:
+        p.error("--contenders busguard_preload needs --preload N")
+    if args.rate and args.rate != "auto":
+        try:
+            if float(args.rate) <= 0:
+                raise ValueError
+        except ValueError:
+            p.error(f"--rate {args.rate!r}: a positive number of records/s, or 'auto'")
+    if args.rounds is None:
+        args.rounds = 1 if args.rate and not args.soak else 3
+    return args
+
+
+def check(mode: str, result: dict[str, Any]) -> list[str]:
+    """The issue-13 targets this run can show missed."""
+    failures = []
+    if mode == "throughput" and result.get("ratio_naive") is not None and result["ratio_naive"] < 1.5:
+        failures.append(f"ratio_naive {result['ratio_naive']} < 1.5")
+    if mode == "throughput" and result.get("ratio_preload") is not None and result["ratio_preload"] < 0.9:
+        failures.append(f"ratio_preload {result['ratio_preload']} < 0.9 (more than 10 % slower with the preloaded store)")
+    if mode == "rate" and result.get("p99_ms") is not None and result["p99_ms"] > 50:
+        failures.append(f"p99_ms {result['p99_ms']} > 50 at {result['rate_per_s']}/s")
+    if mode == "soak" and result.get("rss_dev_pct") is not None and result["rss_dev_pct"] > 10:
+        failures.append(f"rss_dev_pct {result['rss_dev_pct']} > 10 once steady")
+    if mode == "soak" and result.get("rss_drift_pct") is not None and abs(result["rss_drift_pct"]) > 10:
+        failures.append(f"rss_drift_pct {result['rss_drift_pct']}: RSS moved more than 10 % from the first steady sample to the last")
+    return failures
+
+
+async def main(args: argparse.Namespace) -> int:
+    mode = "soak" if args.soak else "rate" if args.rate else "throughput"
+    result: dict[str, Any] = {"bench": "compare", "mode": mode, "machine": machine()}
+    with tempfile.TemporaryDirectory(prefix="busguard-compare-") as tmpdir:
+        tmp = Path(args.keep) if args.keep else Path(tmpdir)
+        tmp.mkdir(parents=True, exist_ok=True)
+        (tmp / "sessions").mkdir(exist_ok=True)
+        signers = Signers([new_identity() for _ in range(args.senders)], tmp / "sessions")
+        gen = Generator(signers, args.duplicates, args.payload_bytes)
+        async with EmbeddedBroker(log_dir=tmp) as broker:
+            setup = await make_setup(broker, tmp, args, signers)
+            setup.broker_pid = broker.pid
+            if mode == "soak":
+                out, text = await soak_mode(setup, gen, args.soak)
+            elif mode == "rate":
+                out, text = await rate_mode(setup, gen, args.contender_list, args.rounds)
+            else:
+                t_gen = time.perf_counter()
+                work = generate(gen, args.records)
+                result["sign_s"] = round(time.perf_counter() - t_gen, 1)
+                if args.preload:
+                    setup.preload_template = tmp / "preload-template.db"
+                    result.update(fill_store(setup.preload_template, work.created_before_ms, args.preload))
+                    print(f"preloaded: {result['preload_rows']} in {result['preload_s']} s", file=sys.stderr, flush=True)
+                    rows = result["preload_rows"]
+                    setup.preload_note = (
+                        f"busguard_preload: a store holding {rows['nonces']:,} live nonces and {rows['tasks']:,} live tasks "
+                        f"({result['preload_file_mb']:,} MB, filled through SqliteStore.run_batch in {result['preload_s']} s, copied per run)"
+                    )
+                sizes = [len(it.value) + sum(len(k) + len(v) for k, v in it.headers) for it in work.items]
+                result.update(records=args.records, duplicates=work.duplicates, record_bytes_mean=round(statistics.mean(sizes)), rounds=args.rounds)
+                out, text = await throughput_mode(setup, work, args.contender_list, args.rounds)
+    result.update(out)
+    result.update(senders=args.senders, partitions=args.partitions, preload=args.preload or None)
+    m = result["machine"]
+    print(f"\nbusguard compare ({mode}) on {m['nproc']} × {m['cpu']}, Python {m['python']}, load average {m['loadavg_at_start']:.1f} at start")
+    if mode == "throughput":
+        print(f"{result['records']:,} records of {result['record_bytes_mean']} bytes (value + headers), {result['duplicates']} exact re-sends, {args.senders} senders, {args.partitions} partitions, {args.rounds} interleaved rounds")
+    if mode == "throughput" and setup.preload_note:
+        print(setup.preload_note)
+    print(text)
+    failures = check(mode, result) if args.check else []
+    result["check"] = failures if args.check else None
+    print(json.dumps(result, separators=(",", ":")))
+    for f in failures:
+        print(f"check failed: {f}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr), wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    sys.exit(asyncio.run(main(parse_args())))

@@ -1,0 +1,69 @@
+"""RSS of a process that only churns a SqliteStore the way `compare.py --soak` does.
+
+The soak's guard RSS kept climbing for minutes; this separates the store
+from the rest of the guard: 500 records/s simulated (batches of 250 every
+simulated 0.5 s), nonces and tasks expiring after 15 s, `expire` every 5
+simulated seconds, for 600 simulated seconds, written through
+`SqliteStore.run_batch` with the guard's connection settings. Prints the
+process RSS, the live rows and the file size once a simulated minute.
+
+    .venv/bin/python benchmarks/store_churn.py
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from busguard.admission.batch import BatchState, KeySet, Snapshot  # noqa: E402
+from busguard.admission.types import Coordinates, NonceRecord, TaskEntry  # noqa: E402
+from busguard.state.sqlite import SqliteStore  # noqa: E402
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
+
+
+def main() -> None:
+    d = Path(tempfile.mkdtemp(prefix="busguard-churn-"))
+    now = 1_000_000_000_000
+    store = SqliteStore(d / "s.db", now_ms=now - 1000, task_retention_ms=15_000, decision_retention_ms=15_000)
+    rng = random.Random(1)
+    receipt = b"r" * 330
+    print(f"start: {rss_mb():.1f} MB")
+    i = 0
+    for step in range(1, 1201):
+        now += 500
+
+        def fill(snap: Snapshot, i0: int = i, now: int = now) -> BatchState:
+            st = BatchState(snap)
+            for k in range(i0, i0 + 250):
+                nonce = base64.urlsafe_b64encode(rng.randbytes(16)).decode()
+                st.nonces[("", nonce)] = NonceRecord(("", nonce), now + 15_000)
+                tid = f"task-{k}"
+                st.tasks[("handoff", tid)] = TaskEntry(
+                    "handoff", tid, hashlib.sha256(nonce.encode()).hexdigest(), "d" * 64, "p" * 50, nonce, "0" * 64,
+                    None, None, Coordinates(topic="t", partition=0, offset=k), receipt, rng.randbytes(64), now,
+                )
+            return st
+
+        store.run_batch(KeySet(), now, fill)
+        i += 250
+        if step % 10 == 0:
+            store.expire(now)
+        if step % 120 == 0:
+            size = sum(f.stat().st_size for f in d.iterdir()) / 2**20
+            print(f"{step // 2:4d} s simulated: RSS {rss_mb():.1f} MB, rows {store.counts()}, files {size:.1f} MB", flush=True)
+    store.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Running a kind's stateful policy inside admission (busguard.policies.seam).
+
+Two halves, because the state a policy reads must be known before the
+batch's transaction opens: `prepare` (parse and keys, per candidate, before
+the transaction) and `run` (decide, inside it, against the batch's view).
+A policy that breaks the seam's rules (reads a key it did not name, writes
+or names a namespace its kind does not own, emits to a route its kind does
+not declare, objects with a forward) is a bug in the policy, not bad input:
+it raises `PolicyContractError`, which unit tests of the policy find.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Set
+from typing import NamedTuple, Protocol
+
+from busguard.policies import KINDS, KindSpec
+from busguard.policies.seam import Objection, PolicyOutcome
+from busguard.protocol.envelope import Envelope
+from busguard.protocol.reasons import Outcome
+from busguard.state.keys import PolicyKey
+
+
+class PolicyContractError(RuntimeError):
+    pass
+
+
+class PolicyState(Protocol):
+    def policy_value(self, key: PolicyKey) -> bytes | None: ...
+
+
+class Prepared(NamedTuple):
+    spec: KindSpec
+    parsed: object
+    keys: frozenset[PolicyKey]
+
+
+def policy_kinds() -> frozenset[str]:
+    """The kinds whose spec has a policy (read per batch: tests register kinds)."""
+    return frozenset(k for k, s in KINDS.items() if s.policy is not None)
+
+
+def prepare(envelope: Envelope) -> Prepared:
+    """Parse and keys for a record of a kind with a policy (`policy_kinds`)."""
+    spec = KINDS[envelope.receipt.kind]
+    if spec.policy is None:
+        raise PolicyContractError(f"kind {spec.kind!r} has no policy")
+    parsed = spec.policy.parse(envelope)
+    if isinstance(parsed, Objection):
+        return Prepared(spec, parsed, frozenset())
+    keys = frozenset(spec.policy.keys(parsed))
+    _check_namespaces(spec, keys, "reads")
+    return Prepared(spec, parsed, keys)
+
+
+class _View:
+    __slots__ = ("_keys", "_state")
+
+    def __init__(self, state: PolicyState, keys: Set[PolicyKey]) -> None:
+        self._state = state
+        self._keys = keys
+
+    def get(self, key: PolicyKey) -> bytes | None:
+        if key not in self._keys:
+            raise PolicyContractError(f"policy read {key!r}, which its keys() did not name")
+        return self._state.policy_value(key)
+
+
+def run(prepared: Prepared, state: PolicyState, now_ms: int) -> PolicyOutcome:
+    spec, parsed = prepared.spec, prepared.parsed
+    if isinstance(parsed, Objection):
+        outcome = PolicyOutcome(objection=parsed)
+    else:
+        assert spec.policy is not None
+        outcome = spec.policy.decide(parsed, _View(state, prepared.keys), now_ms)
+    if outcome.objection is not None and outcome.objection.outcome not in (Outcome.REJECT, Outcome.ESCALATE):
+        raise PolicyContractError(f"kind {spec.kind!r}: an objection must reject or escalate, not {outcome.objection.outcome}")
+    _check_namespaces(spec, (w.key for w in outcome.writes), "writes")
+    stray = sorted({n.route for n in outcome.notices} - set(spec.routes))
+    if stray:
+        raise PolicyContractError(f"kind {spec.kind!r} emits to routes {stray} it does not declare (KindSpec.routes)")
+    return outcome
+
+
+def _check_namespaces(spec: KindSpec, keys: Iterable[PolicyKey], what: str) -> None:
+    for namespace, _ in keys:
+        if not spec.may_use(namespace):
+            raise PolicyContractError(f"kind {spec.kind!r} {what} namespace {namespace!r} it does not own (KindSpec.namespaces)")

@@ -1,0 +1,87 @@
+"""The auditor's report: what `busguard audit` prints (as JSON or a table,
+busguard.audit.report) and `--expect-ok` judges."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from busguard.protocol.records import Coordinates
+
+EscalationState = Literal["pending", "held", "resolved"]
+
+
+class Summary(msgspec.Struct, kw_only=True):
+    records: int  # distinct audit records (identical re-emissions count once)
+    decisions: int  # distinct verified decision ids
+    resolutions: int  # distinct verified resolution ids
+    tasks: int  # distinct (kind, task_id)
+    forwarded: int  # distinct decision ids seen on downstream topics
+    duplicates: int  # decisions with outcome `duplicate`
+    escalations: int  # decisions with outcome `escalate`
+    pending: int  # escalations without a final resolution
+    violations: int
+    single_key: int = 0  # resolutions accepted only under keys.single_key_audit (guard-sealed, or the operator's name unproven)
+
+
+class EscalationStatus(msgspec.Struct, kw_only=True):
+    escalation_id: str
+    reason: str
+    receipt_id: str | None
+    supersedes: str | None
+    prior_receipt_id: str | None
+    status: EscalationState
+    resolution_id: str | None = None  # the final one, else the held one
+    resolved_as: str | None = None
+    by: str | None = None
+
+
+class SupersedesLink(msgspec.Struct, kw_only=True):
+    decision_id: str
+    reason: str
+    receipt_id: str | None
+    supersedes: str
+
+
+class TaskLineage(msgspec.Struct, kw_only=True):
+    kind: str
+    task_id: str
+    witness: str | None  # decision id of the (first) forward decision
+    witness_receipt_id: str | None
+    forwards: int  # distinct forward decision ids (more than 1 is a violation)
+    delivered: bool  # the witness was seen, attested, on a downstream topic
+    duplicates: int
+    rejects: int
+    escalations: list[EscalationStatus]
+    supersedes: list[SupersedesLink]
+
+
+class PendingEscalation(msgspec.Struct, kw_only=True):
+    escalation_id: str
+    kind: str | None
+    task_id: str | None
+    reason: str
+    principal: str | None
+    receipt_id: str | None
+    prior_receipt_id: str | None
+    prior_decision_id: str | None
+    supersedes: str | None
+    source: Coordinates
+    held: str | None = None  # the `held` resolution id, if an operator was asked
+
+
+class Violation(msgspec.Struct, kw_only=True):
+    invariant: str
+    detail: str
+    task_id: str | None = None
+    decision_id: str | None = None
+    kind: str | None = None
+
+
+class AuditReport(msgspec.Struct, kw_only=True):
+    ok: bool
+    summary: Summary
+    tasks: list[TaskLineage]
+    pending: list[PendingEscalation]
+    violations: list[Violation]

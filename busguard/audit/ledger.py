@@ -1,0 +1,218 @@
+"""The auditor's ledger: what it learned from the log, compactly (see
+busguard.audit.lineage for the judge that turns it into a report).
+
+A msgspec Struct, so `--checkpoint` can save it and resume. It keeps a
+compact fact per decision id (ids, outcome, task, nonce, receipt ids, links,
+source coordinates and the SHA-256 of the record), never the record bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Final, Literal, TypeVar
+
+import msgspec
+
+from busguard.protocol.records import Coordinates, Decision, Resolution, SignedCommand, Stage
+
+if TYPE_CHECKING:
+    from busguard.audit.findings import AuditReport
+
+LEDGER_VERSION: Final = 1
+#: Whose key verified an audit record's seal (busguard.audit.reader).
+Sealer = Literal["guard", "reconciler"]
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class DecisionFact(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """The part of a decision the invariants need (no receipt bytes)."""
+
+    decision_id: str
+    sha256: str
+    outcome: str
+    reason: str
+    source: Coordinates
+    kind: str | None = None
+    task_id: str | None = None
+    principal: str | None = None
+    nonce: str | None = None
+    receipt_id: str | None = None
+    supersedes: str | None = None
+    prior_decision_id: str | None = None
+    prior_receipt_id: str | None = None
+    decided_at: int | None = None
+
+
+class ResolutionFact(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    resolution_id: str
+    sha256: str
+    escalation_id: str
+    stage: Stage
+    resolved_as: str | None = None
+    by: str = ""
+    kind: str | None = None
+    task_id: str | None = None
+    receipt_id: str | None = None
+    supersedes: str | None = None
+    prior_decision_id: str | None = None
+    note: str = ""
+    sealed_by: Sealer = "reconciler"
+    command: SignedCommand | None = None
+
+
+class BadRecord(msgspec.Struct, kw_only=True, array_like=True):
+    """An audit record excluded from the lineage: unsealed/forged or unreadable."""
+
+    sealed: bool
+    claimed_id: str | None
+    reasons: list[str] = msgspec.field(default_factory=list)
+
+
+class Downstream(msgspec.Struct, kw_only=True, array_like=True):
+    """What was seen on one downstream topic for one decision id."""
+
+    attested: bool = False  # at least one copy verified
+    unattested: bool = False  # at least one copy did not
+    decision_sha256: list[str] = msgspec.field(default_factory=list)
+
+
+class Ledger(msgspec.Struct, kw_only=True):
+    """Everything learned from the log so far. Feed it, then call `report()`.
+
+    `routes` maps each input topic to its downstream topic (for the
+    wrong-topic check; empty disables it). `nonce_scope` is the guard's
+    `[admission] nonce_scope`. `operators` maps operator names to their
+    multikeys (the operators file), to prove `by: operator:<name>`.
+    `single_key_audit` / `single_key_until` (epoch ms) are the `[keys]`
+    settings of a one-key deployment, or of one that moved to separate keys
+    at `single_key_until`. These five follow the current config on every run.
+    """
+
+    v: int = LEDGER_VERSION
+    nonce_scope: Literal["global", "principal"] = "global"
+    routes: dict[str, str] = msgspec.field(default_factory=dict)
+    operators: dict[str, str] = msgspec.field(default_factory=dict)
+    single_key_audit: bool = False
+    single_key_until: int | None = None
+    decisions: dict[str, DecisionFact] = msgspec.field(default_factory=dict)
+    decision_variants: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    resolutions: dict[str, ResolutionFact] = msgspec.field(default_factory=dict)
+    resolution_variants: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    bad_records: dict[str, BadRecord] = msgspec.field(default_factory=dict)
+    forwarded: dict[str, dict[str, Downstream]] = msgspec.field(default_factory=dict)
+
+    # -- feeding ------------------------------------------------------------
+
+    def add_decision(self, raw_value: bytes, decision: Decision, verified: bool, why: str = "", sealed_by: Sealer = "guard") -> None:
+        """One audit record holding a guard decision; `verified` = its seal
+        verified (with `sealed_by`'s key) and is bound to these bytes
+        (`verify_decision_record`). Only the guard decides."""
+        sha = sha256_hex(raw_value)
+        if verified and sealed_by != "guard":
+            verified, why = False, f"a decision sealed with the {sealed_by}'s key; only the guard key seals decisions"
+        if not verified:
+            self._bad(sha, False, decision.decision_id, why or "the seal does not verify with the guard key")
+            return
+        prior = decision.prior
+        fact = DecisionFact(
+            decision_id=decision.decision_id,
+            sha256=sha,
+            outcome=decision.outcome,
+            reason=decision.reason,
+            source=decision.source,
+            kind=decision.kind,
+            task_id=decision.task_id,
+            principal=decision.principal,
+            nonce=decision.nonce,
+            receipt_id=decision.receipt_id,
+            supersedes=decision.supersedes,
+            prior_decision_id=prior.decision_id if prior is not None else None,
+            prior_receipt_id=prior.receipt_id if prior is not None else None,
+            decided_at=decision.decided_at,
+        )
+        _keep(self.decisions, self.decision_variants, decision.decision_id, sha, fact)
+
+    def add_resolution(self, raw_value: bytes, resolution: Resolution, verified: bool, why: str = "", sealed_by: Sealer = "reconciler") -> None:
+        """One audit record holding a reconciliation `Resolution`, sealed
+        (when `verified`) with `sealed_by`'s key: whether the guard's may
+        seal it is judged in `report()`, which knows its escalation."""
+        sha = sha256_hex(raw_value)
+        if not verified:
+            self._bad(sha, False, resolution.resolution_id, why or "the seal does not verify with the reconciler's key")
+            return
+        r = resolution
+        fact = ResolutionFact(
+            resolution_id=r.resolution_id,
+            sha256=sha,
+            escalation_id=r.escalation_id,
+            stage=r.stage,
+            resolved_as=r.resolved_as,
+            by=r.by,
+            kind=r.kind,
+            task_id=r.task_id,
+            receipt_id=r.receipt_id,
+            supersedes=r.supersedes,
+            prior_decision_id=r.prior_decision_id,
+            note=r.note,
+            sealed_by=sealed_by,
+            command=r.command,
+        )
+        _keep(self.resolutions, self.resolution_variants, r.resolution_id, sha, fact)
+
+    def add_unreadable(self, raw_value: bytes | None, verified: bool, why: str) -> None:
+        """An audit record that is not a decision or a resolution (or has no value)."""
+        self._bad(sha256_hex(raw_value or b""), verified, None, why)
+
+    def add_forwarded(self, topic: str, decision_id: str, attestation_ok: bool, decision_sha256: str | None = None) -> None:
+        """One record on a downstream topic. `decision_id` is its
+        `busguard-decision-id` header ('' when absent); `attestation_ok` that
+        `verify_admitted` passed for it (and named that decision id);
+        `decision_sha256` the attested SHA-256 of its audit record, if known."""
+        seen = self.forwarded.setdefault(decision_id, {}).setdefault(topic, Downstream())
+        if attestation_ok:
+            seen.attested = True
+            if decision_sha256 is not None and decision_sha256 not in seen.decision_sha256:
+                seen.decision_sha256.append(decision_sha256)
+                seen.decision_sha256.sort()
+        else:
+            seen.unattested = True
+
+    def _bad(self, sha: str, sealed: bool, claimed: str | None, why: str) -> None:
+        bad = self.bad_records.get(sha)
+        if bad is None:
+            bad = self.bad_records[sha] = BadRecord(sealed=sealed, claimed_id=claimed)
+        if why not in bad.reasons:
+            bad.reasons.append(why)
+            bad.reasons.sort()
+        if claimed is not None and (bad.claimed_id is None or claimed < bad.claimed_id):
+            bad.claimed_id = claimed
+        bad.sealed = bad.sealed or sealed
+
+    # -- the verdict ----------------------------------------------------------
+
+    def report(self) -> AuditReport:
+        from busguard.audit.lineage import judge  # the judge reads the ledger: imported late, no cycle
+
+        return judge(self)
+
+
+F = TypeVar("F", DecisionFact, ResolutionFact)
+
+
+def _keep(facts: dict[str, F], variants: dict[str, list[str]], key: str, sha: str, fact: F) -> None:
+    """Store one fact per id: identical copies count once; of different ones
+    (a violation) the smallest SHA-256 is kept, whatever the arrival order."""
+    current = facts.get(key)
+    if current is None:
+        facts[key] = fact
+        return
+    if current.sha256 == sha:
+        return
+    known = set(variants.get(key, [current.sha256]))
+    known.add(sha)
+    variants[key] = sorted(known)
+    if sha < current.sha256:
+        facts[key] = fact

@@ -1,0 +1,1 @@
+"""The `busguard` subcommands' bodies; busguard.cli holds the parser that names them."""

@@ -1,0 +1,124 @@
+"""The long-running commands: `run`, `reconcile`, and the development tools `broker` and `demo`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from busguard.config import Config, load_config
+from busguard.wiring import (
+    build_guard,
+    build_reconciler,
+    ensure_topics,
+    guard_topics,
+    open_guard,
+    open_reconcile_store,
+    reconciler_keys,
+    reconciler_topics,
+)
+
+if TYPE_CHECKING:
+    from busguard.reconcile.worker import Reconciler
+    from busguard.runtime.guard import Guard
+
+
+def _install_stop(stop: Callable[[], None]) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop)
+
+
+def _serve(service: Guard | Reconciler, topics: list[str], cfg: Config, close: Callable[[], None]) -> int:
+    """Create the topics if asked, run `service` until SIGTERM/SIGINT, close its store."""
+
+    async def main() -> None:
+        await ensure_topics(cfg, topics)
+        _install_stop(service.request_stop)
+        await service.run()
+
+    try:
+        asyncio.run(main())
+    finally:
+        close()
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from busguard.runtime.faults import Faults
+    from busguard.runtime.logs import configure
+    from busguard.runtime.tuning import tune_gc
+
+    cfg = load_config(args.config)
+    configure(cfg.log.format, cfg.log.level)
+    keys, store = open_guard(cfg)
+    tune_gc()
+    try:
+        guard = build_guard(cfg, store, keys, faults=Faults.from_env())
+    except BaseException:
+        store.close()
+        raise
+    return _serve(guard, guard_topics(cfg), cfg, store.close)
+
+
+def cmd_reconcile(args: argparse.Namespace) -> int:
+    from busguard.reconcile.worker import operators_file
+    from busguard.runtime.faults import Faults
+    from busguard.runtime.logs import configure
+
+    cfg = load_config(args.config)
+    configure(cfg.log.format, cfg.log.level)
+    operators = operators_file(cfg)
+    keys = reconciler_keys(cfg)
+    store = open_reconcile_store(cfg)
+    try:
+        worker = build_reconciler(cfg, store, keys, operators, faults=Faults.from_env())
+    except BaseException:
+        store.close()
+        raise
+    return _serve(worker, reconciler_topics(cfg), cfg, store.close)
+
+
+def _embedded_missing() -> bool:
+    """`demo` and `broker` need the optional extra; say so in one line instead of a traceback."""
+    from busguard.devtools.broker import EXTRA_HINT, embedded_available
+
+    if embedded_available():
+        return False
+    print(f"busguard: {EXTRA_HINT}", file=sys.stderr)
+    return True
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    from busguard.devtools.broker import EmbeddedBroker
+    from busguard.runtime.logs import configure
+
+    if _embedded_missing():
+        return 2
+
+    configure("console", "info")
+
+    async def main() -> None:
+        broker = EmbeddedBroker()
+        await broker.astart(args.port)
+        print(f"tansu broker ready at {broker.bootstrap} (memory storage: everything is lost when it stops)", flush=True)
+        stopped = asyncio.Event()
+        _install_stop(stopped.set)
+        try:
+            await stopped.wait()
+        finally:
+            await broker.astop()
+
+    asyncio.run(main())
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    if _embedded_missing():
+        return 2
+    from busguard.demo import run_demo
+
+    return run_demo(keep_dir=args.dir)

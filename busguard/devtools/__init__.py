@@ -1,0 +1,1 @@
+"""Development tools: the embedded broker. Never imported by the production runtime."""

@@ -1,0 +1,91 @@
+"""The policy seam: what a kind's policy is given and what it may answer.
+
+A policy is a pure object shaped like Bytewax's `StatefulLogic`: the shell
+owns the state and the clock; the policy only computes. Per record, after the
+signature verified and after the replay / session / task core found that the
+record would be forwarded, admission calls, in this order
+(docs/design.md, "The policy seam"):
+
+1. `parse(envelope)` -> the kind's parsed payload, or an `Objection`.
+   Called before the batch's state transaction (it needs no state), so
+   its keys can be loaded with the batch's snapshot; its objection takes
+   effect only once the signature has verified.
+2. `keys(parsed)` -> the `PolicyKey`s it will read: loaded with the batch
+   snapshot, in the same round trip and transaction as nonces and tasks.
+3. `decide(parsed, view, now_ms)` -> a `PolicyOutcome`. `view` reads those
+   keys as the snapshot has them overlaid by earlier writes of the same
+   batch (two records of one batch see each other, as nonces do).
+
+Outcomes. An objection turns the record into a reject or an escalation with
+the policy's reason and detail; the record's nonce and sequence are still
+consumed (it was authentic and fresh), its task entry is not (it was not
+admitted). Otherwise the record is admitted with the outcome's state writes
+(applied in the batch's transaction), its annotations (recorded in the
+decision and on the audit topic), an optional replacement for the forwarded
+value and extra notices to the kind's routes. The annotations, replacement
+and notices are fields of the persisted `Decision`, so a re-emission after a
+crash is the same decision and therefore the same bytes.
+
+Policies must be deterministic and must not raise on bad input: a payload
+they cannot use is an `Objection`, never an exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, Protocol, TypeVar
+
+import msgspec
+
+from busguard.protocol.envelope import Envelope
+from busguard.protocol.reasons import Outcome, Reason
+from busguard.protocol.records import Notice
+
+#: busguard.state.keys.PolicyKey, spelled out: the policy packages (taint,
+#: award, compromise) import this module and must not load the state layer.
+PolicyKey = tuple[str, str]
+
+P = TypeVar("P")
+
+
+class Objection(msgspec.Struct, frozen=True):
+    outcome: Outcome
+    reason: Reason
+    detail: str
+
+
+class PolicyWrite(msgspec.Struct, frozen=True, gc=False):
+    """A row the policy asks to persist: it expires `ttl_ms` after the decision."""
+
+    key: PolicyKey
+    value: bytes
+    ttl_ms: int
+
+
+class PolicyOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    objection: Objection | None = None
+    writes: tuple[PolicyWrite, ...] = ()
+    annotations: Mapping[str, str] | None = None
+    replacement: bytes | None = None
+    notices: tuple[Notice, ...] = ()
+
+
+ADMIT: Final = PolicyOutcome()
+
+
+class PolicyView(Protocol):
+    def get(self, key: PolicyKey) -> bytes | None:
+        """The row's bytes, None when absent or expired. Only keys the
+        policy named in `keys()` may be read (LookupError otherwise)."""
+        ...
+
+
+class Policy(Protocol[P]):
+    def parse(self, envelope: Envelope) -> P | Objection: ...
+
+    def keys(self, parsed: P) -> Iterable[PolicyKey]: ...
+
+    def decide(self, parsed: P, view: PolicyView, now_ms: int) -> PolicyOutcome: ...
+
+
+AnyPolicy = Policy[Any]

@@ -1,0 +1,130 @@
+"""Every aiokafka client busguard builds, built here.
+
+One place decides what a client of each role looks like, so the tolerant
+fetch decoding (busguard.runtime.records) and the settings derived from the
+config (client id, timeouts, fetch sizes, acks, idempotence, compression)
+cannot be forgotten by one of the readers. Roles:
+
+* the batch loop's group consumer and its producer (guard and reconciler);
+* a *reader*: a group-less consumer that is assigned partitions by hand and
+  reads from the beginning (the auditor, the operator commands, the demo tap);
+* a plain *producer* for one-off sends (operator commands, the demo's agents).
+
+Partition discovery goes through the admin client's public describe call
+(``partitions_of``), never a consumer's private metadata client, and asks
+for all topics so the question auto-creates nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+
+from busguard.config import Config
+from busguard.runtime.outputs import producer_batch_size
+from busguard.runtime.records import consumer_options
+
+__all__ = ["group_consumer", "loop_producer", "partitions_at", "partitions_of", "producer", "reader"]
+
+_FETCH_MAX_BYTES = 52_428_800  # aiokafka's default, stated: one fetch of many partitions
+_FETCH_HEADROOM = 262_144  # record headers and batch framing beyond the largest payload
+
+
+def _client_id(cfg: Config, name: str) -> str:
+    return f"{cfg.kafka.client_id}-{name}"
+
+
+def group_consumer(cfg: Config, *, group_id: str, role: str) -> AIOKafkaConsumer:
+    """The batch loop's consumer: a member of `group_id`, manual commits, tolerant."""
+    k = cfg.kafka
+    return AIOKafkaConsumer(
+        bootstrap_servers=k.bootstrap_servers,
+        group_id=group_id,
+        client_id=_client_id(cfg, f"{role}-consumer"),
+        enable_auto_commit=False,
+        auto_offset_reset=k.auto_offset_reset,
+        session_timeout_ms=k.session_timeout_ms,
+        heartbeat_interval_ms=k.heartbeat_interval_ms,
+        max_poll_interval_ms=k.max_poll_interval_ms,
+        # aiokafka defaults this to session_timeout_ms; a rebalance must be
+        # allowed to wait for the in-flight batch (revoke_budget_ms).
+        rebalance_timeout_ms=k.rebalance_timeout_ms,
+        request_timeout_ms=k.request_timeout_ms,
+        max_partition_fetch_bytes=max(1_048_576, cfg.batch.max_payload_bytes + _FETCH_HEADROOM),
+        fetch_max_bytes=_FETCH_MAX_BYTES,
+        # a record the client cannot decode arrives as an Undecodable
+        # placeholder instead of raising out of getmany()
+        **consumer_options(),
+    )
+
+
+def loop_producer(cfg: Config, *, role: str) -> AIOKafkaProducer:
+    """The batch loop's producer: batches sized for the brokers' limit after compression."""
+    k = cfg.kafka
+    return AIOKafkaProducer(
+        bootstrap_servers=k.bootstrap_servers,
+        client_id=_client_id(cfg, f"{role}-producer"),
+        acks="all" if k.acks == "all" else 1,
+        enable_idempotence=k.idempotence,
+        linger_ms=5,
+        # Batches fill to a size that compresses to at most the brokers'
+        # limit; a larger output travels alone, checked by OutputBudget.
+        compression_type=None if k.compression == "none" else k.compression,
+        max_batch_size=producer_batch_size(k.max_message_bytes, k.compression),
+        max_request_size=k.max_message_bytes,
+        request_timeout_ms=k.request_timeout_ms,
+    )
+
+
+def reader(cfg: Config, *, name: str, min_partition_fetch_bytes: int = 1_048_576, **extra: Any) -> AIOKafkaConsumer:
+    """A group-less, tolerant consumer the caller assigns partitions to.
+
+    An offset before the log start (retention) resumes at the start; a record
+    the client cannot decode arrives as an `Undecodable`, which the caller
+    reports or passes over, never a crash. `extra` is for aiokafka settings
+    a reader needs beyond these (e.g. a benchmark's short fetch wait).
+    """
+    return AIOKafkaConsumer(
+        bootstrap_servers=cfg.kafka.bootstrap_servers,
+        client_id=_client_id(cfg, name),
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        request_timeout_ms=cfg.kafka.request_timeout_ms,
+        max_partition_fetch_bytes=max(min_partition_fetch_bytes, cfg.batch.max_payload_bytes + _FETCH_HEADROOM),
+        fetch_max_bytes=_FETCH_MAX_BYTES,
+        **consumer_options(),
+        **extra,
+    )
+
+
+def producer(cfg: Config, *, name: str) -> AIOKafkaProducer:
+    """A producer for one-off sends: every record acknowledged by all replicas."""
+    return AIOKafkaProducer(
+        bootstrap_servers=cfg.kafka.bootstrap_servers,
+        client_id=_client_id(cfg, name),
+        enable_idempotence=cfg.kafka.idempotence,
+        acks="all",
+        request_timeout_ms=cfg.kafka.request_timeout_ms,
+    )
+
+
+async def partitions_at(bootstrap: str, topics: Sequence[str], *, client_id: str, request_timeout_ms: int) -> dict[str, list[int]]:
+    """Partition ids of those `topics` that exist (asks for all topics, so
+    nothing is auto-created by the question)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id=client_id, request_timeout_ms=request_timeout_ms)
+    await admin.start()
+    try:
+        described: list[dict[str, Any]] = await admin.describe_topics(None)
+    finally:
+        await admin.close()
+    found = {t["topic"]: sorted(p["partition"] for p in t["partitions"]) for t in described if t["error_code"] == 0 and t["partitions"]}
+    return {t: found[t] for t in topics if t in found}
+
+
+async def partitions_of(cfg: Config, topics: Sequence[str], *, name: str = "metadata") -> dict[str, list[int]]:
+    """`partitions_at` with the config's bootstrap servers and timeouts."""
+    return await partitions_at(cfg.kafka.bootstrap_servers, topics, client_id=_client_id(cfg, name), request_timeout_ms=cfg.kafka.request_timeout_ms)

@@ -1,0 +1,60 @@
+"""What a batch wrote: a plain value the store persists in the batch's transaction.
+
+The batch driver (busguard.admission.batch) builds it; a backend only reads
+it, so no backend depends on how admission keeps its overlay. Rules every
+backend applies (tests/unit/test_state_stores.py runs them on each one):
+
+- `decisions` replace any earlier decision at the same position; they expire
+  `decision_retention_ms` after `decided_at`.
+- `nonces`, `windows` and `policy` rows are written as given (last write
+  wins) with the expiry they carry.
+- `tasks` are insert-only: a task row is written only where none exists or
+  the existing one has expired, so the first admission stays the witness;
+  it expires `task_retention_ms` after `admitted_at`.
+- the partition watermarks (`watermarks()`) only move forward.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from busguard.protocol.records import Decision, TaskEntry
+from busguard.state.keys import NonceKey, Partition, PolicyKey, SourceKey, TaskKey, WindowKey
+from busguard.state.snapshot import WindowState
+
+
+class NonceRecord(msgspec.Struct, frozen=True, gc=False):
+    key: NonceKey
+    expires_at: int
+
+
+class WindowRecord(msgspec.Struct, frozen=True, gc=False):
+    key: WindowKey
+    state: WindowState
+    expires_at: int
+
+
+class PolicyRecord(msgspec.Struct, frozen=True, gc=False):
+    """A policy's row (busguard.policies): opaque bytes the policy encodes."""
+
+    key: PolicyKey
+    value: bytes
+    expires_at: int
+
+
+class BatchWrites(msgspec.Struct, kw_only=True):
+    """Everything one batch asks the store to persist, keyed for last-write-wins."""
+
+    decisions: dict[SourceKey, Decision] = msgspec.field(default_factory=dict)
+    nonces: dict[NonceKey, NonceRecord] = msgspec.field(default_factory=dict)
+    windows: dict[WindowKey, WindowRecord] = msgspec.field(default_factory=dict)
+    tasks: dict[TaskKey, TaskEntry] = msgspec.field(default_factory=dict)
+    policy: dict[PolicyKey, PolicyRecord] = msgspec.field(default_factory=dict)
+
+    def watermarks(self) -> dict[Partition, int]:
+        """Per input partition, the highest offset this batch decided."""
+        marks: dict[Partition, int] = {}
+        for topic, partition, offset in self.decisions:
+            if marks.get((topic, partition), -1) < offset:
+                marks[(topic, partition)] = offset
+        return marks

@@ -1,0 +1,231 @@
+"""Build the guard and the reconciler, and what they stand on, from a config.
+
+The one place that turns a `Config` into running parts: the key registry and
+keys, the state stores, the `Guard` and the `Reconciler`. `busguard run`,
+`busguard reconcile`, the demo and the benchmarks all come through here, so
+they cannot drift apart (docs/design.md, "Layers": wiring sits above the
+runtime, below the commands).
+
+Order matters and is kept here: everything on disk is validated before
+Kafka is touched, and the key registry before the state store, because
+creating a store starts its warm-up fence.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+import structlog
+
+from busguard.config import Config
+from busguard.errors import ConfigError
+
+if TYPE_CHECKING:
+    from busguard.protocol.keyfile import Identity
+    from busguard.protocol.keys import KeyRegistry
+    from busguard.reconcile.operators import Operators
+    from busguard.reconcile.store import ReconcileState
+    from busguard.reconcile.worker import Reconciler
+    from busguard.runtime.faults import Faults
+    from busguard.runtime.guard import Guard
+    from busguard.runtime.ops import Metrics
+    from busguard.runtime.watched import WatchedFile
+    from busguard.state.store import StateStore
+
+log = structlog.get_logger("busguard.wiring")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class GuardKeys(NamedTuple):
+    registry: WatchedFile[KeyRegistry]
+    identity: Identity
+
+
+class ReconcilerKeys(NamedTuple):
+    identity: Identity  # seals what the reconciler writes
+    guard_public_key: bytes  # verifies the escalations it reads
+
+
+def guard_keys(cfg: Config) -> GuardKeys:
+    """The key registry (followed while running) and the guard's own key,
+    checked against `keys.guard_public_key` when the config declares it."""
+    from busguard.protocol.keyfile import load_or_create
+    from busguard.protocol.keys import KeyRegistry
+    from busguard.runtime.watched import WatchedFile
+
+    registry = WatchedFile(cfg.path(cfg.keys.registry), KeyRegistry.load, what="key registry", watch=cfg.keys.watch)
+    identity = load_or_create(cfg.path(cfg.keys.guard_key), cfg.keys.create_guard_key)
+    declared = cfg.keys.guard_public_key_bytes
+    if declared is not None and declared != identity.public_key:
+        raise ConfigError(cfg.source, "keys.guard_public_key", cfg.keys.guard_public_key, f"the public half of keys.guard_key ({identity.agent_id})")
+    return GuardKeys(registry, identity)
+
+
+def reconciler_keys(cfg: Config) -> ReconcilerKeys:
+    """`keys.reconciler_key` and the guard's public key; without a reconciler
+    key, the guard key serves both roles (a one-key deployment)."""
+    from busguard.protocol.keyfile import load_or_create
+
+    k = cfg.keys
+    guard_public_key = k.guard_public_key_bytes
+    if k.reconciler_key is not None:
+        identity = load_or_create(cfg.path(k.reconciler_key), k.create_reconciler_key)
+        if guard_public_key is None:  # else the guard's private key need not be on this machine at all
+            guard_public_key = load_or_create(cfg.path(k.guard_key), k.create_guard_key).public_key
+    else:
+        identity = load_or_create(cfg.path(k.guard_key), k.create_guard_key)  # one key for both roles
+        guard_public_key = guard_public_key or identity.public_key
+    return ReconcilerKeys(identity, guard_public_key)
+
+
+def state_location(cfg: Config) -> str | None:
+    """Where the guard's state lives, fit for logs: a DSN's password redacted."""
+    if cfg.state.backend == "sqlite":
+        return str(cfg.path(cfg.state.path))
+    if cfg.state.backend == "postgres":
+        from busguard.state.pgsql import redact
+
+        return f"{redact(cfg.state.dsn)} schema {cfg.state.schema}"
+    return None
+
+
+def open_guard_store(cfg: Config, at_ms: int, *, genesis: bool = False) -> StateStore:
+    """The guard's state store, opened the one way every caller opens it.
+
+    `genesis` is what `busguard state init` declares: a deployment with no
+    history, trusted from its first record. Otherwise a store that did not
+    exist is created fenced (it may be a lost one) and that is logged."""
+    from busguard.state.backends import StoreOptions, open_store
+
+    a, st = cfg.admission, cfg.state
+    options = StoreOptions(
+        now_ms=at_ms,
+        path=cfg.path(st.path),
+        synchronous=st.synchronous.upper(),
+        task_retention_ms=a.task_retention_ms,
+        decision_retention_ms=a.decision_retention_ms,
+        genesis=genesis,
+        dsn=st.dsn,
+        schema=st.schema,
+        retry_s=st.retry_s,
+    )
+    try:
+        store = open_store(st.backend, options)
+    except ImportError as exc:  # the backend's driver is an optional extra
+        raise ConfigError(cfg.source, "state.backend", st.backend, f"its driver installed: pip install 'busguard[{st.backend}]' ({exc})") from None
+    if store.created and not genesis:
+        # A missing store may be a lost one: it warms (docs/operations.md,
+        # "Store loss and store rollback"). Only `busguard state init` may
+        # declare a deployment new.
+        log.warning(
+            "state store did not exist and was created fenced: records issued up to max_future_ms after now are refused "
+            "(store_warming) for one freshness window; for a deployment with no history, create it with `busguard state init`",
+            backend=st.backend,
+            path=state_location(cfg),
+            trusted_from_ms=store.trusted_from,
+        )
+    return store
+
+
+def open_guard(cfg: Config) -> tuple[GuardKeys, StateStore]:
+    """Everything `busguard run` needs from disk, validated before touching
+    Kafka (and the key registry before the state store)."""
+    keys = guard_keys(cfg)
+    return keys, open_guard_store(cfg, now_ms())
+
+
+def init_state(cfg: Config, at_ms: int) -> Path:
+    """`busguard state init`: a genesis store, trusted from its first record
+    because the operator says this deployment has no history. Refuses a path
+    (or PostgreSQL schema) that already holds a store (that would throw its
+    fence away)."""
+    if cfg.state.backend == "postgres":
+        try:
+            open_guard_store(cfg, at_ms, genesis=True).close()
+        except FileExistsError:
+            raise ConfigError(cfg.source, "state.schema", cfg.state.schema, "a schema with no state store yet: `state init` only creates new ones") from None
+        return Path(state_location(cfg) or "")
+    if cfg.state.backend != "sqlite":
+        raise ConfigError(
+            cfg.source, "state.backend", cfg.state.backend, '"sqlite" or "postgres": a memory store is lost at every restart, so it always warms'
+        )
+    path = cfg.path(cfg.state.path)
+    try:
+        open_guard_store(cfg, at_ms, genesis=True).close()
+    except FileExistsError:
+        raise ConfigError(cfg.source, "state.path", str(path), "a path with no state store yet: `state init` only creates new ones") from None
+    return path
+
+
+def open_reconcile_store(cfg: Config) -> ReconcileState:
+    """The reconciler's store on the guard's backend: PostgreSQL (same DSN and
+    schema) or the SQLite file `reconcile.state_path`."""
+    from busguard.reconcile.store import ReconcileStore
+
+    if cfg.state.backend == "postgres":
+        from busguard.reconcile.store import PgReconcileStore
+
+        return PgReconcileStore(cfg.state.dsn, schema=cfg.state.schema, retry_s=cfg.state.retry_s)
+    return ReconcileStore(cfg.path(cfg.reconcile.state_path), synchronous=cfg.state.synchronous.upper())
+
+
+def build_guard(
+    cfg: Config,
+    store: StateStore,
+    keys: GuardKeys,
+    *,
+    faults: Faults | None = None,
+    metrics: Metrics | None = None,
+    clock_ms: Callable[[], int] | None = None,
+) -> Guard:
+    from busguard.runtime.guard import Guard
+
+    return Guard(cfg, keys=keys.registry, identity=keys.identity, store=store, faults=faults, metrics=metrics, clock_ms=clock_ms)
+
+
+def build_reconciler(
+    cfg: Config,
+    store: ReconcileState,
+    keys: ReconcilerKeys,
+    operators: WatchedFile[Operators] | None,
+    *,
+    faults: Faults | None = None,
+    metrics: Metrics | None = None,
+    clock_ms: Callable[[], int] | None = None,
+) -> Reconciler:
+    from busguard.reconcile.worker import Reconciler
+
+    return Reconciler(
+        cfg,
+        identity=keys.identity,
+        guard_public_key=keys.guard_public_key,
+        store=store,
+        operators=operators,
+        faults=faults,
+        metrics=metrics,
+        clock_ms=clock_ms,
+    )
+
+
+def guard_topics(cfg: Config) -> list[str]:
+    """Every topic `busguard run` reads or writes (created when `kafka.create_topics`)."""
+    return cfg.input_topics + cfg.output_topics
+
+
+def reconciler_topics(cfg: Config) -> list[str]:
+    t = cfg.topics
+    return [t.reconciliation, t.audit, t.dead_letter, t.replies]
+
+
+async def ensure_topics(cfg: Config, topics: list[str]) -> None:
+    """Create `topics` when the config asks for it (`kafka.create_topics`)."""
+    if cfg.kafka.create_topics:
+        from busguard.runtime.topics import create_topics
+
+        await create_topics(cfg.kafka.bootstrap_servers, topics, cfg.kafka.topic_partitions)

@@ -1,0 +1,104 @@
+"""`benchmarks/compare.py` runs end to end on a tiny workload (issue 13).
+
+Nothing here asserts a time: the run must finish, every contender must
+have moved every record (compare.py raises when an output count is off),
+and the JSON line must carry the stable keys with usable values, so the
+figures `make bench` prints can be trusted to come from complete runs.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from busguard.runtime.broker import EmbeddedBroker
+
+from .conftest import TopicFactory
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+KEYS = ("verify_1t_per_s", "verify_nt_per_s", "relay_per_s", "naive_per_s", "busguard_per_s", "ratio_naive", "ratio_relay", "p50_ms", "p99_ms", "rss_mb")
+
+
+def test_compare_smoke(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "compare.py"), "--records", "200", "--rounds", "1", "--keep", str(tmp_path / "runs")],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    for k in KEYS:
+        assert isinstance(result[k], (int, float)) and result[k] > 0, (k, result.get(k))
+    assert result["records"] == 200 and result["duplicates"] > 0
+    # The ratio is the per-round one, and with one round it is exactly the quotient.
+    runs = result["runs"]
+    assert result["ratio_naive"] == round(runs["busguard"][0]["per_s"] / runs["naive"][0]["per_s"], 3)
+    # busguard ran as its own process from a config, with SQLite state and audit output.
+    run_dirs = sorted((tmp_path / "runs").glob("run*-busguard"))
+    assert len(run_dirs) == 1 and (run_dirs[0] / "busguard.toml").is_file()
+    assert 'audit = "' in (run_dirs[0] / "busguard.toml").read_text()
+    # The table for people precedes the JSON line and names every contender.
+    for name in ("verify_1t", "verify_nt", "relay", "naive", "busguard", "ratio_naive"):
+        assert name in proc.stdout
+
+
+async def test_naive_guard_forwards_only_verified_records(broker: EmbeddedBroker, topic_factory: TopicFactory, group_id: str, tmp_path: Path) -> None:
+    """The hand-written guard the benchmark compares against really verifies:
+    a record whose payload was changed, or whose signature is another
+    record's, is dropped; the valid ones are forwarded with their headers."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    from busguard.protocol.keyfile import new_identity
+    from busguard.sdk.sender import Sender
+
+    src, dst = await topic_factory("in", partitions=1), await topic_factory("out", partitions=1)
+    ident = new_identity()
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({ident.agent_id: ident.public_key.hex()}))
+    sender = Sender(ident.seed)
+    good = [sender.sign(kind="handoff", task_id=f"t{i}", receiver="r", payload=b'{"n":%d}' % i) for i in range(3)]
+    tampered_payload = (b'{"n":99}', good[0].headers)
+    swapped_signature = (good[1].value, [good[1].headers[0], good[2].headers[1]])
+    inputs = [(good[0].value, good[0].headers), tampered_payload, (good[1].value, good[1].headers), swapped_signature, (good[2].value, good[2].headers)]
+
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "benchmarks" / "naive_guard.py"), broker.bootstrap, group_id, str(keys), f"{src}={dst}"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, enable_idempotence=False, acks="all")
+        await producer.start()
+        try:
+            for value, headers in inputs:
+                await (await producer.send(src, value, headers=headers))
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(dst, bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest", enable_auto_commit=False)
+        await consumer.start()
+        got: list[Any] = []
+        try:
+            for _ in range(60):
+                for records in (await consumer.getmany(timeout_ms=500)).values():
+                    got.extend(records)
+                if len(got) >= 3:
+                    break
+            for records in (await consumer.getmany(timeout_ms=1000)).values():  # nothing more may come
+                got.extend(records)
+        finally:
+            await consumer.stop()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert [r.value for r in got] == [g.value for g in good]
+    assert [list(r.headers) for r in got] == [g.headers for g in good]
+    assert json.loads(out.strip().splitlines()[-1]) == {"dropped": 2}
