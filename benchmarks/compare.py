@@ -96,13 +96,16 @@ import structlog  # noqa: E402
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
 from aiokafka.admin import AIOKafkaAdminClient  # noqa: E402
 
-from busguard.admission.batch import BatchState, KeySet, Snapshot  # noqa: E402
-from busguard.admission.types import Coordinates, NonceRecord, TaskEntry  # noqa: E402
+from busguard.protocol.records import Coordinates, TaskEntry  # noqa: E402
+from busguard.state.keys import KeySet  # noqa: E402
+from busguard.state.snapshot import Snapshot  # noqa: E402
+from busguard.state.writes import BatchWrites, NonceRecord  # noqa: E402
 from busguard.devconfig import Topics, embedded_config  # noqa: E402
 from busguard.protocol.envelope import HEADER_RECEIPT  # noqa: E402
 from busguard.protocol.keyfile import Identity, new_identity, write_key  # noqa: E402
 from busguard.protocol.receipt import signing_input  # noqa: E402
-from busguard.runtime.broker import EmbeddedBroker, create_topics, free_port  # noqa: E402
+from busguard.devtools.broker import EmbeddedBroker, free_port  # noqa: E402
+from busguard.runtime.topics import create_topics  # noqa: E402
 from busguard.sdk.sender import Sender  # noqa: E402
 from busguard.state.sqlite import SqliteStore  # noqa: E402
 
@@ -662,8 +665,8 @@ def fill_store(path: Path, created_ms: int, n: int, chunk: int = 20_000) -> dict
     try:
         for start in range(0, n, chunk):
 
-            def fill(snap: Snapshot, start: int = start) -> BatchState:
-                state = BatchState(snap)
+            def fill(snap: Snapshot, start: int = start) -> BatchWrites:
+                state = BatchWrites()
                 for i in range(start, min(n, start + chunk)):
                     nonce = base64.urlsafe_b64encode(rng.randbytes(16)).rstrip(b"=").decode()
                     state.nonces[("", nonce)] = NonceRecord(("", nonce), now_ms + 86_400_000)

@@ -22,8 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from busguard.admission.batch import BatchState, KeySet, Snapshot  # noqa: E402
-from busguard.admission.types import Coordinates, NonceRecord, TaskEntry  # noqa: E402
+from busguard.protocol.records import Coordinates, TaskEntry  # noqa: E402
+from busguard.state.keys import KeySet  # noqa: E402
+from busguard.state.snapshot import Snapshot  # noqa: E402
+from busguard.state.writes import BatchWrites, NonceRecord  # noqa: E402
 from busguard.state.sqlite import SqliteStore  # noqa: E402
 
 
@@ -43,8 +45,8 @@ def main() -> None:
     for step in range(1, 1201):
         now += 500
 
-        def fill(snap: Snapshot, i0: int = i, now: int = now) -> BatchState:
-            st = BatchState(snap)
+        def fill(snap: Snapshot, i0: int = i, now: int = now) -> BatchWrites:
+            st = BatchWrites()
             for k in range(i0, i0 + 250):
                 nonce = base64.urlsafe_b64encode(rng.randbytes(16)).decode()
                 st.nonces[("", nonce)] = NonceRecord(("", nonce), now + 15_000)

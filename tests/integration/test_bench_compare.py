@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from busguard.runtime.broker import EmbeddedBroker
+from busguard.devtools.broker import EmbeddedBroker
 
 from .conftest import TopicFactory
 
