@@ -21,6 +21,7 @@ from typing import Final
 import msgspec
 
 from busguard.policies.seam import AnyPolicy, Objection
+from busguard.policies.taint import replay as taint_replay
 from busguard.protocol.envelope import Envelope
 from busguard.protocol.reasons import Reason
 
@@ -48,6 +49,7 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
 _SPECS: Final = (
     KindSpec(kind="handoff", single_witness=True),
     KindSpec(kind="ack"),
+    KindSpec(kind=taint_replay.KIND, policy=taint_replay.TaintReplayPolicy(), reasons=taint_replay.REASONS, forward_annotations=("taint.unit",)),
 )
 
 #: By kind name. A Mapping to its readers; tests add a test-only kind with
