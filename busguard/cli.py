@@ -149,7 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
         busguard demo --dir /tmp/busguard-demo     # keep configs, keys and state for a look afterwards
         """)
     sp.add_argument("--dir", help="working directory to keep (default: a temporary one)")
-    sp.add_argument("scenario", nargs="?", choices=["award"], help="award: seed 002's contract net (busguard/demo/award.py); default: the replay scenario")
+    sp.add_argument(
+        "scenario", nargs="?", choices=["award", "taint"],
+        help="award: seed 002's contract net (busguard/demo/award.py); taint: seed 003's incident through the taint-replay route (default: the handoff scenario)",
+    )
 
     add_esc = _adder(
         _group(

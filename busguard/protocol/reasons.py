@@ -74,6 +74,10 @@ class Reason(enum.StrEnum):
     SETTLEMENT_MISMATCH = "settlement_mismatch"
     SETTLEMENT_UNRECOMPUTABLE = "settlement_unrecomputable"
     SETTLEMENT_BAD_ATTESTATION = "settlement_bad_attestation"
+    # --- reject: taint-replay requests (policies/taint/replay.py) ---------
+    TAINT_REPLAY_REFUSED = "taint_replay_refused"
+    TAINT_REQUEST_MALFORMED = "taint_request_malformed"
+    TAINT_TRACE_TOO_LARGE = "taint_trace_too_large"
 
 
 class Outcome(enum.StrEnum):
