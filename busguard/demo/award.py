@@ -34,7 +34,7 @@ from busguard.policies.award.canonicalizers import JcsSha256
 from busguard.policies.award.wire import AwardPayload, BidPayload, CallPayload, ReceiptTemplate, ResultPayload
 from busguard.protocol.identity import multikey_encode
 from busguard.protocol.keyfile import Identity, new_identity, write_key
-from busguard.protocol.records import Decision
+from busguard.protocol.records import Decision, audit_decoder
 from busguard.protocol.timestamps import format_timestamp
 from busguard.sdk.sender import Sender, SignedRecord
 
@@ -84,6 +84,10 @@ def seed_net(a: Sender, b: Sender, c: Sender, *, call: str = CALL, to: str = "gu
         NetStep("B delivers with a tampered root", _sign(b, "cnet.result", call, ResultPayload(state_root=tampered, output=_b64(OUTPUT)), to), ("escalate", "settlement_mismatch")),
         NetStep("B delivers its honest result", _sign(b, "cnet.result", call, ResultPayload(state_root=honest, output=_b64(OUTPUT)), to), ("forward", "admitted")),
     ]
+
+
+def header_of(record: Any, name: str) -> bytes | None:
+    return next((v for k, v in record.headers if k == name), None)
 
 
 def _registry_text(ids: dict[str, Identity]) -> str:
@@ -196,13 +200,18 @@ async def _run(cfg: Config, steps: list[NetStep], services: Any, guard_key: byte
     topics = [downstream, t.dead_letter, t.reconciliation, t.audit, rebid]
     forwards = sum(s.expect[0] == "forward" for s in steps)
 
+    def guard_decisions(got: Seen) -> list[Any]:
+        # the audit topic also carries the reconciler's resolutions (its own key)
+        return [r for r in got[t.audit] if isinstance(audit_decoder.decode(r.value), Decision)]
+
     def done(got: Seen) -> bool:
-        return len(got[t.audit]) >= len(steps) and len(got[rebid]) >= 1 and len(got[downstream]) >= forwards and len(got[t.reconciliation]) >= 1
+        held = len(got[t.audit]) > len(guard_decisions(got))  # the reconciler's resolution of the escalation
+        return len(guard_decisions(got)) >= len(steps) and held and len(got[rebid]) >= 1 and len(got[downstream]) >= forwards and len(got[t.reconciliation]) >= 1
 
     seen = await _collect(cfg, topics, done, services.failure)
     decisions: dict[str | None, Decision] = {}
     ledger = Ledger()
-    for r in seen[t.audit]:
+    for r in guard_decisions(seen):
         verify_decision_record(r.value, list(r.headers), guard_key)  # sealed by this guard, bound to these bytes
         d = msgspec.json.decode(r.value, type=Decision)
         decisions[d.receipt_id] = d
@@ -221,9 +230,11 @@ async def _run(cfg: Config, steps: list[NetStep], services: Any, guard_key: byte
         names = ", ".join(f"{x['bid']} ({x['bidder']}, cost {x['cost']}, {x['mode']})" for x in notice["awardable"])
         print(f"\nrebid notice on {rebid} to {notice['awarder']}: {notice['reason']}; awardable: {names or 'none'}")
     for e in seen[t.reconciliation]:
+        if header_of(e, "busguard-outcome") != b"escalate":
+            continue  # an operator's command, not an escalation
         esc = msgspec.json.decode(e.value, type=Decision)
         a = esc.annotations or {}
-        print(f"escalated on {t.reconciliation}: {esc.reason}, attributed to {a.get('attributed_to')}: committed {a.get('committed_root')}, recomputed {a.get('recomputed_root')}")
+        print(f"escalated on {t.reconciliation} (the reconciler holds it for an operator): {esc.reason}, attributed to {a.get('attributed_to')}: committed {a.get('committed_root')}, recomputed {a.get('recomputed_root')}")
     for f in seen[downstream]:
         hv = dict(f.headers).get("busguard-annotation-verification")
         if hv is not None:

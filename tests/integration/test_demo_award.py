@@ -32,6 +32,6 @@ def test_demo_award_runs_the_seed_net(tmp_path: Path) -> None:
         (line,) = [x for x in out.splitlines() if f". {label} " in x]
         assert re.search(rf"^\s*ok\s+\d+\. .*->\s+{re.escape(dest)}\s+{re.escape(reason)}\b", line), line
     assert re.search(r"rebid notice on busguard\.rebid to awarder: award_unrecomputable; awardable: \S+/bid-b \(bidder-b, cost 120, verified\)$", out, re.M)
-    assert "settlement_mismatch, attributed to bidder-b: committed " in out
+    assert "(the reconciler holds it for an operator): settlement_mismatch, attributed to bidder-b: committed " in out
     assert "busguard-annotation-verification: recomputed" in out
     assert re.search(r"awarded to bidder-b \(\S+/bid-b\) mode verified; settled; escalations \['settlement_mismatch attributed to bidder-b'\]", out)
