@@ -209,9 +209,16 @@ def admit_checked(
     after_decide: Callable[[], None] | None = None,
     oversize: Oversize | None = None,
     on_replaced: Callable[[Decision, Decision], None] | None = None,
+    on_decided: Callable[[list[Decision]], None] | None = None,
 ) -> list[Decision]:
     """The stateful half of `admit_batch`, in one store transaction; `now_ms`
-    must be the one `batch` was checked with."""
+    must be the one `batch` was checked with.
+
+    `on_decided(decisions)` is called inside the transaction once every
+    decision is made, before the store writes them (a caller may start work
+    that needs only the decisions, such as sealing, while the store commits).
+    A store that retries calls it again with a new list; the list returned
+    is the one passed last."""
     inputs, digests, checked, keys_by_candidate, prepared, keys = batch
     sources = keys.sources
 
@@ -245,6 +252,8 @@ def admit_checked(
             state.apply(sk, decision, effects)
         if after_decide is not None:
             after_decide()  # a test hook: crash here and the transaction never commits
+        if on_decided is not None:
+            on_decided(state.decisions)
         return state.writes
 
     store.run_batch(keys, now_ms, decide_all)

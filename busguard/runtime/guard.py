@@ -14,7 +14,7 @@ import asyncio
 import collections
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 import structlog
@@ -74,6 +74,9 @@ class Guard(SealingStage):
         self.receivers = cfg.receivers
         self.budget = OutputBudget(cfg.kafka.max_message_bytes, cfg.kafka.compression, identity.agent_id)
         self._pool = ThreadPoolExecutor(cfg.batch.verify_threads, thread_name_prefix="busguard-crypto")
+        # Its own threads, so a batch's seals do not queue behind the next
+        # batch's signature checks (which the loop runs ahead on `_pool`).
+        self._seal_pool = ThreadPoolExecutor(cfg.batch.verify_threads, thread_name_prefix="busguard-seal")
         self._start_stage(
             cfg, identity, metrics or Metrics(), clock_ms, faults, topics=cfg.input_topics, group_id=cfg.kafka.group_id, role="guard", before_first=self.check_store
         )
@@ -91,6 +94,7 @@ class Guard(SealingStage):
             await self.loop.run()
         finally:
             self._pool.shutdown(wait=True)
+            self._seal_pool.shutdown(wait=True)
 
     # -- the store-behind check (docs/operations.md, section 5) -----------------
 
@@ -145,8 +149,10 @@ class Guard(SealingStage):
         return Sealed(d, body, att, seal(self.signer, att))
 
     def _seal_many(self, decisions: Sequence[Decision]) -> list[Sealed]:
-        parts = chunks(decisions, self.cfg.batch.verify_threads)
-        return [s for part in self._pool.map(lambda ds: [self._seal_one(d) for d in ds], parts) for s in part]
+        return [s for part in self._seal_pool.map(self._seal_part, chunks(decisions, self.cfg.batch.verify_threads)) for s in part]
+
+    def _seal_part(self, decisions: Sequence[Decision]) -> list[Sealed]:
+        return [self._seal_one(d) for d in decisions]
 
     def _check(self, inputs: list[Input], now_ms: int) -> Checked:
         return check_batch(
@@ -159,8 +165,16 @@ class Guard(SealingStage):
             receivers=self.receivers,
         )
 
-    def _decide_and_persist(self, ready: Ready) -> list[Decision]:
-        return admit_checked(
+    def _decide_and_persist(self, ready: Ready) -> tuple[list[Decision], list[Sealed]]:
+        """Decide and persist, sealing the decisions on `_seal_pool` while the
+        store writes and commits them (nothing is emitted before it has)."""
+        sealing: list[tuple[list[Decision], list[Future[list[Sealed]]]]] = []
+
+        def decided(decisions: list[Decision]) -> None:
+            parts = chunks(decisions, self.cfg.batch.verify_threads)
+            sealing[:] = [(decisions, [self._seal_pool.submit(self._seal_part, part) for part in parts])]
+
+        decisions = admit_checked(
             ready.checked,
             store=self.store,
             now_ms=ready.now_ms,
@@ -168,7 +182,15 @@ class Guard(SealingStage):
             after_decide=lambda: self.faults.reached("decided"),
             oversize=lambda d, item: self.budget.forward_refusal(d, item.key, item.value, item.headers, self._seal_one),
             on_replaced=self._replaced,
+            on_decided=decided,
         )
+        t = time.perf_counter()
+        if not sealing or sealing[0][0] is not decisions:
+            sealed = self._seal_many(decisions)
+        else:
+            sealed = [s for f in sealing[0][1] for s in f.result()]
+        self.metrics.phase_seconds.labels("seal").observe(time.perf_counter() - t)  # what sealing adds after the commit
+        return decisions, sealed
 
     def _replaced(self, earlier: Decision, new: Decision) -> None:
         """A decided position now holds another record: its topic was
@@ -213,11 +235,8 @@ class Guard(SealingStage):
     async def process_prepared(self, ready: Ready) -> list[Output]:
         max_payload = self.cfg.batch.max_payload_bytes
         t0 = time.perf_counter()
-        decisions = await asyncio.to_thread(self._decide_and_persist, ready)
-        t1 = time.perf_counter()
-        sealed = await asyncio.to_thread(self._seal_many, decisions)
-        self.metrics.phase_seconds.labels("decide_persist").observe(t1 - t0)
-        self.metrics.phase_seconds.labels("seal").observe(time.perf_counter() - t1)
+        decisions, sealed = await asyncio.to_thread(self._decide_and_persist, ready)
+        self.metrics.phase_seconds.labels("decide_persist").observe(time.perf_counter() - t0)
         outputs: list[Output] = []
         for record, s, item in zip(ready.records, sealed, ready.inputs, strict=True):
             outputs += outputs_for(s, record.key, item.value, item.headers, self.downstreams[record.topic], self.cfg.topics, max_payload, self.budget)
