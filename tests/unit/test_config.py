@@ -84,11 +84,12 @@ def test_every_config_key_is_in_the_reference_with_its_default() -> None:
                 missing.append(f"{section}.{f.name}")
                 continue
             documented = rows[f.name]
+            default = f.default_factory() if f.default is msgspec.NODEFAULT and f.default_factory is not msgspec.NODEFAULT else f.default
             if f.required:
                 if documented != "required":
                     wrong.append(f"{section}.{f.name}: documented default {documented!r}, but it is required")
-            elif documented != ("unset" if f.default is None else f"`{_toml_literal(f.default)}`"):
-                wrong.append(f"{section}.{f.name}: documented default {documented}, code default `{_toml_literal(f.default)}`")
+            elif documented != ("unset" if default is None else f"`{_toml_literal(default)}`"):
+                wrong.append(f"{section}.{f.name}: documented default {documented}, code default `{_toml_literal(default)}`")
     assert not missing, f"keys missing from docs/config.md: {missing}"
     assert not wrong, "\n".join(wrong)
 
