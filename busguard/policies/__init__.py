@@ -20,6 +20,7 @@ from typing import Final
 
 import msgspec
 
+from busguard.policies.compromise import policy as compromise
 from busguard.policies.seam import AnyPolicy, Objection
 from busguard.protocol.envelope import Envelope
 from busguard.protocol.reasons import Reason
@@ -44,6 +45,8 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
 _SPECS: Final = (
     KindSpec(kind="handoff", single_witness=True),
     KindSpec(kind="ack"),
+    KindSpec(kind="session-handoff", policy=compromise.HANDOFF_POLICY, namespaces=("compromise",), reasons=compromise.HANDOFF_REASONS, routes=("quarantine",)),
+    KindSpec(kind="compromise-notice", policy=compromise.NOTICE_POLICY, namespaces=("compromise",), reasons=compromise.NOTICE_REASONS),
 )
 
 #: By kind name. A Mapping to its readers; tests add a test-only kind with
