@@ -84,11 +84,12 @@ def test_every_config_key_is_in_the_reference_with_its_default() -> None:
                 missing.append(f"{section}.{f.name}")
                 continue
             documented = rows[f.name]
+            default = f.default_factory() if f.default is msgspec.NODEFAULT and f.default_factory is not msgspec.NODEFAULT else f.default
             if f.required:
                 if documented != "required":
                     wrong.append(f"{section}.{f.name}: documented default {documented!r}, but it is required")
-            elif documented != ("unset" if f.default is None else f"`{_toml_literal(f.default)}`"):
-                wrong.append(f"{section}.{f.name}: documented default {documented}, code default `{_toml_literal(f.default)}`")
+            elif documented != ("unset" if default is None else f"`{_toml_literal(default)}`"):
+                wrong.append(f"{section}.{f.name}: documented default {documented}, code default `{_toml_literal(default)}`")
     assert not missing, f"keys missing from docs/config.md: {missing}"
     assert not wrong, "\n".join(wrong)
 
@@ -434,3 +435,23 @@ def test_the_embedded_broker_config_loads_with_its_overrides_and_any_path(tmp_pa
     assert Path(cfg.state.path) == odd
     assert cfg.batch.max_records == 7
     assert (cfg.keys.guard_key, cfg.keys.reconciler_key, cfg.keys.create_reconciler_key) == ("guard.key", "reconciler.key", True)  # one key per role
+
+
+# -- [compromise] (seed 004) ---------------------------------------------------
+
+
+def test_the_compromise_section_reaches_the_handoff_policy(tmp_path: Path) -> None:
+    from busguard.policies.compromise.policy import CompromiseSettings
+
+    cfg = load(tmp_path, ROUTE + '[compromise]\nrequire_declaration_for_compromised = true\ntrusted_attesters = ["attester"]\ntrusted_notice_issuers = ["ops"]\n')
+    assert cfg.policy().policy_settings["compromise"] == CompromiseSettings(
+        require_declaration_for_compromised=True, trusted_attesters=("attester",), trusted_notice_issuers=("ops",)
+    )
+    assert load(tmp_path, ROUTE).policy().policy_settings["compromise"] == CompromiseSettings()
+
+
+def test_compromise_agent_ids_and_retention_are_validated(tmp_path: Path) -> None:
+    err = refused(tmp_path, ROUTE + '[compromise]\ntrusted_notice_issuers = [""]\n')
+    assert (err.field, err.value) == ("compromise.trusted_notice_issuers", "")
+    err = refused(tmp_path, ROUTE + "[compromise]\nnotice_retention_ms = 1000\n")
+    assert err.field == "compromise.notice_retention_ms" and "session_retention_ms" in err.allowed
