@@ -12,7 +12,7 @@ from typing import Any
 from busguard.commands.admin import cmd_check_config, cmd_keygen, cmd_resolve, cmd_send, cmd_state_init, cmd_state_show
 from busguard.commands.services import cmd_broker, cmd_demo, cmd_reconcile, cmd_run
 from busguard.errors import ConfigError
-from busguard.policies import KINDS
+from busguard.policies import kind_names
 
 __all__ = ["build_parser", "main"]
 
@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         """)
     sp.add_argument("--key", required=True, help="the sender's key file (from `busguard keygen`)")
     sp.add_argument("--topic", required=True)
-    sp.add_argument("--kind", required=True, choices=list(KINDS), help="the record kind (the registered kinds: busguard.policies.KINDS)")
+    sp.add_argument("--kind", required=True, choices=kind_names(), help="the record kind (the registered kinds: busguard.policies.kind_names())")
     sp.add_argument("--task", required=True, help="task_id")
     sp.add_argument("--to", required=True, help="receiver agent id")
     sp.add_argument("--payload", help="file with the payload bytes; '-' or omitted reads stdin")

@@ -24,6 +24,7 @@ import msgspec
 
 from busguard.admission.types import AdmissionPolicy
 from busguard.errors import ConfigError, read_toml
+from busguard.policies import KINDS
 from busguard.policies.compromise.policy import CompromiseSettings
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.timestamps import parse_timestamp
@@ -77,6 +78,12 @@ class TopicsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, fro
     dead_letter: str = "busguard.dead-letter"
     audit: str = "busguard.audit"
     replies: str = "busguard.replies"
+    #: A kind's extra routes (KindSpec.routes: a rebid notice, a quarantine
+    #: copy) -> their topics; a route not named here goes to "busguard.<route>".
+    routes: dict[str, str] = msgspec.field(default_factory=dict)
+
+    def route_topic(self, route: str) -> str:
+        return self.routes.get(route) or f"busguard.{route}"
 
 
 class AdmissionConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -189,7 +196,8 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
     @property
     def output_topics(self) -> list[str]:
         t = self.topics
-        return sorted({r.downstream for r in self.routes} | {t.reconciliation, t.dead_letter, t.audit, t.replies})
+        routes = {t.route_topic(r) for spec in KINDS.values() for r in spec.routes}
+        return sorted({r.downstream for r in self.routes} | {t.reconciliation, t.dead_letter, t.audit, t.replies} | routes)
 
     @property
     def downstreams(self) -> dict[str, str]:
@@ -358,6 +366,12 @@ def validate(cfg: Config) -> None:
         t = getattr(cfg.topics, name)
         if _TOPIC.fullmatch(t) is None:
             raise ConfigError(f, f"topics.{name}", t, "Kafka topic names: 1-249 characters of [A-Za-z0-9._-]")
+    known_routes = sorted({r for spec in KINDS.values() for r in spec.routes})
+    for name, t in cfg.topics.routes.items():
+        if name not in known_routes:
+            raise ConfigError(f, f"topics.routes.{name}", t, f"a route of a registered kind: {', '.join(known_routes) or 'none is registered'}")
+        if _TOPIC.fullmatch(t) is None:
+            raise ConfigError(f, f"topics.routes.{name}", t, "Kafka topic names: 1-249 characters of [A-Za-z0-9._-]")
     loops = set(cfg.input_topics) & set(cfg.output_topics)
     if loops:
         raise ConfigError(f, "routes", sorted(loops), "an input topic cannot also be an output topic (busguard would consume its own output)")

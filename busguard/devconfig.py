@@ -14,6 +14,8 @@ from typing import Any, Final
 
 import msgspec
 
+from busguard.policies import KINDS
+
 #: tansu refuses the idempotent producer, and holds each JoinGroup for
 #: max(1 s, session timeout / 2): a short session keeps rebalances quick.
 EMBEDDED_BROKER_KAFKA: Final[Mapping[str, object]] = {"idempotence": False, "session_timeout_ms": 3000, "heartbeat_interval_ms": 300}
@@ -30,14 +32,18 @@ class Topics(msgspec.Struct, frozen=True, kw_only=True):
     dead_letter: str
     audit: str
     replies: str
+    #: The registered kinds' extra routes (KindSpec.routes) -> their topics.
+    routes: dict[str, str] = msgspec.field(default_factory=dict)
 
     @classmethod
     def under(cls, prefix: str) -> Topics:
-        """`<prefix>.handoffs`, `<prefix>.handoffs-admitted`, ...: for throwaway deployments."""
-        return cls(**{f: f"{prefix}.{f.replace('_', '-')}" for f in cls.__struct_fields__})
+        """`<prefix>.handoffs`, `<prefix>.handoffs-admitted`, ..., and `<prefix>.<route>`
+        for every registered kind's route: for throwaway deployments."""
+        names = {f: f"{prefix}.{f.replace('_', '-')}" for f in cls.__struct_fields__ if f != "routes"}
+        return cls(**names, routes={r: f"{prefix}.{r}" for spec in KINDS.values() for r in spec.routes})
 
     def all(self) -> list[str]:
-        return [getattr(self, f) for f in self.__struct_fields__]
+        return [getattr(self, f) for f in self.__struct_fields__ if f != "routes"] + sorted(self.routes.values())
 
 
 def embedded_config(
@@ -56,7 +62,13 @@ def embedded_config(
             {"name": "handoffs", "inputs": [topics.handoffs], "downstream": topics.handoffs_admitted},
             {"name": "acks", "inputs": [topics.acks], "downstream": topics.acks_admitted},
         ],
-        "topics": {"reconciliation": topics.reconciliation, "dead_letter": topics.dead_letter, "audit": topics.audit, "replies": topics.replies},
+        "topics": {
+            "reconciliation": topics.reconciliation,
+            "dead_letter": topics.dead_letter,
+            "audit": topics.audit,
+            "replies": topics.replies,
+            **({"routes": dict(topics.routes)} if topics.routes else {}),
+        },
         "state": {"path": "state.db"},
         # separate keys for separate roles: the reconciler seals resolutions with its own
         "keys": {"registry": "keys.toml", "guard_key": "guard.key", "reconciler_key": "reconciler.key", "create_reconciler_key": True},

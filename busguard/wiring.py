@@ -90,24 +90,19 @@ def open_guard_store(cfg: Config, at_ms: int, *, genesis: bool = False) -> State
     `genesis` is what `busguard state init` declares: a deployment with no
     history, trusted from its first record. Otherwise a store that did not
     exist is created fenced (it may be a lost one) and that is logged."""
-    from busguard.state.memory import MemoryStore
-    from busguard.state.sqlite import SqliteStore
+    from busguard.state.backends import StoreOptions, open_store
 
     a = cfg.admission
-    store: MemoryStore | SqliteStore
-    if cfg.state.backend == "memory":
-        store = MemoryStore(created_at=at_ms, genesis=genesis, task_retention_ms=a.task_retention_ms, decision_retention_ms=a.decision_retention_ms)
-        created = True
-    else:
-        store = SqliteStore(
-            cfg.path(cfg.state.path),
-            now_ms=at_ms,
-            synchronous=cfg.state.synchronous.upper(),
-            task_retention_ms=a.task_retention_ms,
-            decision_retention_ms=a.decision_retention_ms,
-            genesis=genesis,
-        )
-        created = store.created
+    options = StoreOptions(
+        now_ms=at_ms,
+        path=cfg.path(cfg.state.path),
+        synchronous=cfg.state.synchronous.upper(),
+        task_retention_ms=a.task_retention_ms,
+        decision_retention_ms=a.decision_retention_ms,
+        genesis=genesis,
+    )
+    store = open_store(cfg.state.backend, options)
+    created = store.created
     if created and not genesis:
         # A missing store may be a lost one: it warms (docs/operations.md,
         # "Store loss and store rollback"). Only `busguard state init` may

@@ -37,6 +37,10 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
     single_witness: bool = False
     reasons: tuple[Reason, ...] = ()
     routes: tuple[str, ...] = ()
+    #: Annotations of an admitted record that its forward also carries, as
+    #: `busguard-annotation-<name>` headers (a caution flag a consumer acts on
+    #: without reading the audit topic); every annotation is on the audit record.
+    forward_annotations: tuple[str, ...] = ()
 
     def may_use(self, namespace: str) -> bool:
         return namespace in self.namespaces if self.namespaces else namespace == self.kind

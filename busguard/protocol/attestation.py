@@ -41,6 +41,12 @@ HEADER_REASON: Final = "busguard-reason"
 HEADER_DETAIL: Final = "busguard-detail"
 HEADER_SOURCE: Final = "busguard-source"
 HEADER_PRIOR: Final = "busguard-prior-decision-id"
+#: On a forward whose value a kind's policy replaced ("1"), and on a kind's
+#: notice (the route it was sent to); `busguard-annotation-<name>` carries
+#: an annotation the kind surfaces on its forwards (KindSpec.forward_annotations).
+HEADER_REPLACED: Final = "busguard-replaced"
+HEADER_ROUTE: Final = "busguard-route"
+HEADER_ANNOTATION_PREFIX: Final = "busguard-annotation-"
 #: Headers only busguard may write. An input that carries one is rejected
 #: (`reserved_header`) so a sender cannot smuggle a fake attestation downstream.
 RESERVED_HEADERS: Final = frozenset(
@@ -50,7 +56,13 @@ RESERVED_HEADERS: Final = frozenset(
 _decision_encoder: Final = msgspec.json.Encoder()
 
 
-class Attestation(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class Attestation(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """`forwarded_sha256` is present only on the attestation of a decision whose
+    kind's policy replaced the forwarded value (docs/protocol.md, "Replaced
+    forwards"): the value a receiver holds is then that one, not the value the
+    receipt's `payload_hash` names. Absent, the attestation encodes exactly as
+    before the field existed."""
+
     v: int
     guard: str
     decision_id: str
@@ -60,6 +72,7 @@ class Attestation(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     source: Coordinates
     decided_at: int
     decision_sha256: str
+    forwarded_sha256: str | None = None
 
 
 _attestation_decoder: Final = msgspec.json.Decoder(Attestation)
@@ -75,13 +88,31 @@ def decision_bytes(decision: Decision) -> bytes:
 
 
 def attest(decision: Decision, decision_json: bytes, guard_id: str) -> bytes:
+    replaced = decision.replacement
     return attest_record(
-        guard_id, decision.decision_id, decision.outcome, decision.reason, decision.receipt_id, decision.source, decision.decided_at, decision_json
+        guard_id,
+        decision.decision_id,
+        decision.outcome,
+        decision.reason,
+        decision.receipt_id,
+        decision.source,
+        decision.decided_at,
+        decision_json,
+        forwarded_sha256=None if replaced is None else hashlib.sha256(replaced).hexdigest(),
     )
 
 
 def attest_record(
-    guard_id: str, record_id: str, outcome: str, reason: str, receipt_id: str | None, source: Coordinates, at_ms: int, body: bytes
+    guard_id: str,
+    record_id: str,
+    outcome: str,
+    reason: str,
+    receipt_id: str | None,
+    source: Coordinates,
+    at_ms: int,
+    body: bytes,
+    *,
+    forwarded_sha256: str | None = None,
 ) -> bytes:
     """The attestation for any record busguard writes; `body` is the record's
     value (a decision, a resolution, a reply) and is bound by its SHA-256."""
@@ -96,6 +127,7 @@ def attest_record(
             source=source,
             decided_at=at_ms,
             decision_sha256=hashlib.sha256(body).hexdigest(),
+            forwarded_sha256=forwarded_sha256,
         )
     )
 
@@ -157,7 +189,10 @@ def check_admitted(att: Attestation, value: bytes, headers: Sequence[tuple[str, 
     """The checks after the seal (for callers that already verified it):
     the outcome is `forward`, the `busguard-decision-id` header (what
     consumers dedupe on) is the attested one, the attestation names the
-    receipt in this record, and the payload is the one the receipt hashed."""
+    receipt in this record, and the payload is the one the receipt hashed —
+    or, when a kind's policy replaced the forwarded value, the one the
+    attestation's `forwarded_sha256` names (the receipt still names the
+    value the sender signed, which the guard judged)."""
     if att.outcome != "forward":
         raise AttestationError(f"outcome is {att.outcome!r}, not 'forward'")
     ids = [v for k, v in headers if k == HEADER_DECISION_ID]
@@ -168,6 +203,10 @@ def check_admitted(att: Attestation, value: bytes, headers: Sequence[tuple[str, 
         raise AttestationError("exactly one busguard-receipt header is required")
     if receipt_id(receipts[0]) != att.receipt_id:
         raise AttestationError("the attestation is for a different receipt")
+    if att.forwarded_sha256 is not None:
+        if hashlib.sha256(value).hexdigest() != att.forwarded_sha256:
+            raise AttestationError("the payload is not the replacement the guard attested (forwarded_sha256)")
+        return att
     try:
         claimed = msgspec.json.decode(receipts[0], type=dict[str, object]).get("payload_hash")
     except msgspec.DecodeError:

@@ -29,13 +29,17 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from busguard.protocol.records import Coordinates, Decision, headers_encoding
 from busguard.config import Compression, TopicsConfig
+from busguard.policies import KINDS
 from busguard.protocol.attestation import (
+    HEADER_ANNOTATION_PREFIX,
     HEADER_ATTESTATION,
     HEADER_DECISION_ID,
     HEADER_DETAIL,
     HEADER_OUTCOME,
     HEADER_PRIOR,
     HEADER_REASON,
+    HEADER_REPLACED,
+    HEADER_ROUTE,
     HEADER_SEAL,
     HEADER_SOURCE,
 )
@@ -95,25 +99,44 @@ def outputs_for(
     topics: TopicsConfig,
     max_payload_bytes: int,
     budget: OutputBudget | None = None,
-) -> tuple[Output, Output]:
+) -> tuple[Output, ...]:
+    """(primary, audit, *notices): a kind's policy may add notices to its
+    routes (busguard.policies.seam); every other decision has two outputs."""
     d = sealed.decision
     did = d.decision_id.encode()
     proof = proof_headers(d.decision_id, sealed.attestation, sealed.seal)
     task_key = d.task_id.encode() if d.task_id is not None else did
     at, part = d.decided_at, d.source.partition
     # The audit topic is placed by input partition, not by hashing unique task ids.
-    audit = Output(topics.audit, task_key, sealed.decision_json, [*proof, (HEADER_OUTCOME, d.outcome.encode()), (HEADER_REASON, d.reason.encode())], at, part)
+    verdict = [(HEADER_OUTCOME, d.outcome.encode()), (HEADER_REASON, d.reason.encode())]
+    audit = Output(topics.audit, task_key, sealed.decision_json, [*proof, *verdict], at, part)
+    notices = tuple(
+        Output(topics.route_topic(n.route), n.key, n.value, [*proof, *verdict, (HEADER_ROUTE, n.route.encode())], at, part if n.key is None else None)
+        for n in d.notices or ()
+    )
     if d.outcome == Outcome.FORWARD:
-        return forward_output(downstream, record_key, value, headers, proof, at, part), audit
+        return forward_output(downstream, record_key, *forwarded(d, value, headers), proof, at, part), audit, *notices
     if d.outcome == Outcome.ESCALATE:
         # keyed by task id: operators' resolve commands follow it into the same partition
-        return Output(topics.reconciliation, task_key, sealed.decision_json, audit.headers, at), audit
+        return Output(topics.reconciliation, task_key, sealed.decision_json, audit.headers, at), audit, *notices
     prior = d.prior.decision_id if d.prior is not None else None
     why = (d.decision_id, d.reason, d.detail, d.source, d.outcome, prior, proof[1:])
     primary = dead_letter(topics.dead_letter, record_key, value, headers, *why, max_payload_bytes, at)
     if budget is not None and not budget.fits(primary):
         primary = bounded_dead_letter(topics.dead_letter, record_key, value, headers, *why, at)
-    return primary, audit
+    return primary, audit, *notices
+
+
+def forwarded(d: Decision, value: bytes | None, headers: Sequence[tuple[str, bytes]]) -> tuple[bytes | None, Sequence[tuple[str, bytes]]]:
+    """The value and headers a forward carries: the input's, or a kind
+    policy's replacement (flagged, and attested by `forwarded_sha256`), plus
+    the annotations its kind surfaces on forwards."""
+    spec = KINDS.get(d.kind) if d.kind is not None and d.annotations else None
+    surfaced = spec.forward_annotations if spec is not None else ()
+    extra = [(HEADER_ANNOTATION_PREFIX + name, d.annotations[name].encode()) for name in surfaced if d.annotations and name in d.annotations]
+    if d.replacement is not None:
+        return d.replacement, [*headers, (HEADER_REPLACED, b"1"), *extra]
+    return value, [*headers, *extra] if extra else headers
 
 
 def forward_output(
@@ -309,6 +332,7 @@ class OutputBudget:
     ) -> str | None:
         """Why `d`'s forward cannot be produced, or None. Seals (and, past the
         cheap bound, compresses) only records that are close to the limit."""
+        value, headers = forwarded(d, value, headers)
         if BATCH_OVERHEAD + record_size(record_key, value, headers) + self._proof_bytes <= self.batch_size:
             return None
         s = seal(d)
