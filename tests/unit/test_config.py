@@ -14,6 +14,7 @@ import pytest
 
 from busguard.config import Config, Route, load_config
 from busguard.errors import ConfigError
+from busguard.policies import KINDS
 from busguard.protocol.keys import KeyRegistry
 from busguard.reconcile.operators import Operators
 
@@ -125,7 +126,8 @@ def test_a_file_with_only_a_route_gets_every_default(tmp_path: Path) -> None:
     assert cfg.kafka.idempotence is True and cfg.kafka.create_topics is False and cfg.keys.create_guard_key is False
     assert cfg.kafka.auto_offset_reset == "earliest" and cfg.state.backend == "sqlite" and cfg.state.synchronous == "full"
     assert cfg.policy().namespace == "busguard"  # "" falls back to the group id
-    assert cfg.output_topics == sorted(["agents.handoffs.admitted", "busguard.reconciliation", "busguard.dead-letter", "busguard.audit", "busguard.replies"])
+    kind_routes = [f"busguard.{r}" for spec in KINDS.values() for r in spec.routes]  # e.g. busguard.quarantine
+    assert cfg.output_topics == sorted({"agents.handoffs.admitted", "busguard.reconciliation", "busguard.dead-letter", "busguard.audit", "busguard.replies", *kind_routes})
 
 
 def test_namespace_defaults_to_the_group_id_and_can_be_set(tmp_path: Path) -> None:
