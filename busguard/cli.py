@@ -149,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
         busguard demo --dir /tmp/busguard-demo     # keep configs, keys and state for a look afterwards
         """)
     sp.add_argument("--dir", help="working directory to keep (default: a temporary one)")
+    sp.add_argument("scenario", nargs="?", choices=("handoff",), help="a seed's own scenario instead of the bus one: handoff (seed 004)")
 
     add_esc = _adder(
         _group(
