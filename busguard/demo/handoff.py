@@ -16,8 +16,9 @@ the guarded outcome:
      that cannot verify its successor still moves its verified-clean state.
 
 The successor's side is shown too: every forward is checked with the SDK
-(the guard's attestation, then each component against the signed scope).
-Exit code 0 only if every record went where it should.
+(the guard's attestation, then each component against the signed scope),
+and the auditor checks the whole log at the end. Exit code 0 only if every
+record went where it should and the audit is clean.
 """
 
 from __future__ import annotations
@@ -291,6 +292,10 @@ async def _run(work: Path) -> int:
             guard.request_stop()
             await asyncio.gather(task, return_exceptions=True)
             store.close()
+        from busguard.demo.render import render_audit, run_auditor
+
+        guard_key = guard.identity.public_key
+        audit = await asyncio.to_thread(run_auditor, cfg, guard_key, guard_key)  # no reconciler ran: nothing it sealed to check
     finally:
         await broker.astop()
 
@@ -338,8 +343,12 @@ async def _run(work: Path) -> int:
         if s.note:
             print(f"         {s.note}")
     print()
-    if failed:
-        print(f"demo handoff FAILED: {failed} of {len(steps)} records did not go where expected")
+    print("audit: `busguard audit` over the audit log and the downstream topic")
+    print(render_audit(audit))
+    print()
+    if failed or not audit.ok:
+        why = [f"{failed} of {len(steps)} records did not go where expected"] if failed else []
+        print("demo handoff FAILED: " + "; ".join(why + ([] if audit.ok else ["the audit found violations"])))
         return 1
     print(f"demo handoff OK: all {len(steps)} records went where they should; no compromise inherited, no forged state forwarded, verified state still moved.")
     return 0

@@ -38,7 +38,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProces
 
 def test_demo_handoff_exits_zero(demo: subprocess.CompletedProcess[str]) -> None:
     assert demo.returncode == 0, f"stdout:\n{demo.stdout}\nstderr:\n{demo.stderr}"
-    assert "demo handoff OK" in demo.stdout
+    assert "demo handoff OK" in demo.stdout and "busguard audit: OK" in demo.stdout
 
 
 @pytest.mark.parametrize("label", list(EXPECTED))
