@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from busguard.admission.types import AdmissionPolicy
 from busguard.policies import KINDS
@@ -319,3 +321,66 @@ def test_a_replayed_handoff_is_decided_once() -> None:
     again = h.one(record, offset=5)
     assert msgspec.json.encode(first) == msgspec.json.encode(again)
     assert first.notices is not None and first.notices[0].route == "quarantine"
+
+
+def test_the_sample_codes_fall_through_is_closed_at_admission() -> None:
+    """Sample code: require_declaration_for_compromised=false lets an undeclared
+    compromise fall through gate 2 and end SCOPED with its operational state.
+    Here (default flag, false) it is prohibited; the scope does not save it."""
+    h = harness(require_declaration_for_compromised=False)
+    h.one(notice_record(kit.notice("n-1")))
+    d = h.one(handoff_record(handoff([PLAN], scope=kit.scope(PLAN), successor_integrity=kit.integrity())))
+    assert (d.outcome, d.reason) == (Outcome.REJECT, Reason.UNDECLARED_OPERATIONAL_STATE)
+
+
+_COMPONENTS = (PLAN, MEMORY, LOG, AUDIT)
+_STATUSES = (None, IntegrityStatus.VERIFIED_CLEAN, IntegrityStatus.POTENTIALLY_COMPROMISED, IntegrityStatus.UNKNOWN)
+_RULES = (None, *InteractionRule)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    carried=st.lists(st.sampled_from(range(4)), min_size=1, max_size=4, unique=True),
+    scoped=st.none() | st.sets(st.sampled_from(range(4))),
+    forged=st.sets(st.sampled_from(range(4))),
+    declared=st.booleans(),
+    noticed=st.booleans(),
+    status=st.sampled_from(_STATUSES),
+    rule=st.sampled_from(_RULES),
+)
+def test_stripped_components_never_reach_the_successor(
+    carried: list[int], scoped: set[int] | None, forged: set[int], declared: bool, noticed: bool, status: IntegrityStatus | None, rule: InteractionRule | None
+) -> None:
+    """Whatever the inputs: one decision; what is forwarded (or quarantined) is
+    exactly the verdict's `transfer`, never a stripped component's bytes, and
+    with a scope the successor's SDK verifies every forwarded component."""
+    components = [kit.tamper(_COMPONENTS[i], b"forged " + _COMPONENTS[i].name.encode()) if i in forged else _COMPONENTS[i] for i in carried]
+    value = handoff(
+        components,
+        declaration=kit.declaration() if declared else None,
+        scope=kit.scope(*(_COMPONENTS[i] for i in sorted(scoped))) if scoped is not None else None,
+        successor_integrity=kit.integrity(status) if status is not None else None,
+        interaction=kit.interaction(rule) if rule is not None else None,
+    )
+    h = harness()
+    if noticed:
+        h.one(notice_record(kit.notice("n-1")))
+    d = h.one(handoff_record(value))
+    assert d.annotations is not None
+    transfer = [name for name, _ in json.loads(d.annotations["transferred"])]
+    gone = {s["sha256"] for s in stripped(d)}
+    assert len(transfer) + len(stripped(d)) == len(components)
+    carried_on = d.replacement if d.outcome == Outcome.FORWARD else d.notices[0].value if d.notices else None
+    if d.outcome == Outcome.FORWARD:
+        assert d.annotations["handoff_route"] in ("forward", "forward_with_caution")
+    if carried_on is None:
+        carried_on = value if d.outcome == Outcome.FORWARD else None
+    if carried_on is not None:
+        sent = decode_handoff(carried_on).components
+        from busguard.policies.compromise.message import component_sha256
+
+        assert [c.name for c in sent] == transfer and not {component_sha256(c) for c in sent} & gone
+        if scoped is not None and (declared or noticed):
+            assert verify_forwarded(carried_on, handoff_id=kit.HANDOFF_ID, session=SESSION, keys=kit.keys).all_verified
+    else:
+        assert d.outcome in (Outcome.REJECT, Outcome.ESCALATE) and not d.notices
