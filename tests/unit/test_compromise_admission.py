@@ -384,3 +384,13 @@ def test_stripped_components_never_reach_the_successor(
             assert verify_forwarded(carried_on, handoff_id=kit.HANDOFF_ID, session=SESSION, keys=kit.keys).all_verified
     else:
         assert d.outcome in (Outcome.REJECT, Outcome.ESCALATE) and not d.notices
+
+
+def test_a_contextual_policy_is_never_parsed_without_its_context() -> None:
+    from busguard.admission import policystep
+    from busguard.protocol.envelope import Envelope
+
+    r = handoff_record(handoff([LOG]))
+    env = Envelope(r.receipt, r.receipt_bytes, b"\x00" * 64, r.receipt_id, r.value)
+    with pytest.raises(policystep.PolicyContractError, match="PolicyContext"):
+        policystep.prepare(env)
