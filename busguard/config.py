@@ -99,10 +99,17 @@ class AdmissionConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, 
 
 
 class StateConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
-    backend: Literal["sqlite", "memory"] = "sqlite"
+    backend: Literal["sqlite", "memory", "postgres"] = "sqlite"
     path: str = "../var/busguard-state.db"
     synchronous: Literal["full", "normal"] = "full"
     expire_interval_s: Positive = 60
+    #: libpq connection string or URI for backend "postgres"; may hold a
+    #: password (then prefer BUSGUARD_STATE__DSN); never logged unredacted.
+    dsn: str = ""
+    #: The PostgreSQL schema holding this deployment's tables (created on first use).
+    schema: str = "busguard"
+    #: How long a batch waits for an unreachable database before the guard stops.
+    retry_s: Annotated[float, msgspec.Meta(gt=0, le=86_400)] = 120.0
 
 
 class KeysConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -385,7 +392,29 @@ def validate(cfg: Config) -> None:
         )
     if not cfg.keys.guard_key_resolves and cfg.keys.operators is None:
         raise ConfigError(f, "keys.guard_key_resolves", False, "true unless keys.operators names who else may resolve (nobody could)")
+    _validate_state(cfg, f)
     _validate_keys(cfg, f)
+
+
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def _validate_state(cfg: Config, f: str) -> None:
+    st = cfg.state
+    if st.backend != "postgres":
+        return
+    from busguard.state.pgsql import redact
+
+    if not st.dsn.strip():
+        raise ConfigError(f, "state.dsn", "", 'a PostgreSQL connection string for state.backend = "postgres", e.g. postgresql://busguard@db:5432/busguard')
+    if "://" in st.dsn and not st.dsn.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(f, "state.dsn", redact(st.dsn), "a postgresql:// URI or a libpq key=value string")
+    if _SCHEMA_NAME.fullmatch(st.schema) is None:
+        raise ConfigError(f, "state.schema", st.schema, "a lower-case SQL identifier: 1-63 characters of [a-z0-9_], not starting with a digit")
+    if st.retry_s * 1000 >= cfg.kafka.max_poll_interval_ms:
+        raise ConfigError(
+            f, "state.retry_s", st.retry_s, f"less than kafka.max_poll_interval_ms ({cfg.kafka.max_poll_interval_ms} ms): a batch waiting longer loses its partitions"
+        )
 
 
 def _validate_keys(cfg: Config, f: str) -> None:

@@ -439,6 +439,27 @@ def test_the_embedded_broker_config_loads_with_its_overrides_and_any_path(tmp_pa
     assert (cfg.keys.guard_key, cfg.keys.reconciler_key, cfg.keys.create_reconciler_key) == ("guard.key", "reconciler.key", True)  # one key per role
 
 
+# -- the PostgreSQL state backend ---------------------------------------------------
+
+
+def test_postgres_backend_needs_a_dsn(tmp_path: Path) -> None:
+    err = refused(tmp_path, ROUTE + '[state]\nbackend = "postgres"\n')
+    assert err.field == "state.dsn" and "postgresql://" in err.allowed
+
+
+def test_postgres_dsn_from_the_environment_and_its_errors_hide_the_password(tmp_path: Path) -> None:
+    cfg = load(tmp_path, ROUTE + '[state]\nbackend = "postgres"\n', {"BUSGUARD_STATE__DSN": "postgresql://g:s3cret@db:5432/bus"})
+    assert cfg.state.dsn == "postgresql://g:s3cret@db:5432/bus" and cfg.state.schema == "busguard"
+    err = refused(tmp_path, ROUTE + '[state]\nbackend = "postgres"\n', {"BUSGUARD_STATE__DSN": "mysql://g:s3cret@db/bus"})
+    assert err.field == "state.dsn" and "s3cret" not in str(err) and "g:***@db" in str(err)
+
+
+def test_postgres_schema_and_retry_are_checked(tmp_path: Path) -> None:
+    base = ROUTE + '[state]\nbackend = "postgres"\ndsn = "host=db"\n'
+    assert refused(tmp_path, base + 'schema = "Bad-Name"\n').field == "state.schema"
+    assert refused(tmp_path, base + "retry_s = 400.0\n").field == "state.retry_s"  # > the 300 s poll interval
+
+
 # -- [compromise] (seed 004) ---------------------------------------------------
 
 

@@ -7,5 +7,5 @@
   `compromise-notice`) on the seam: notice state, routing, annotations.
 
 Specified in docs/compromise-handoff.md (payload, tables, digest) and
-docs/protocol.md section 13 (on the bus).
+docs/protocol.md section 14 (on the bus).
 """
