@@ -25,6 +25,7 @@ import msgspec
 from busguard.admission.types import AdmissionPolicy
 from busguard.errors import ConfigError, read_toml
 from busguard.policies import KINDS
+from busguard.policies.compromise.policy import CompromiseSettings
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.timestamps import parse_timestamp
 
@@ -104,10 +105,17 @@ class AdmissionConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, 
 
 
 class StateConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
-    backend: Literal["sqlite", "memory"] = "sqlite"
+    backend: Literal["sqlite", "memory", "postgres"] = "sqlite"
     path: str = "../var/busguard-state.db"
     synchronous: Literal["full", "normal"] = "full"
     expire_interval_s: Positive = 60
+    #: libpq connection string or URI for backend "postgres"; may hold a
+    #: password (then prefer BUSGUARD_STATE__DSN); never logged unredacted.
+    dsn: str = ""
+    #: The PostgreSQL schema holding this deployment's tables (created on first use).
+    schema: str = "busguard"
+    #: How long a batch waits for an unreachable database before the guard stops.
+    retry_s: Annotated[float, msgspec.Meta(gt=0, le=86_400)] = 120.0
 
 
 class KeysConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -163,6 +171,15 @@ class ReconcileConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, 
     auto_resolve_retransmissions: bool = True
 
 
+class CompromiseConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """Seed 004's session handoffs (busguard/policies/compromise/policy.py)."""
+
+    require_declaration_for_compromised: bool = False
+    trusted_attesters: list[str] = []
+    trusted_notice_issuers: list[str] = []
+    notice_retention_ms: Positive = 30 * 86_400_000
+
+
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     kafka: KafkaConfig = KafkaConfig()
     routes: list[Route] = []
@@ -174,6 +191,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
     log: LogConfig = LogConfig()
     ops: OpsConfig = OpsConfig()
     reconcile: ReconcileConfig = ReconcileConfig()
+    compromise: CompromiseConfig = CompromiseConfig()
     source: str = ""  # the file this was loaded from; set by load_config
 
     @property
@@ -220,6 +238,16 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
             session_retention_ms=a.session_retention_ms,
             task_retention_ms=a.task_retention_ms,
             decision_retention_ms=a.decision_retention_ms,
+            policy_settings={"compromise": self.compromise_settings()},
+        )
+
+    def compromise_settings(self) -> CompromiseSettings:
+        c = self.compromise
+        return CompromiseSettings(
+            require_declaration_for_compromised=c.require_declaration_for_compromised,
+            trusted_attesters=tuple(c.trusted_attesters),
+            trusted_notice_issuers=tuple(c.trusted_notice_issuers),
+            notice_retention_ms=c.notice_retention_ms,
         )
 
 
@@ -274,6 +302,25 @@ def _codec_available(codec: str) -> bool:
     return bool({"gzip": codecs.has_gzip, "snappy": codecs.has_snappy, "lz4": codecs.has_lz4, "zstd": codecs.has_zstd}[codec]())
 
 
+def _validate_compromise(cfg: Config) -> None:
+    c = cfg.compromise
+    for name in ("trusted_attesters", "trusted_notice_issuers"):
+        for agent in getattr(c, name):
+            try:
+                canonical_principal(agent)
+            except ValueError as exc:
+                raise ConfigError(cfg.source, f"compromise.{name}", agent, f"agent ids as senders use them ({exc})") from None
+    # A session-scoped notice must outlive the session it names: the session
+    # window is kept session_retention_ms, so that session may hand off that long.
+    if c.notice_retention_ms < cfg.admission.session_retention_ms:
+        raise ConfigError(
+            cfg.source,
+            "compromise.notice_retention_ms",
+            c.notice_retention_ms,
+            f"at least admission.session_retention_ms ({cfg.admission.session_retention_ms}): a notice must outlive the sessions it can name",
+        )
+
+
 def validate(cfg: Config) -> None:
     """Cross-field rules msgspec cannot express."""
     f = cfg.source
@@ -306,6 +353,7 @@ def validate(cfg: Config) -> None:
             f"at least admission.nonce_retention_ms ({a.nonce_retention_ms}): the task index must outlive the nonces "
             "so an exact resend is always recognised as a duplicate",
         )
+    _validate_compromise(cfg)
     if not cfg.routes:
         raise ConfigError(f, "routes", [], "at least one [[routes]] table with name, inputs and downstream")
     seen_inputs: dict[str, str] = {}
@@ -350,7 +398,29 @@ def validate(cfg: Config) -> None:
         )
     if not cfg.keys.guard_key_resolves and cfg.keys.operators is None:
         raise ConfigError(f, "keys.guard_key_resolves", False, "true unless keys.operators names who else may resolve (nobody could)")
+    _validate_state(cfg, f)
     _validate_keys(cfg, f)
+
+
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def _validate_state(cfg: Config, f: str) -> None:
+    st = cfg.state
+    if st.backend != "postgres":
+        return
+    from busguard.state.pgsql import redact
+
+    if not st.dsn.strip():
+        raise ConfigError(f, "state.dsn", "", 'a PostgreSQL connection string for state.backend = "postgres", e.g. postgresql://busguard@db:5432/busguard')
+    if "://" in st.dsn and not st.dsn.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(f, "state.dsn", redact(st.dsn), "a postgresql:// URI or a libpq key=value string")
+    if _SCHEMA_NAME.fullmatch(st.schema) is None:
+        raise ConfigError(f, "state.schema", st.schema, "a lower-case SQL identifier: 1-63 characters of [a-z0-9_], not starting with a digit")
+    if st.retry_s * 1000 >= cfg.kafka.max_poll_interval_ms:
+        raise ConfigError(
+            f, "state.retry_s", st.retry_s, f"less than kafka.max_poll_interval_ms ({cfg.kafka.max_poll_interval_ms} ms): a batch waiting longer loses its partitions"
+        )
 
 
 def _validate_keys(cfg: Config, f: str) -> None:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from busguard.protocol.keyfile import Identity
     from busguard.protocol.keys import KeyRegistry
     from busguard.reconcile.operators import Operators
-    from busguard.reconcile.store import ReconcileStore
+    from busguard.reconcile.store import ReconcileState
     from busguard.reconcile.worker import Reconciler
     from busguard.runtime.faults import Faults
     from busguard.runtime.guard import Guard
@@ -84,6 +84,17 @@ def reconciler_keys(cfg: Config) -> ReconcilerKeys:
     return ReconcilerKeys(identity, guard_public_key)
 
 
+def state_location(cfg: Config) -> str | None:
+    """Where the guard's state lives, fit for logs: a DSN's password redacted."""
+    if cfg.state.backend == "sqlite":
+        return str(cfg.path(cfg.state.path))
+    if cfg.state.backend == "postgres":
+        from busguard.state.pgsql import redact
+
+        return f"{redact(cfg.state.dsn)} schema {cfg.state.schema}"
+    return None
+
+
 def open_guard_store(cfg: Config, at_ms: int, *, genesis: bool = False) -> StateStore:
     """The guard's state store, opened the one way every caller opens it.
 
@@ -92,26 +103,31 @@ def open_guard_store(cfg: Config, at_ms: int, *, genesis: bool = False) -> State
     exist is created fenced (it may be a lost one) and that is logged."""
     from busguard.state.backends import StoreOptions, open_store
 
-    a = cfg.admission
+    a, st = cfg.admission, cfg.state
     options = StoreOptions(
         now_ms=at_ms,
-        path=cfg.path(cfg.state.path),
-        synchronous=cfg.state.synchronous.upper(),
+        path=cfg.path(st.path),
+        synchronous=st.synchronous.upper(),
         task_retention_ms=a.task_retention_ms,
         decision_retention_ms=a.decision_retention_ms,
         genesis=genesis,
+        dsn=st.dsn,
+        schema=st.schema,
+        retry_s=st.retry_s,
     )
-    store = open_store(cfg.state.backend, options)
-    created = store.created
-    if created and not genesis:
+    try:
+        store = open_store(st.backend, options)
+    except ImportError as exc:  # the backend's driver is an optional extra
+        raise ConfigError(cfg.source, "state.backend", st.backend, f"its driver installed: pip install 'busguard[{st.backend}]' ({exc})") from None
+    if store.created and not genesis:
         # A missing store may be a lost one: it warms (docs/operations.md,
         # "Store loss and store rollback"). Only `busguard state init` may
         # declare a deployment new.
         log.warning(
             "state store did not exist and was created fenced: records issued up to max_future_ms after now are refused "
             "(store_warming) for one freshness window; for a deployment with no history, create it with `busguard state init`",
-            backend=cfg.state.backend,
-            path=str(cfg.path(cfg.state.path)) if cfg.state.backend == "sqlite" else None,
+            backend=st.backend,
+            path=state_location(cfg),
             trusted_from_ms=store.trusted_from,
         )
     return store
@@ -127,9 +143,18 @@ def open_guard(cfg: Config) -> tuple[GuardKeys, StateStore]:
 def init_state(cfg: Config, at_ms: int) -> Path:
     """`busguard state init`: a genesis store, trusted from its first record
     because the operator says this deployment has no history. Refuses a path
-    that already holds a store (that would throw its fence away)."""
+    (or PostgreSQL schema) that already holds a store (that would throw its
+    fence away)."""
+    if cfg.state.backend == "postgres":
+        try:
+            open_guard_store(cfg, at_ms, genesis=True).close()
+        except FileExistsError:
+            raise ConfigError(cfg.source, "state.schema", cfg.state.schema, "a schema with no state store yet: `state init` only creates new ones") from None
+        return Path(state_location(cfg) or "")
     if cfg.state.backend != "sqlite":
-        raise ConfigError(cfg.source, "state.backend", cfg.state.backend, '"sqlite": a memory store is lost at every restart, so it always warms')
+        raise ConfigError(
+            cfg.source, "state.backend", cfg.state.backend, '"sqlite" or "postgres": a memory store is lost at every restart, so it always warms'
+        )
     path = cfg.path(cfg.state.path)
     try:
         open_guard_store(cfg, at_ms, genesis=True).close()
@@ -138,9 +163,15 @@ def init_state(cfg: Config, at_ms: int) -> Path:
     return path
 
 
-def open_reconcile_store(cfg: Config) -> ReconcileStore:
+def open_reconcile_store(cfg: Config) -> ReconcileState:
+    """The reconciler's store on the guard's backend: PostgreSQL (same DSN and
+    schema) or the SQLite file `reconcile.state_path`."""
     from busguard.reconcile.store import ReconcileStore
 
+    if cfg.state.backend == "postgres":
+        from busguard.reconcile.store import PgReconcileStore
+
+        return PgReconcileStore(cfg.state.dsn, schema=cfg.state.schema, retry_s=cfg.state.retry_s)
     return ReconcileStore(cfg.path(cfg.reconcile.state_path), synchronous=cfg.state.synchronous.upper())
 
 
@@ -160,7 +191,7 @@ def build_guard(
 
 def build_reconciler(
     cfg: Config,
-    store: ReconcileStore,
+    store: ReconcileState,
     keys: ReconcilerKeys,
     operators: WatchedFile[Operators] | None,
     *,

@@ -17,6 +17,7 @@ import msgspec
 
 from busguard.admission.decide import Candidate, decide, precheck, undecodable, verify
 from busguard.admission.policystep import Prepared, policy_kinds, prepare
+from busguard.policies.seam import PolicyContext
 from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Effects
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES
 from busguard.protocol.keys import KeyRegistry, KeyWindow
@@ -162,7 +163,8 @@ def check_batch(
     # transaction, so the policies' rows load with the batch's snapshot.
     # Only kinds with a policy pay for this: none of the built-in ones has one.
     stateful = policy_kinds()
-    prepared = {id(c): prepare(c.envelope) for c in candidates if c.envelope.receipt.kind in stateful} if stateful else {}
+    context = PolicyContext(registry, now_ms, policy.policy_settings)
+    prepared = {id(c): prepare(c.envelope, context) for c in candidates if c.envelope.receipt.kind in stateful} if stateful else {}
     return Checked(inputs, digests, checked, keys_by_candidate, prepared, keys_for(inputs, candidates, prepared.values()))
 
 

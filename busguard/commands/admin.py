@@ -9,7 +9,7 @@ from pathlib import Path
 
 from busguard.config import load_config
 from busguard.errors import ConfigError
-from busguard.wiring import init_state
+from busguard.wiring import init_state, state_location
 
 
 def cmd_resolve(args: argparse.Namespace) -> int:
@@ -30,7 +30,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     routes = ", ".join(f"{r.name} ({' + '.join(r.inputs)} -> {r.downstream})" for r in cfg.routes)
     print(f"  routes:        {routes}")
     print(f"  reconcile:     {cfg.topics.reconciliation}   dead-letter: {cfg.topics.dead_letter}   audit: {cfg.topics.audit}")
-    print(f"  state:         {cfg.state.backend} {cfg.path(cfg.state.path) if cfg.state.backend == 'sqlite' else ''}")
+    print(f"  state:         {cfg.state.backend} {state_location(cfg) or ''}")
     print(f"  key registry:  {cfg.path(cfg.keys.registry)} ({len(registry.principals)} agents, open_enrollment={registry.open_enrollment})")
     print(f"  guard key:     {cfg.path(cfg.keys.guard_key)}{_public_half(cfg.path(cfg.keys.guard_key))}")
     if cfg.keys.reconciler_key is not None:
@@ -68,13 +68,19 @@ def cmd_state_show(args: argparse.Namespace) -> int:
     import time
 
     from busguard.admission.fence import fence_ends
+    from busguard.state.postgres import PostgresStore
     from busguard.state.sqlite import SqliteStore
 
     cfg = load_config(args.config)
-    path = cfg.path(cfg.state.path)
-    if cfg.state.backend != "sqlite" or not path.exists():
-        raise ConfigError(cfg.source, "state.path", str(path), "an existing SQLite state store (see `busguard state init`)")
-    store = SqliteStore(path, now_ms=time.time_ns() // 1_000_000, synchronous=cfg.state.synchronous.upper())
+    path: object = cfg.path(cfg.state.path)
+    store: SqliteStore | PostgresStore
+    if cfg.state.backend == "postgres":
+        st = cfg.state
+        store, path = PostgresStore(st.dsn, now_ms=time.time_ns() // 1_000_000, schema=st.schema, retry_s=st.retry_s), state_location(cfg)
+    elif cfg.state.backend != "sqlite" or not cfg.path(cfg.state.path).exists():
+        raise ConfigError(cfg.source, "state.path", str(path), "an existing SQLite or PostgreSQL state store (see `busguard state init`)")
+    else:
+        store = SqliteStore(cfg.path(cfg.state.path), now_ms=time.time_ns() // 1_000_000, synchronous=cfg.state.synchronous.upper())
     try:
         ends = fence_ends(store.trusted_from, cfg.admission.max_age_ms, cfg.admission.max_future_ms)
         print(f"{path}: origin {store.origin}, created_at_ms {store.created_at}")

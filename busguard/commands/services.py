@@ -119,6 +119,14 @@ def cmd_broker(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     if _embedded_missing():
         return 2
+    if getattr(args, "scenario", None) == "taint":
+        from busguard.demo.taint import run_taint_demo
+
+        return run_taint_demo(keep_dir=args.dir)
+    if getattr(args, "scenario", None) == "handoff":
+        from busguard.demo.handoff import run_handoff_demo
+
+        return run_handoff_demo(keep_dir=args.dir)
     from busguard.demo import run_demo
 
     return run_demo(keep_dir=args.dir)

@@ -21,7 +21,7 @@ from busguard.demo.tap import Tap, produce
 from busguard.protocol.keyfile import Identity
 
 if TYPE_CHECKING:
-    from busguard.reconcile.store import ReconcileStore
+    from busguard.reconcile.store import ReconcileState
     from busguard.reconcile.worker import Reconciler
     from busguard.runtime.guard import Guard
     from busguard.state.store import StateStore
@@ -36,7 +36,7 @@ class Services:
     guard: Guard
     reconciler: Reconciler
     guard_store: StateStore
-    reconcile_store: ReconcileStore
+    reconcile_store: ReconcileState
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def failure(self) -> str | None:

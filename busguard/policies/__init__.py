@@ -20,7 +20,9 @@ from typing import Final
 
 import msgspec
 
+from busguard.policies.compromise import policy as compromise
 from busguard.policies.seam import AnyPolicy, Objection
+from busguard.policies.taint import replay as taint_replay
 from busguard.protocol.envelope import Envelope
 from busguard.protocol.reasons import Reason
 
@@ -48,6 +50,9 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
 _SPECS: Final = (
     KindSpec(kind="handoff", single_witness=True),
     KindSpec(kind="ack"),
+    KindSpec(kind=taint_replay.KIND, policy=taint_replay.TaintReplayPolicy(), reasons=taint_replay.REASONS, forward_annotations=("taint.unit",)),
+    KindSpec(kind="session-handoff", policy=compromise.HANDOFF_POLICY, namespaces=("compromise",), reasons=compromise.HANDOFF_REASONS, routes=("quarantine",), forward_annotations=compromise.FORWARD_ANNOTATIONS),
+    KindSpec(kind="compromise-notice", policy=compromise.NOTICE_POLICY, namespaces=("compromise",), reasons=compromise.NOTICE_REASONS),
 )
 
 #: By kind name. A Mapping to its readers; tests add a test-only kind with

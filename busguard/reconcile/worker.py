@@ -36,7 +36,7 @@ from busguard.protocol.keyfile import Identity
 from busguard.reconcile.policy import EscalationState, Item, Rejected, on_command, on_escalation
 from busguard.reconcile.operators import Operators
 from busguard.protocol.records import HEADER_COMMAND, HEADER_SIGNER, Reply, ResolveCommand, Resolution, SignedCommand, command_seal_ok
-from busguard.reconcile.store import Processed, ReconcileStore, States
+from busguard.reconcile.store import Processed, ReconcileState, States
 from busguard.runtime.faults import Faults
 from busguard.runtime.ops import Metrics
 from busguard.runtime.outputs import Output, dead_letter, proof_headers
@@ -135,7 +135,7 @@ class Reconciler(SealingStage):
         *,
         identity: Identity,
         guard_public_key: bytes,
-        store: ReconcileStore,
+        store: ReconcileState,
         operators: WatchedFile[Operators] | None = None,
         metrics: Metrics | None = None,
         clock_ms: Callable[[], int] | None = None,

@@ -2,8 +2,10 @@
 
 One file per role: `keys` (what a batch reads), `snapshot` (what it found),
 `writes` (what it persists), `store` (the protocol a backend implements),
-`codecs` (encodings the backends share); backends `memory` and `sqlite`
-(with `sqlitedb`, the SQLite plumbing), chosen by name in `backends`; the
-reconciler's store, a second and smaller contract, in `reconcile`.
+`codecs` (encodings the backends share); backends `memory`, `sqlite` (with
+`sqlitedb`, the SQLite plumbing) and `postgres` (with `pgsql`, the
+PostgreSQL plumbing), chosen by name in `backends`; the reconciler's store,
+a second and smaller contract, in `reconcile` (on PostgreSQL:
+`pgreconcile`).
 See docs/design.md, "State" and "Adding a state backend".
 """

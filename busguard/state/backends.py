@@ -26,6 +26,9 @@ class StoreOptions(msgspec.Struct, frozen=True, kw_only=True):
     task_retention_ms: int = 7 * 86_400_000
     decision_retention_ms: int = 7 * 86_400_000
     genesis: bool = False
+    dsn: str = ""
+    schema: str = "busguard"
+    retry_s: float = 120.0
 
 
 def _memory(o: StoreOptions) -> StateStore:
@@ -49,9 +52,26 @@ def _sqlite(o: StoreOptions) -> StateStore:
     )
 
 
+def _postgres(o: StoreOptions) -> StateStore:
+    from busguard.state.postgres import PostgresStore
+
+    if not o.dsn:
+        raise ValueError("the postgres backend needs a DSN ([state] dsn)")
+    return PostgresStore(
+        o.dsn,
+        now_ms=o.now_ms,
+        schema=o.schema,
+        task_retention_ms=o.task_retention_ms,
+        decision_retention_ms=o.decision_retention_ms,
+        retry_s=o.retry_s,
+        genesis=o.genesis,
+    )
+
+
 BACKENDS: Final[Mapping[str, Callable[[StoreOptions], StateStore]]] = {
     "memory": _memory,
     "sqlite": _sqlite,
+    "postgres": _postgres,
 }
 
 

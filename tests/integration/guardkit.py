@@ -86,7 +86,10 @@ async def make_setup(
     max_records: int = 100,
     max_payload_bytes: int = 1_048_576,
     operators: Sequence[tuple[str, Identity]] = (),
+    state: dict[str, object] | None = None,
 ) -> Setup:
+    """`state` adds to the [state] table, e.g. a PostgreSQL backend and DSN."""
+    state_extra = state
     tag = uuid.uuid4().hex[:8]
     t = Topics.under(f"it.{tag}")
     await create_topics(bootstrap, t.all(), partitions=partitions)
@@ -107,7 +110,7 @@ async def make_setup(
             group_id=f"guard-{tag}",
             topics=t,
             comment="Written by tests/integration/guardkit.py.",
-            state={"path": str(state), "synchronous": "normal", "expire_interval_s": 5},
+            state={"path": str(state), "synchronous": "normal", "expire_interval_s": 5, **(state_extra or {})},
             keys={
                 "guard_key": str(guard_key),
                 "reconciler_key": str(reconciler_key),

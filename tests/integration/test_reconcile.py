@@ -96,9 +96,20 @@ async def test_automatic_and_operator_resolutions(broker: EmbeddedBroker, tmp_pa
     assert finals[target].by == "operator:ana" and finals[target].resolved_as == "reject"
 
 
+def _state(backend: str, request: pytest.FixtureRequest) -> dict[str, object] | None:
+    """[state] for `backend`: the default SQLite files, or the session PostgreSQL
+    (tests/conftest.py) in a schema of the test's own, guard and reconciler both."""
+    if backend == "sqlite":
+        return None
+    return {"backend": "postgres", "dsn": request.getfixturevalue("postgres").dsn, "schema": request.getfixturevalue("pg_schema")}
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 @pytest.mark.parametrize("point", ["persisted", "produced"])
-async def test_kill_9_mid_batch_resolves_every_escalation_exactly_once(broker: EmbeddedBroker, tmp_path: Path, point: str) -> None:
-    s = await make_setup(tmp_path, broker.bootstrap, max_records=5)
+async def test_kill_9_mid_batch_resolves_every_escalation_exactly_once(
+    broker: EmbeddedBroker, tmp_path: Path, point: str, backend: str, request: pytest.FixtureRequest
+) -> None:
+    s = await make_setup(tmp_path, broker.bootstrap, max_records=5, state=_state(backend, request))
     guard = GuardProcess(s)
     try:
         guard.wait_ready()
@@ -123,8 +134,11 @@ async def test_kill_9_mid_batch_resolves_every_escalation_exactly_once(broker: E
     del got
 
 
-async def test_two_workers_share_the_load_and_resolve_each_escalation_once(broker: EmbeddedBroker, tmp_path: Path) -> None:
-    s = await make_setup(tmp_path, broker.bootstrap, max_records=5)
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_two_workers_share_the_load_and_resolve_each_escalation_once(
+    broker: EmbeddedBroker, tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    s = await make_setup(tmp_path, broker.bootstrap, max_records=5, state=_state(backend, request))
     guard = GuardProcess(s)
     a = GuardProcess(s, command="reconcile")
     b: GuardProcess | None = None
@@ -156,4 +170,10 @@ async def test_two_workers_share_the_load_and_resolve_each_escalation_once(broke
     assert len({r.value for r in settled[s.replies]}) == 40
     # both workers resolved some of them
     assert '"event": "resolution"' in a.log.read_text() and '"event": "resolution"' in b.log.read_text()  # type: ignore[union-attr]
+    if backend == "postgres":  # both workers kept their state in the shared database
+        from busguard.reconcile.store import PgReconcileStore
+
+        shared = PgReconcileStore(request.getfixturevalue("postgres").dsn, schema=request.getfixturevalue("pg_schema"))
+        assert len(list(shared.escalations())) == 40
+        shared.close()
     del got

@@ -19,7 +19,8 @@ NOW = 1_700_000_000_000
 
 @pytest.fixture(params=sorted(BACKENDS))
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> StateStore:
-    return open_store(request.param, StoreOptions(now_ms=NOW, path=tmp_path / "state.db", genesis=True))
+    pg = {"dsn": request.getfixturevalue("postgres").dsn, "schema": request.getfixturevalue("pg_schema")} if request.param == "postgres" else {}
+    return open_store(request.param, StoreOptions(now_ms=NOW, path=tmp_path / "state.db", genesis=True, **pg))
 
 
 def _read(store: StateStore, keys: KeySet, now_ms: int) -> Snapshot:
@@ -59,5 +60,5 @@ def test_watermarks_come_from_the_written_decisions_and_only_move_forward(store:
 
 
 def test_an_unknown_backend_names_the_allowed_ones() -> None:
-    with pytest.raises(ValueError, match="allowed: memory, sqlite"):
-        open_store("postgres", StoreOptions(now_ms=NOW))
+    with pytest.raises(ValueError, match="allowed: memory, postgres, sqlite"):
+        open_store("oracle", StoreOptions(now_ms=NOW))

@@ -17,6 +17,7 @@ import pytest
 from busguard.admission.types import AdmissionPolicy
 from busguard.state.store import StateStore
 from busguard.state.memory import MemoryStore
+from busguard.state.postgres import PostgresStore
 from busguard.state.sqlite import SqliteStore
 
 from .harness import NOW, Harness, agent, sender
@@ -24,13 +25,16 @@ from .harness import NOW, Harness, agent, sender
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore]:
     s: StateStore
     if request.param == "memory":
         s = MemoryStore(created_at=NOW - 3_600_000)
-    else:
+    elif request.param == "sqlite":
         s = SqliteStore(tmp_path / "state.db", now_ms=NOW - 3_600_000)
+    else:
+        pg = request.getfixturevalue("postgres")
+        s = PostgresStore(pg.dsn, now_ms=NOW - 3_600_000, schema=request.getfixturevalue("pg_schema"))
     yield s
     s.close()
 

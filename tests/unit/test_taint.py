@@ -342,6 +342,7 @@ def n(id: str, preds: list[str] | None = None, **extra: object) -> dict[str, obj
         (raw(n("a"), tainted_output="zzz"), "tainted_output", "must name a node"),
         (raw(n("a"), version=2), "version", "not a known key"),
         (b'{"format": "busguard.taint-trace.v1", "nodes": [', "", "not valid JSON"),
+        (b'{"format": "busguard.taint-trace.v1", "nodes": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nodes[0]", "Expected `object`, got `array`"),
         (msgspec.json.encode({"format": "v0", "nodes": [n("a")]}), "format", "'busguard.taint-trace.v1' for a trace"),
         (raw(), "nodes", "length >= 1"),
         (raw(n("a")).replace(b'"outcome":"success"', b'"outcome":"pending","outcome":"success"'), "outcome",

@@ -133,7 +133,8 @@ def test_the_incident_vector_in_the_docs_is_right() -> None:
 
 # -- the package boundary ----------------------------------------------------------
 
-ALLOWED_BUSGUARD = ("busguard.errors", "busguard.protocol", "busguard.policies.taint")
+# policies.seam: the stream policy (replay.py) implements the seam, which imports only protocol.
+ALLOWED_BUSGUARD = ("busguard.errors", "busguard.protocol", "busguard.policies.taint", "busguard.policies.seam")
 
 
 def test_the_taint_package_imports_only_the_standard_library_msgspec_and_errors() -> None:
@@ -147,7 +148,7 @@ def test_the_taint_package_imports_only_the_standard_library_msgspec_and_errors(
     # `import busguard` itself loads parts of admission and the SDK; the taint package must add nothing of that kind.
     probe = (
         "import sys, busguard; before = set(sys.modules);"
-        "import busguard.policies.taint, busguard.policies.taint.command, busguard.policies.taint.render;"
+        "import busguard.policies.taint, busguard.policies.taint.command, busguard.policies.taint.render, busguard.policies.taint.replay;"
         "print(sorted(m for m in set(sys.modules) - before if m.split('.')[:2] in "
         "[['busguard', x] for x in ('admission', 'runtime', 'state', 'reconcile', 'audit', 'cli', 'config', 'sdk')]))"
     )

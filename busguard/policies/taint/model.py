@@ -147,11 +147,13 @@ def _decode(data: bytes, typ: type[msgspec.Struct], file: str, what: str) -> obj
     except msgspec.ValidationError as exc:
         try:
             raw: object = msgspec.json.decode(data)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):  # only to show the value; deep nesting is msgspec's RecursionError
             raw = None
         raise TraceError.from_validation(file, exc, raw) from None
     except msgspec.DecodeError as exc:
         raise TraceError(file, "", None, f"not valid JSON for a {what}: {exc}") from None
+    except RecursionError:  # msgspec's own nesting limit, raised as RecursionError
+        raise TraceError(file, "", None, f"not a {what}: JSON nested deeper than the decoder allows") from None
 
 
 class _DuplicateKey(Exception):
