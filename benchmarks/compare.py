@@ -36,16 +36,18 @@ broker's and this process's, for context). Every figure is repeated
 ``--rounds`` times, interleaved; the median and the range are reported,
 and the ratios are computed per round and then summarised.
 
-Low-load latency on tansu: busguard's consumer uses aiokafka's default
-500 ms long poll (it has no setting for it), and tansu only answers a
-waiting fetch when it expires; ``--contender-fetch-max-wait-ms`` sets it
-for the relay and the hand-written guard, to show the difference.
+Low-load latency on tansu: tansu only answers a waiting fetch when its
+long poll expires. busguard's consumer uses its ``kafka.fetch_max_wait_ms``
+(default 20 ms); the relay and the hand-written guard use aiokafka's default
+500 ms unless ``--contender-fetch-max-wait-ms`` is given, which then sets it
+for all three.
 
 Freshness: the records are signed once, before the rounds, so busguard's
 config allows receipts up to an hour old (``admission.max_age_ms``), and
-each round's state file is created (through busguard's store) with a
-creation time before the records were signed, so store warming does not
-apply. Neither changes the work per record.
+each round's state file is created (through busguard's store) as a genesis
+store, as ``busguard state init`` makes one (no history, so no store-warming
+fence: a created store would refuse records signed before it). Neither
+changes the work per record.
 
 Modes (the last line of stdout is always one JSON line; the table is for
 people):
@@ -213,6 +215,9 @@ class Generator:
 
 def generate(gen: Generator, n: int) -> Workload:
     created = time.time_ns() // 1_000_000 - 1000
+    # Re-sends refer only to this workload's records: one of an earlier
+    # workload's (sent to another run's topics) is new to this run's guard.
+    gen.history = [[] for _ in gen.history]
     before = gen.duplicates
     items = [gen.next() for _ in range(n)]
     return Workload(items, gen.duplicates - before, created)
@@ -353,12 +358,17 @@ class Setup:
 
 def guard_config(setup: Setup, topics: Topics, group: str, state: Path, soak: bool = False) -> str:
     args = setup.args
-    admission: dict[str, object] = {"max_age_ms": LONG_MAX_AGE_MS, "nonce_retention_ms": LONG_MAX_AGE_MS + 30_000}
+    admission: dict[str, object] = {"max_age_ms": LONG_MAX_AGE_MS, "nonce_retention_ms": LONG_MAX_AGE_MS + 60_000}
     state_cfg: dict[str, object] = {"path": str(state)}
     if soak:
         r = SOAK_RETENTION_MS
         admission = {"max_age_ms": r // 2, "max_future_ms": r // 4, "nonce_retention_ms": r, "session_retention_ms": r, "task_retention_ms": r, "decision_retention_ms": r}
         state_cfg["expire_interval_s"] = SOAK_EXPIRE_S
+    kafka: dict[str, object] = {"create_topics": False}
+    if args.contender_fetch_max_wait_ms:
+        kafka["fetch_max_wait_ms"] = args.contender_fetch_max_wait_ms
+    if args.compression:
+        kafka["compression"] = args.compression
     batch: dict[str, object] = {}
     if args.max_records:
         batch["max_records"] = args.max_records
@@ -369,12 +379,12 @@ def guard_config(setup: Setup, topics: Topics, group: str, state: Path, soak: bo
         group_id=group,
         topics=topics,
         comment="Written by benchmarks/compare.py.",
-        kafka={"create_topics": False},
+        kafka=kafka,
         admission=admission,
         state=state_cfg,
         keys={"registry": str(setup.registry), "guard_key": str(setup.guard_key)},
         batch=batch,
-        log={"level": "warning"},
+        log={"level": os.environ.get("COMPARE_GUARD_LOG", "warning")},
     )
 
 
@@ -382,7 +392,7 @@ def start_contender(kind: str, setup: Setup, topics: Topics, run_dir: Path, crea
     routes = [f"{topics.handoffs}={topics.handoffs_admitted}", f"{topics.acks}={topics.acks_admitted}"]
     group = f"{run_dir.name}-group"
     py = sys.executable
-    # busguard has no setting for this; it always runs with aiokafka's default (500 ms).
+    # busguard's kafka.fetch_max_wait_ms is set in guard_config (when given)
     fetch = {"FETCH_MAX_WAIT_MS": str(setup.args.contender_fetch_max_wait_ms)} if setup.args.contender_fetch_max_wait_ms else {}
     if kind == "relay":
         return Process([py, str(BENCH / "relay_baseline.py"), "serve", setup.bootstrap, group, *routes], run_dir / "relay.log", fetch), None
@@ -398,7 +408,7 @@ def start_contender(kind: str, setup: Setup, topics: Topics, run_dir: Path, crea
         finally:
             os.close(fd)
     else:
-        SqliteStore(state, now_ms=created_ms).close()
+        SqliteStore(state, now_ms=created_ms, genesis=True).close()  # no fence: the records are signed before the store exists
     config = run_dir / "busguard.toml"
     config.write_text(guard_config(setup, topics, group, state, soak))
     port = free_port()
@@ -658,7 +668,7 @@ def fill_store(path: Path, created_ms: int, n: int, chunk: int = 20_000) -> dict
     (the guard's own write path) in transactions of `chunk`. Expiries are a
     day (nonces) and the store's task retention (tasks) ahead."""
     t0 = time.perf_counter()
-    store = SqliteStore(path, now_ms=created_ms, synchronous="NORMAL")
+    store = SqliteStore(path, now_ms=created_ms, synchronous="NORMAL", genesis=True)
     now_ms = time.time_ns() // 1_000_000
     rng = random.Random(13)
     receipt = json.dumps({"v": 1, "kind": "handoff", "task_id": "x" * 24, "sender": "tulpa:z" + "k" * 46, "receiver": "executor", "payload_hash": "0" * 64, "nonce": "n" * 22, "issued_at": "2026-12-01T09:00:00.000Z"}).encode()
@@ -923,8 +933,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=0,
         metavar="MS",
-        help="fetch_max_wait_ms of the relay's and the hand-written guard's consumers (default: aiokafka's 500, which busguard also uses and cannot change)",
+        help="fetch_max_wait_ms of the relay's, the hand-written guard's and busguard's consumers (default: aiokafka's 500 for the first two, busguard's kafka.fetch_max_wait_ms default for busguard)",
     )
+    p.add_argument("--compression", choices=("none", "gzip", "snappy", "lz4", "zstd"), help="busguard [kafka] compression (default: the config default)")
     p.add_argument("--timeout", type=float, default=300, help="seconds a run may take to drain")
     p.add_argument("--keep", metavar="DIR", help="keep the run directories (logs, configs, state) under DIR")
     p.add_argument("--check", action="store_true", help="exit 1 when the mode's issue-13 target is missed")

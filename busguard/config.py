@@ -25,6 +25,7 @@ import msgspec
 from busguard.admission.types import AdmissionPolicy
 from busguard.errors import ConfigError, read_toml
 from busguard.policies import KINDS
+from busguard.policies.compromise.policy import CompromiseSettings
 from busguard.policies.award.registry import VerificationConfig, VerificationRegistry, build_registry
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.timestamps import parse_timestamp
@@ -61,7 +62,13 @@ class KafkaConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     #: The brokers' limit on one record batch (Apache Kafka's message.max.bytes,
     #: or the output topics' max.message.bytes if lower). Default: Kafka's.
     max_message_bytes: Annotated[int, msgspec.Meta(ge=MIN_MAX_MESSAGE_BYTES, le=1 << 30)] = 1_048_588
-    compression: Compression = "gzip"
+    #: zstd: the CPU of no compression (gzip, aiokafka's level 9, cost ~50 µs
+    #: per input record) and smaller batches; docs/config.md says who can read it.
+    compression: Compression = "zstd"
+    #: How long the broker may hold a fetch that has no records yet. tansu
+    #: answers a waiting fetch only when this expires, not when records
+    #: arrive, so it bounds the latency added at low load (docs/config.md).
+    fetch_max_wait_ms: Annotated[int, msgspec.Meta(ge=1, le=60_000)] = 20
 
 
 class Route(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -165,6 +172,15 @@ class ReconcileConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, 
     auto_resolve_retransmissions: bool = True
 
 
+class CompromiseConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """Seed 004's session handoffs (busguard/policies/compromise/policy.py)."""
+
+    require_declaration_for_compromised: bool = False
+    trusted_attesters: list[str] = []
+    trusted_notice_issuers: list[str] = []
+    notice_retention_ms: Positive = 30 * 86_400_000
+
+
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     kafka: KafkaConfig = KafkaConfig()
     routes: list[Route] = []
@@ -176,6 +192,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
     log: LogConfig = LogConfig()
     ops: OpsConfig = OpsConfig()
     reconcile: ReconcileConfig = ReconcileConfig()
+    compromise: CompromiseConfig = CompromiseConfig()
     verification: VerificationConfig = VerificationConfig()
     source: str = ""  # the file this was loaded from; set by load_config
 
@@ -227,6 +244,16 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
             session_retention_ms=a.session_retention_ms,
             task_retention_ms=a.task_retention_ms,
             decision_retention_ms=a.decision_retention_ms,
+            policy_settings={"compromise": self.compromise_settings()},
+        )
+
+    def compromise_settings(self) -> CompromiseSettings:
+        c = self.compromise
+        return CompromiseSettings(
+            require_declaration_for_compromised=c.require_declaration_for_compromised,
+            trusted_attesters=tuple(c.trusted_attesters),
+            trusted_notice_issuers=tuple(c.trusted_notice_issuers),
+            notice_retention_ms=c.notice_retention_ms,
         )
 
 
@@ -281,6 +308,25 @@ def _codec_available(codec: str) -> bool:
     return bool({"gzip": codecs.has_gzip, "snappy": codecs.has_snappy, "lz4": codecs.has_lz4, "zstd": codecs.has_zstd}[codec]())
 
 
+def _validate_compromise(cfg: Config) -> None:
+    c = cfg.compromise
+    for name in ("trusted_attesters", "trusted_notice_issuers"):
+        for agent in getattr(c, name):
+            try:
+                canonical_principal(agent)
+            except ValueError as exc:
+                raise ConfigError(cfg.source, f"compromise.{name}", agent, f"agent ids as senders use them ({exc})") from None
+    # A session-scoped notice must outlive the session it names: the session
+    # window is kept session_retention_ms, so that session may hand off that long.
+    if c.notice_retention_ms < cfg.admission.session_retention_ms:
+        raise ConfigError(
+            cfg.source,
+            "compromise.notice_retention_ms",
+            c.notice_retention_ms,
+            f"at least admission.session_retention_ms ({cfg.admission.session_retention_ms}): a notice must outlive the sessions it can name",
+        )
+
+
 def validate(cfg: Config) -> None:
     """Cross-field rules msgspec cannot express."""
     f = cfg.source
@@ -313,6 +359,7 @@ def validate(cfg: Config) -> None:
             f"at least admission.nonce_retention_ms ({a.nonce_retention_ms}): the task index must outlive the nonces "
             "so an exact resend is always recognised as a duplicate",
         )
+    _validate_compromise(cfg)
     if not cfg.routes:
         raise ConfigError(f, "routes", [], "at least one [[routes]] table with name, inputs and downstream")
     seen_inputs: dict[str, str] = {}

@@ -17,6 +17,7 @@ import msgspec
 
 from busguard.admission.decide import Candidate, decide, precheck, undecodable, verify
 from busguard.admission.policystep import Prepared, policy_kinds, prepare
+from busguard.policies.seam import PolicyContext
 from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Effects
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES
 from busguard.protocol.keys import KeyRegistry, KeyWindow
@@ -122,6 +123,51 @@ def keys_for(inputs: Sequence[Input], candidates: Sequence[Candidate], prepared:
     return KeySet(sources=[source_key(i.source) for i in inputs], nonces=nonces, windows=windows, tasks=tasks, policy=policy)
 
 
+class Checked(NamedTuple):
+    """A batch after its stateless half (`check_batch`): what `admit_checked`
+    decides inside the store's transaction. Holds no state, so it can be
+    computed while the batch before it is still being produced."""
+
+    inputs: Sequence[Input]
+    digests: list[str]
+    checked: list[Candidate | Decision]
+    keys_by_candidate: dict[int, KeyWindow | None]
+    prepared: dict[int, Prepared]
+    keys: KeySet
+
+
+def check_batch(
+    inputs: Sequence[Input],
+    *,
+    registry: KeyRegistry,
+    now_ms: int,
+    policy: AdmissionPolicy,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    verify_many: VerifyMany = verify_serially,
+    receivers: Mapping[str, frozenset[str]] | None = None,
+) -> Checked:
+    """Digests, prechecks, signature checks and the policies' parse and keys
+    steps: everything about a batch that reads no state."""
+    served = receivers or {}
+    digests = [record_sha256(i.key, i.value, i.headers) for i in inputs]
+    checked = [
+        precheck(i.source, i.value, i.headers, registry, now_ms, policy, max_payload_bytes, served.get(i.source.topic), digest)
+        if i.undecodable is None
+        else undecodable(i.source, now_ms, policy, *i.undecodable, digest)
+        for i, digest in zip(inputs, digests, strict=True)
+    ]
+    candidates = [c for c in checked if isinstance(c, Candidate)]
+    keys_by_candidate = dict(zip(map(id, candidates), verify_many(candidates), strict=True))
+
+    # The policy seam's first two steps (parse, keys) run before the
+    # transaction, so the policies' rows load with the batch's snapshot.
+    # Only kinds with a policy pay for this: none of the built-in ones has one.
+    stateful = policy_kinds()
+    context = PolicyContext(registry, now_ms, policy.policy_settings)
+    prepared = {id(c): prepare(c.envelope, context) for c in candidates if c.envelope.receipt.kind in stateful} if stateful else {}
+    return Checked(inputs, digests, checked, keys_by_candidate, prepared, keys_for(inputs, candidates, prepared.values()))
+
+
 def admit_batch(
     inputs: Sequence[Input],
     *,
@@ -140,7 +186,8 @@ def admit_batch(
 
     Signatures are verified before the store's write lock is taken (they are
     the slow part and need no state); everything that reads or writes state
-    happens inside one transaction.
+    happens inside one transaction. `check_batch` then `admit_checked`, for
+    a caller that wants to run the first half ahead.
 
     `receivers`: per input topic, the canonical receivers its route serves
     (topics absent: any receiver). `oversize`: a forward it refuses becomes
@@ -149,23 +196,32 @@ def admit_batch(
     is called, after the transaction, for each decided position that held a
     different record and was judged afresh.
     """
-    served = receivers or {}
-    digests = [record_sha256(i.key, i.value, i.headers) for i in inputs]
-    checked = [
-        precheck(i.source, i.value, i.headers, registry, now_ms, policy, max_payload_bytes, served.get(i.source.topic), digest)
-        if i.undecodable is None
-        else undecodable(i.source, now_ms, policy, *i.undecodable, digest)
-        for i, digest in zip(inputs, digests, strict=True)
-    ]
-    candidates = [c for c in checked if isinstance(c, Candidate)]
-    keys_by_candidate = dict(zip(map(id, candidates), verify_many(candidates), strict=True))
+    checked = check_batch(
+        inputs, registry=registry, now_ms=now_ms, policy=policy, max_payload_bytes=max_payload_bytes, verify_many=verify_many, receivers=receivers
+    )
+    return admit_checked(checked, store=store, now_ms=now_ms, policy=policy, after_decide=after_decide, oversize=oversize, on_replaced=on_replaced)
 
-    # The policy seam's first two steps (parse, keys) run before the
-    # transaction, so the policies' rows load with the batch's snapshot.
-    # Only kinds with a policy pay for this: none of the built-in ones has one.
-    stateful = policy_kinds()
-    prepared = {id(c): prepare(c.envelope) for c in candidates if c.envelope.receipt.kind in stateful} if stateful else {}
-    keys = keys_for(inputs, candidates, prepared.values())
+
+def admit_checked(
+    batch: Checked,
+    *,
+    store: BatchStore,
+    now_ms: int,
+    policy: AdmissionPolicy,
+    after_decide: Callable[[], None] | None = None,
+    oversize: Oversize | None = None,
+    on_replaced: Callable[[Decision, Decision], None] | None = None,
+    on_decided: Callable[[list[Decision]], None] | None = None,
+) -> list[Decision]:
+    """The stateful half of `admit_batch`, in one store transaction; `now_ms`
+    must be the one `batch` was checked with.
+
+    `on_decided(decisions)` is called inside the transaction once every
+    decision is made, before the store writes them (a caller may start work
+    that needs only the decisions, such as sealing, while the store commits).
+    A store that retries calls it again with a new list; the list returned
+    is the one passed last."""
+    inputs, digests, checked, keys_by_candidate, prepared, keys = batch
     sources = keys.sources
 
     done: list[BatchState] = []  # the last attempt's; a store may retry fn
@@ -198,6 +254,8 @@ def admit_batch(
             state.apply(sk, decision, effects)
         if after_decide is not None:
             after_decide()  # a test hook: crash here and the transaction never commits
+        if on_decided is not None:
+            on_decided(state.decisions)
         return state.writes
 
     store.run_batch(keys, now_ms, decide_all)

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Set
 from typing import NamedTuple, Protocol
 
 from busguard.policies import KINDS, KindSpec
-from busguard.policies.seam import Objection, PolicyOutcome
+from busguard.policies.seam import ContextualPolicy, Objection, PolicyContext, PolicyOutcome
 from busguard.protocol.envelope import Envelope
 from busguard.protocol.reasons import Outcome
 from busguard.state.keys import PolicyKey
@@ -40,12 +40,17 @@ def policy_kinds() -> frozenset[str]:
     return frozenset(k for k, s in KINDS.items() if s.policy is not None)
 
 
-def prepare(envelope: Envelope) -> Prepared:
+def prepare(envelope: Envelope, context: PolicyContext | None = None) -> Prepared:
     """Parse and keys for a record of a kind with a policy (`policy_kinds`)."""
     spec = KINDS[envelope.receipt.kind]
     if spec.policy is None:
         raise PolicyContractError(f"kind {spec.kind!r} has no policy")
-    parsed = spec.policy.parse(envelope)
+    if isinstance(spec.policy, ContextualPolicy):
+        if context is None:
+            raise PolicyContractError(f"kind {spec.kind!r} parses in a PolicyContext and none was given")
+        parsed = spec.policy.parse_in(envelope, context)
+    else:
+        parsed = spec.policy.parse(envelope)
     if isinstance(parsed, Objection):
         return Prepared(spec, parsed, frozenset())
     keys = frozenset(spec.policy.keys(parsed))

@@ -7,6 +7,7 @@ live in busguard.protocol.records; the state rows in busguard.state.writes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final, Literal
 
 import msgspec
@@ -30,6 +31,9 @@ class AdmissionPolicy(msgspec.Struct, frozen=True, kw_only=True):
     session_retention_ms: int = 7 * 24 * 3600 * 1000
     task_retention_ms: int = 7 * 24 * 3600 * 1000
     decision_retention_ms: int = 7 * 24 * 3600 * 1000
+    #: Per-policy settings by name (a policy's own Struct), handed to
+    #: `ContextualPolicy.parse_in`; e.g. "compromise" (busguard.config).
+    policy_settings: Mapping[str, object] = msgspec.field(default_factory=dict)
 
 
 class Effects(msgspec.Struct, frozen=True, gc=False):  # positional on the hot path: keep the order

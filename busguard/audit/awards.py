@@ -1,6 +1,6 @@
 """Per call of a contract net (seed 002): awarded to whom, in which mode,
 settled or escalated, computed from the decisions' annotations alone (the
-award policy records them: docs/protocol.md, section 14), so the audit log
+award policy records them: docs/protocol.md, section 15), so the audit log
 is enough to answer it, as for every other part of the report."""
 
 from __future__ import annotations

@@ -123,6 +123,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         from busguard.demo.taint import run_taint_demo
 
         return run_taint_demo(keep_dir=args.dir)
+    if getattr(args, "scenario", None) == "handoff":
+        from busguard.demo.handoff import run_handoff_demo
+
+        return run_handoff_demo(keep_dir=args.dir)
     from busguard.demo import run_demo
 
     if getattr(args, "scenario", None) == "award":

@@ -33,11 +33,12 @@ they cannot use is an `Objection`, never an exception.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import msgspec
 
 from busguard.protocol.envelope import Envelope
+from busguard.protocol.keys import KeyLookup
 from busguard.protocol.reasons import Outcome, Reason
 from busguard.protocol.records import Notice
 
@@ -89,3 +90,29 @@ class Policy(Protocol[P]):
 
 
 AnyPolicy = Policy[Any]
+
+
+class KeySource(Protocol):
+    """The key registry as admission holds it for this batch (busguard.protocol.keys.KeyRegistry)."""
+
+    def lookup(self, principal: str, key_id: str | None, now_ms: int) -> KeyLookup: ...
+
+
+class PolicyContext(NamedTuple):
+    """What a `ContextualPolicy` parses with: the batch's key registry (for
+    signatures inside a payload, judged at `now_ms`, the receiver's clock) and
+    the deployment's per-policy settings (`AdmissionPolicy.policy_settings`,
+    from the config). Immutable for the batch, so parsing stays pure."""
+
+    keys: KeySource
+    now_ms: int
+    settings: Mapping[str, object]
+
+
+@runtime_checkable
+class ContextualPolicy(Protocol):
+    """A policy whose payload carries its own signatures or depends on
+    deployment settings implements `parse_in` as well; admission then calls it
+    instead of `parse` (policystep.prepare)."""
+
+    def parse_in(self, envelope: Envelope, context: PolicyContext) -> object: ...

@@ -78,6 +78,17 @@ class Reason(enum.StrEnum):
     TAINT_REPLAY_REFUSED = "taint_replay_refused"
     TAINT_REQUEST_MALFORMED = "taint_request_malformed"
     TAINT_TRACE_TOO_LARGE = "taint_trace_too_large"
+    # --- session handoffs and compromise notices (seed 004, policies/compromise)
+    HANDOFF_MALFORMED = "handoff_malformed"
+    HANDOFF_UNAUTHENTIC = "handoff_unauthentic"
+    UNDECLARED_COMPROMISE = "undeclared_compromise"
+    UNDECLARED_OPERATIONAL_STATE = "undeclared_operational_state"
+    NOTHING_TRANSFERABLE = "nothing_transferable"
+    DOUBLE_COMPROMISE_QUARANTINE = "double_compromise_quarantine"
+    DOUBLE_COMPROMISE_ESCALATE = "double_compromise_escalate"
+    DOUBLE_COMPROMISE_NO_RULE = "double_compromise_no_rule"
+    NOTICE_MALFORMED = "notice_malformed"
+    NOTICE_UNAUTHENTIC = "notice_unauthentic"
 
 
 class Outcome(enum.StrEnum):

@@ -55,6 +55,7 @@ def group_consumer(cfg: Config, *, group_id: str, role: str) -> AIOKafkaConsumer
         request_timeout_ms=k.request_timeout_ms,
         max_partition_fetch_bytes=max(1_048_576, cfg.batch.max_payload_bytes + _FETCH_HEADROOM),
         fetch_max_bytes=_FETCH_MAX_BYTES,
+        fetch_max_wait_ms=k.fetch_max_wait_ms,
         # a record the client cannot decode arrives as an Undecodable
         # placeholder instead of raising out of getmany()
         **consumer_options(),

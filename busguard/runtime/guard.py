@@ -1,7 +1,9 @@
 """`busguard run`: admission as a stage of the shared batch loop (runtime/loop.py).
 
-Per batch: precheck, verify signatures across a thread pool (PyNaCl releases
-the GIL), decide and persist in one state transaction, then seal each
+Per batch: precheck and verify signatures across a thread pool (PyNaCl
+releases the GIL) in `prepare`, which the loop runs while the batch before
+is still being produced and committed (it reads no state); then, in
+`process_prepared`, decide and persist in one state transaction, seal each
 decision once (one Ed25519 signature serves the primary output and the audit
 record) and hand the outputs to the loop to produce and commit.
 """
@@ -12,12 +14,12 @@ import asyncio
 import collections
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, NamedTuple
 
 import structlog
 
-from busguard.admission.batch import Input, admit_batch
+from busguard.admission.batch import Checked, Input, admit_checked, check_batch
 from busguard.admission.decide import Candidate, verify
 from busguard.admission.fence import behind, fence_ends
 from busguard.protocol.records import Coordinates, Decision
@@ -43,6 +45,16 @@ def chunks(items: Sequence[Any], n: int) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
+class Ready(NamedTuple):
+    """A batch whose stateless half is done (`Guard.prepare`)."""
+
+    records: Sequence[Any]
+    inputs: list[Input]
+    checked: Checked
+    #: the clock reading the batch is judged at, prechecks and decisions alike
+    now_ms: int
+
+
 class Guard(SealingStage):
     def __init__(
         self,
@@ -62,6 +74,9 @@ class Guard(SealingStage):
         self.receivers = cfg.receivers
         self.budget = OutputBudget(cfg.kafka.max_message_bytes, cfg.kafka.compression, identity.agent_id)
         self._pool = ThreadPoolExecutor(cfg.batch.verify_threads, thread_name_prefix="busguard-crypto")
+        # Its own threads, so a batch's seals do not queue behind the next
+        # batch's signature checks (which the loop runs ahead on `_pool`).
+        self._seal_pool = ThreadPoolExecutor(cfg.batch.verify_threads, thread_name_prefix="busguard-seal")
         self._start_stage(
             cfg, identity, metrics or Metrics(), clock_ms, faults, topics=cfg.input_topics, group_id=cfg.kafka.group_id, role="guard", before_first=self.check_store
         )
@@ -79,6 +94,7 @@ class Guard(SealingStage):
             await self.loop.run()
         finally:
             self._pool.shutdown(wait=True)
+            self._seal_pool.shutdown(wait=True)
 
     # -- the store-behind check (docs/operations.md, section 5) -----------------
 
@@ -133,23 +149,48 @@ class Guard(SealingStage):
         return Sealed(d, body, att, seal(self.signer, att))
 
     def _seal_many(self, decisions: Sequence[Decision]) -> list[Sealed]:
-        parts = chunks(decisions, self.cfg.batch.verify_threads)
-        return [s for part in self._pool.map(lambda ds: [self._seal_one(d) for d in ds], parts) for s in part]
+        return [s for part in self._seal_pool.map(self._seal_part, chunks(decisions, self.cfg.batch.verify_threads)) for s in part]
 
-    def _decide_and_persist(self, inputs: list[Input], now_ms: int) -> list[Decision]:
-        return admit_batch(
+    def _seal_part(self, decisions: Sequence[Decision]) -> list[Sealed]:
+        return [self._seal_one(d) for d in decisions]
+
+    def _check(self, inputs: list[Input], now_ms: int) -> Checked:
+        return check_batch(
             inputs,
-            store=self.store,
             registry=self.keys.current(),
             now_ms=now_ms,
             policy=self.policy,
             max_payload_bytes=self.cfg.batch.max_payload_bytes,
             verify_many=self._verify_many,
-            after_decide=lambda: self.faults.reached("decided"),
             receivers=self.receivers,
+        )
+
+    def _decide_and_persist(self, ready: Ready) -> tuple[list[Decision], list[Sealed]]:
+        """Decide and persist, sealing the decisions on `_seal_pool` while the
+        store writes and commits them (nothing is emitted before it has)."""
+        sealing: list[tuple[list[Decision], list[Future[list[Sealed]]]]] = []
+
+        def decided(decisions: list[Decision]) -> None:
+            parts = chunks(decisions, self.cfg.batch.verify_threads)
+            sealing[:] = [(decisions, [self._seal_pool.submit(self._seal_part, part) for part in parts])]
+
+        decisions = admit_checked(
+            ready.checked,
+            store=self.store,
+            now_ms=ready.now_ms,
+            policy=self.policy,
+            after_decide=lambda: self.faults.reached("decided"),
             oversize=lambda d, item: self.budget.forward_refusal(d, item.key, item.value, item.headers, self._seal_one),
             on_replaced=self._replaced,
+            on_decided=decided,
         )
+        t = time.perf_counter()
+        if not sealing or sealing[0][0] is not decisions:
+            sealed = self._seal_many(decisions)
+        else:
+            sealed = [s for f in sealing[0][1] for s in f.result()]
+        self.metrics.phase_seconds.labels("seal").observe(time.perf_counter() - t)  # what sealing adds after the commit
+        return decisions, sealed
 
     def _replaced(self, earlier: Decision, new: Decision) -> None:
         """A decided position now holds another record: its topic was
@@ -171,7 +212,9 @@ class Guard(SealingStage):
 
     # -- Stage ---------------------------------------------------------------
 
-    async def process(self, records: Sequence[Any]) -> list[Output]:
+    async def prepare(self, records: Sequence[Any]) -> Ready:
+        """The stateless half of a batch: prechecks and signatures. Reads no
+        state and persists nothing, so the loop may run it ahead (runtime/loop.py)."""
         max_payload = self.cfg.batch.max_payload_bytes
         inputs = [
             Input(Coordinates(topic=r.topic, partition=r.partition, offset=r.offset), r.value, list(r.headers), r.key)
@@ -179,15 +222,23 @@ class Guard(SealingStage):
             else self._undecodable(r, max_payload)
             for r in records
         ]
-        # off the event loop, so heartbeats and /healthz keep flowing
+        now_ms = self.clock_ms()
         t0 = time.perf_counter()
-        decisions = await asyncio.to_thread(self._decide_and_persist, inputs, self.clock_ms())
-        t1 = time.perf_counter()
-        sealed = await asyncio.to_thread(self._seal_many, decisions)
-        self.metrics.phase_seconds.labels("decide_persist").observe(t1 - t0)
-        self.metrics.phase_seconds.labels("seal").observe(time.perf_counter() - t1)
+        # off the event loop, so heartbeats and /healthz keep flowing
+        checked = await asyncio.to_thread(self._check, inputs, now_ms)
+        self.metrics.phase_seconds.labels("verify").observe(time.perf_counter() - t0)
+        return Ready(records, inputs, checked, now_ms)
+
+    async def process(self, records: Sequence[Any]) -> list[Output]:
+        return await self.process_prepared(await self.prepare(records))
+
+    async def process_prepared(self, ready: Ready) -> list[Output]:
+        max_payload = self.cfg.batch.max_payload_bytes
+        t0 = time.perf_counter()
+        decisions, sealed = await asyncio.to_thread(self._decide_and_persist, ready)
+        self.metrics.phase_seconds.labels("decide_persist").observe(time.perf_counter() - t0)
         outputs: list[Output] = []
-        for record, s, item in zip(records, sealed, inputs, strict=True):
+        for record, s, item in zip(ready.records, sealed, ready.inputs, strict=True):
             outputs += outputs_for(s, record.key, item.value, item.headers, self.downstreams[record.topic], self.cfg.topics, max_payload, self.budget)
         self._account(decisions)
         return outputs

@@ -20,6 +20,17 @@ Rebalances: the loop holds a lock for steps 1-3, and `on_partitions_revoked`
 waits for it (within a budget), so by the time a partition moves, every batch
 read from it is either committed or not emitted at all.
 
+Pipelining: while a batch goes through steps 1-3, the loop already polls the
+next one and, for a stage that `Prepares`, runs its stateless half (the
+guard's prechecks and signature checks: nothing read from or written to the
+state, nothing emitted). Steps 1-3 stay strictly one batch after another, so
+the commit order and the crash protocol are as above. A batch read ahead
+belongs to the assignment it was polled under: if a rebalance happened since
+(`generation` moved), it is dropped unprocessed. That loses nothing: aiokafka
+makes a new assignment for every rebalance and resets each of its partitions
+to the group's committed offset, which is never past a record that was not
+processed, so the dropped records are read again.
+
 Newly assigned partitions: before the first batch after an assignment, the
 loop reads the group's committed offsets for every assigned partition it has
 not checked since it was assigned (not only those in the batch: a replay can
@@ -36,7 +47,7 @@ import asyncio
 import functools
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
@@ -64,6 +75,27 @@ class Stage(Protocol):
     async def housekeeping(self) -> None: ...
 
 
+@runtime_checkable
+class Prepares(Protocol):
+    """A stage whose batches have a stateless half the loop may run ahead,
+    while the batch before is produced and committed. `prepare` must not read
+    or write state or emit anything; `process_prepared` is `process` for a
+    prepared batch."""
+
+    async def prepare(self, records: Sequence[Any]) -> Any: ...
+
+    async def process_prepared(self, prepared: Any) -> list[Output]: ...
+
+
+class _Polled(NamedTuple):
+    #: BatchLoop.generation when the poll returned: the assignment the records came from
+    generation: int
+    batch: dict[TopicPartition, list[Any]]
+    records: list[Any]
+    #: what the stage's `prepare` made of `records` (None: the stage does not prepare)
+    prepared: Any
+
+
 @functools.lru_cache(maxsize=65_536)
 def key_partition(key: bytes, count: int) -> int:
     """The Java client's partitioner (murmur2), so keyed outputs co-partition
@@ -81,6 +113,7 @@ class _Revocations(ConsumerRebalanceListener):  # type: ignore[misc]
         self.loop = loop
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        self.loop.generation += 1  # a batch read ahead under the old assignment is dropped
         started = time.monotonic()
         budget = self.loop.revoke_budget_s
         try:
@@ -93,6 +126,7 @@ class _Revocations(ConsumerRebalanceListener):  # type: ignore[misc]
         log.info("partitions revoked after the in-flight batch committed", partitions=_names(revoked), waited_s=round(time.monotonic() - started, 3))
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.loop.generation += 1
         self.loop.checked -= assigned  # checked again before their first batch (BatchLoop._first_batch_of)
         log.info("partitions assigned", partitions=_names(assigned))
 
@@ -112,6 +146,10 @@ class BatchLoop:
     ) -> None:
         self.cfg = cfg
         self.stage = stage
+        self.prepares = stage if isinstance(stage, Prepares) else None
+        #: moved by every rebalance callback (see "Pipelining" above)
+        self.generation = 0
+        self._ahead: asyncio.Future[_Polled | None] | None = None
         self.before_first = before_first
         self.checked: set[TopicPartition] = set()
         self.topics = list(topics)
@@ -162,32 +200,53 @@ class BatchLoop:
         stop = asyncio.ensure_future(self._stop.wait())
         try:
             while not self._stop.is_set():
-                poll = asyncio.ensure_future(consumer.getmany(timeout_ms=self.cfg.batch.linger_ms or 1, max_records=self.cfg.batch.max_records))
-                await asyncio.wait({poll, stop}, return_when=asyncio.FIRST_COMPLETED)
+                poll, self._ahead = self._ahead or asyncio.ensure_future(self._poll(consumer)), None
+                waiting: set[asyncio.Future[Any]] = {poll, stop}
+                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
                 if not poll.done():
                     poll.cancel()
                     break
-                batch = poll.result()
-                self.liveness.polled()
-                if batch:
+                polled = poll.result()
+                if polled is not None:
                     async with self.lock:
-                        await self._batch(batch, consumer, producer)
+                        if polled.generation == self.generation:
+                            await self._batch(polled, consumer, producer)
+                        else:
+                            log.info("batch read ahead of a rebalance dropped unprocessed; it is read again", records=len(polled.records))
                 if time.monotonic() >= next_housekeeping:
                     next_housekeeping = time.monotonic() + self.cfg.state.expire_interval_s
                     await self.stage.housekeeping()
                     await self._lag(consumer)
         finally:
             stop.cancel()
+            if self._ahead is not None:
+                self._ahead.cancel()  # read ahead, not processed: nothing of it was persisted or emitted
 
-    async def _batch(self, batch: dict[TopicPartition, list[Any]], consumer: AIOKafkaConsumer, producer: AIOKafkaProducer) -> None:
-        started = time.perf_counter()
+    async def _poll(self, consumer: AIOKafkaConsumer) -> _Polled | None:
+        batch = await consumer.getmany(timeout_ms=self.cfg.batch.linger_ms or 1, max_records=self.cfg.batch.max_records)
+        generation = self.generation  # no await since getmany returned: the records' assignment
+        self.liveness.polled()
+        if not batch:
+            return None
         records = [r for tp in sorted(batch, key=lambda t: (t.topic, t.partition)) for r in batch[tp]]
+        prepared = await self.prepares.prepare(records) if self.prepares is not None else None
+        return _Polled(generation, batch, records, prepared)
+
+    async def _batch(self, polled: _Polled, consumer: AIOKafkaConsumer, producer: AIOKafkaProducer) -> None:
+        started = time.perf_counter()
+        batch, records = polled.batch, polled.records
+        if not self._stop.is_set():
+            # the next batch's poll (and stateless half) overlaps this one's steps 1-3
+            self._ahead = asyncio.ensure_future(self._poll(consumer))
         if self.before_first is not None:
             assigned = consumer.assignment()
             if not self.checked.issuperset(assigned) or not self.checked.issuperset(batch):
                 await self._first_batch_of(sorted(assigned.union(batch) - self.checked), consumer)
         # 1. decide and persist (the stage's transaction)
-        outputs = await self.stage.process(records)
+        if self.prepares is not None:
+            outputs = await self.prepares.process_prepared(polled.prepared)
+        else:
+            outputs = await self.stage.process(records)
         self.faults.reached("persisted")
         produced = time.perf_counter()
         # 2. produce everything, then await every delivery

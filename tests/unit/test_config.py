@@ -14,6 +14,7 @@ import pytest
 
 from busguard.config import Config, Route, load_config
 from busguard.errors import ConfigError
+from busguard.policies import KINDS
 from busguard.protocol.keys import KeyRegistry
 from busguard.reconcile.operators import Operators
 
@@ -125,7 +126,8 @@ def test_a_file_with_only_a_route_gets_every_default(tmp_path: Path) -> None:
     assert cfg.kafka.idempotence is True and cfg.kafka.create_topics is False and cfg.keys.create_guard_key is False
     assert cfg.kafka.auto_offset_reset == "earliest" and cfg.state.backend == "sqlite" and cfg.state.synchronous == "full"
     assert cfg.policy().namespace == "busguard"  # "" falls back to the group id
-    assert cfg.output_topics == sorted(["agents.handoffs.admitted", "busguard.reconciliation", "busguard.dead-letter", "busguard.audit", "busguard.replies", "busguard.rebid"])  # + the routes of registered kinds (cnet.award: rebid)
+    kind_routes = [f"busguard.{r}" for spec in KINDS.values() for r in spec.routes]  # e.g. busguard.quarantine
+    assert cfg.output_topics == sorted({"agents.handoffs.admitted", "busguard.reconciliation", "busguard.dead-letter", "busguard.audit", "busguard.replies", *kind_routes})
 
 
 def test_namespace_defaults_to_the_group_id_and_can_be_set(tmp_path: Path) -> None:
@@ -456,3 +458,23 @@ def test_postgres_schema_and_retry_are_checked(tmp_path: Path) -> None:
     base = ROUTE + '[state]\nbackend = "postgres"\ndsn = "host=db"\n'
     assert refused(tmp_path, base + 'schema = "Bad-Name"\n').field == "state.schema"
     assert refused(tmp_path, base + "retry_s = 400.0\n").field == "state.retry_s"  # > the 300 s poll interval
+
+
+# -- [compromise] (seed 004) ---------------------------------------------------
+
+
+def test_the_compromise_section_reaches_the_handoff_policy(tmp_path: Path) -> None:
+    from busguard.policies.compromise.policy import CompromiseSettings
+
+    cfg = load(tmp_path, ROUTE + '[compromise]\nrequire_declaration_for_compromised = true\ntrusted_attesters = ["attester"]\ntrusted_notice_issuers = ["ops"]\n')
+    assert cfg.policy().policy_settings["compromise"] == CompromiseSettings(
+        require_declaration_for_compromised=True, trusted_attesters=("attester",), trusted_notice_issuers=("ops",)
+    )
+    assert load(tmp_path, ROUTE).policy().policy_settings["compromise"] == CompromiseSettings()
+
+
+def test_compromise_agent_ids_and_retention_are_validated(tmp_path: Path) -> None:
+    err = refused(tmp_path, ROUTE + '[compromise]\ntrusted_notice_issuers = [""]\n')
+    assert (err.field, err.value) == ("compromise.trusted_notice_issuers", "")
+    err = refused(tmp_path, ROUTE + "[compromise]\nnotice_retention_ms = 1000\n")
+    assert err.field == "compromise.notice_retention_ms" and "session_retention_ms" in err.allowed

@@ -279,9 +279,9 @@ def _cfg(tmp_path: Path, kafka: str) -> Path:
     return p
 
 
-def test_the_default_limit_is_apache_kafkas_and_outputs_are_gzipped(tmp_path: Path) -> None:
+def test_the_default_limit_is_apache_kafkas_and_outputs_are_zstd(tmp_path: Path) -> None:
     k = load_config(_cfg(tmp_path, "")).kafka
-    assert (k.max_message_bytes, k.compression) == (1_048_588, "gzip")
+    assert (k.max_message_bytes, k.compression) == (1_048_588, "zstd")
 
 
 def test_a_limit_below_the_bounded_dead_letters_room_is_refused(tmp_path: Path) -> None:

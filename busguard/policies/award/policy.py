@@ -1,5 +1,5 @@
 """The award policy (seed 002) on the policy seam: one stateful policy for the
-four contract-net kinds (docs/protocol.md, "14. Contract-net awards").
+four contract-net kinds (docs/protocol.md, "15. Contract-net awards").
 
 State: one row per call, `("cnet", <call id>)`, holding the call, the bids
 admitted for it and, once admitted, its award (wire.CallRow). Every record of

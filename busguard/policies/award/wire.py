@@ -1,4 +1,4 @@
-"""The contract-net kinds on the wire (docs/protocol.md, "14. Contract-net awards").
+"""The contract-net kinds on the wire (docs/protocol.md, "15. Contract-net awards").
 
 Four receipt kinds, each an ordinary signed receipt whose record value is the
 kind's payload, a JSON object decoded here strictly: unknown fields, missing

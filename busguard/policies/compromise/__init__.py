@@ -2,8 +2,10 @@
 
 - `message`: the payload, its four signed statements and the compromise notice;
 - `checks`: signatures, bindings and notices -> the verdict's facts (pure);
-- `verdict`: the decision boundary -> CLEAN / SCOPED / DOUBLE_COMPROMISE_CAUTION / PROHIBITED.
+- `verdict`: the decision boundary -> CLEAN / SCOPED / DOUBLE_COMPROMISE_CAUTION / PROHIBITED;
+- `policy`: the two registered kinds' policies (`session-handoff`,
+  `compromise-notice`) on the seam: notice state, routing, annotations.
 
-Specified in docs/compromise-handoff.md. Not yet registered in
-`busguard.policies.KINDS`: the stream wiring waits for the policy seam.
+Specified in docs/compromise-handoff.md (payload, tables, digest) and
+docs/protocol.md section 14 (on the bus).
 """

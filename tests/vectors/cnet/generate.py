@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate the contract-net vectors (docs/protocol.md, section 14): cnet.json.
+"""Generate the contract-net vectors (docs/protocol.md, section 15): cnet.json.
 
 Deterministic: re-running this script reproduces the committed file byte for
 byte (tests/unit/test_award_vectors.py checks that, and replays every
@@ -10,8 +10,8 @@ sender sends, expected roots come from a small RFC 8785 serializer that only
 handles what these outputs contain (strings without escapes, integers,
 arrays, objects), agent ids are built from the Ed25519 keys with a
 hand-written base58btc multikey, attestation inputs are assembled from the
-byte layout of section 14.4, and the expected rebid notices are written as
-the section 14.3 table orders their fields. Only PyNaCl (Ed25519) is used.
+byte layout of section 15.4, and the expected rebid notices are written as
+the section 15.3 table orders their fields. Only PyNaCl (Ed25519) is used.
 
     python tests/vectors/cnet/generate.py [--out DIR]   (default: this directory)
 """

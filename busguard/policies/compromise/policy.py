@@ -1,0 +1,356 @@
+"""Seed 004 on the stream: the `session-handoff` and `compromise-notice` policies.
+
+Both are `ContextualPolicy`s (busguard.policies.seam): the statements inside
+a handoff are signed by their own authors, so parsing needs the batch's key
+registry, and the trusted attesters / notice issuers and the declaration
+flag come from the deployment's `[compromise]` settings.
+
+State. A compromise notice is its own kind: an operator or detector sends a
+receipt of kind `compromise-notice` whose value is the notice (message.py)
+and whose sender is the notice's issuer, a trusted notice issuer. Its policy
+keeps the notice under the one row it covers, in the `compromise` namespace:
+the subject agent as a whole, one of its sessions, or one of its keys
+(`agent_row`, `session_row`, `key_row`). A later handoff names every row
+that could cover its session, its successor or whoever vouched for the
+successor, and `checks.check_handoff` decides which notices are in force.
+
+TTL (`notice_retention_ms`, default 30 days, at least the admission's
+`session_retention_ms`): a notice marks compromise "from a time on", with no
+end, but state must expire. It must outlive every session it could name
+(the session window is kept that long, so a session that could still hand
+off is still covered), and the durable answer to a compromised key is to
+revoke it in the key registry, which an operator does well within the
+retention; a notice re-sent refreshes it.
+
+Outcomes (docs/protocol.md, "Session handoffs"): `forward` for `clean` and
+`scoped` and for a double compromise under `partial_transfer` (annotated
+`caution`), with only the transferred components when any were stripped (a
+replacement value: the guard's attestation then carries `forwarded_sha256`);
+`quarantined_state_only` rejects the record and sends the transferable
+components to the `quarantine` route; `escalate` and a missing rule escalate;
+`prohibited` rejects with the verdict's reason. Every outcome carries the
+verdict, its reason and route, the manifest digest and the stripped
+components (by hash) as annotations, so they are on the audit topic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Final
+
+import msgspec
+
+from busguard.policies.compromise.checks import KeyLookup, check_handoff, principal, timestamp_ms
+from busguard.policies.compromise.message import (
+    CompromiseKind,
+    CompromiseNotice,
+    MessageCode,
+    MessageError,
+    SessionHandoff,
+    SuccessorIntegrity,
+    decode_handoff,
+    decode_strict,
+    encode,
+    open_statement,
+)
+from busguard.policies.compromise.verdict import CompromisePolicy, HandoffFacts, Route, Verdict, VerdictReason, evaluate
+from busguard.policies.seam import KeySource, Objection, PolicyContext, PolicyKey, PolicyOutcome, PolicyView, PolicyWrite
+from busguard.protocol.envelope import Envelope
+from busguard.protocol.identity import canonical_principal
+from busguard.protocol.reasons import Outcome, Reason
+from busguard.protocol.receipt import signing_input as receipt_signing_input
+from busguard.protocol.records import Notice
+from busguard.protocol.signing import verify_signature
+
+KIND_COMPROMISE_NOTICE: Final = "compromise-notice"
+SETTINGS_KEY: Final = "compromise"
+NAMESPACE: Final = "compromise"
+ROUTE_QUARANTINE: Final = "quarantine"
+DEFAULT_NOTICE_RETENTION_MS: Final = 30 * 86_400_000
+#: Notices kept under one row; past it, the ones that matter least drop
+#: first (not about credentials, latest `compromised_from`).
+MAX_NOTICES_PER_ROW: Final = 64
+#: Annotations a forwarded handoff carries as `busguard-annotation-<name>` headers.
+FORWARD_ANNOTATIONS: Final = ("verdict", "manifest_digest", "caution", "compromise_notices")
+
+_AUTHENTICITY: Final = frozenset(
+    {
+        MessageCode.UNKNOWN_SIGNER,
+        MessageCode.BAD_SIGNATURE,
+        MessageCode.WRONG_HANDOFF,
+        MessageCode.WRONG_SIGNER,
+        MessageCode.WRONG_SUCCESSOR,
+        MessageCode.UNTRUSTED_ISSUER,
+    }
+)
+
+_OBJECTIONS: Final[Mapping[VerdictReason, tuple[Outcome, Reason]]] = {
+    VerdictReason.UNDECLARED_COMPROMISE: (Outcome.REJECT, Reason.UNDECLARED_COMPROMISE),
+    VerdictReason.UNDECLARED_OPERATIONAL_STATE: (Outcome.REJECT, Reason.UNDECLARED_OPERATIONAL_STATE),
+    VerdictReason.NOTHING_TRANSFERABLE: (Outcome.REJECT, Reason.NOTHING_TRANSFERABLE),
+    VerdictReason.DOUBLE_COMPROMISE_QUARANTINE: (Outcome.REJECT, Reason.DOUBLE_COMPROMISE_QUARANTINE),
+    VerdictReason.DOUBLE_COMPROMISE_ESCALATE: (Outcome.ESCALATE, Reason.DOUBLE_COMPROMISE_ESCALATE),
+    VerdictReason.DOUBLE_COMPROMISE_NO_RULE: (Outcome.ESCALATE, Reason.DOUBLE_COMPROMISE_NO_RULE),
+}
+
+HANDOFF_REASONS: Final = (Reason.HANDOFF_MALFORMED, Reason.HANDOFF_UNAUTHENTIC, *(r for _, r in _OBJECTIONS.values()))
+NOTICE_REASONS: Final = (Reason.NOTICE_MALFORMED, Reason.NOTICE_UNAUTHENTIC)
+
+
+class CompromiseSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """`[compromise]` as the policies read it (validated by busguard.config)."""
+
+    require_declaration_for_compromised: bool = False
+    trusted_attesters: tuple[str, ...] = ()
+    trusted_notice_issuers: tuple[str, ...] = ()
+    notice_retention_ms: int = DEFAULT_NOTICE_RETENTION_MS
+
+
+def settings_of(context: PolicyContext) -> CompromiseSettings:
+    found = context.settings.get(SETTINGS_KEY)
+    return found if isinstance(found, CompromiseSettings) else CompromiseSettings()
+
+
+def key_lookup(registry: KeySource, now_ms: int) -> KeyLookup:
+    """The registry as `checks.KeyLookup`: usable keys at the receiver's clock."""
+
+    def lookup(agent_id: str, key_id: str | None) -> Sequence[tuple[str, bytes]]:
+        try:
+            p = canonical_principal(agent_id)
+        except ValueError:
+            return ()
+        return tuple((k.key_id, k.public_key) for k in registry.lookup(p, key_id, now_ms).keys)
+
+    return lookup
+
+
+# ------------------------------------------------------------------ the rows
+
+
+def _row(*parts: str) -> PolicyKey:
+    return (NAMESPACE, msgspec.json.encode(parts).decode())  # a JSON array: injective whatever the ids contain
+
+
+def agent_row(subject: str) -> PolicyKey:
+    return _row("agent", subject)
+
+
+def session_row(subject: str, session_id: str) -> PolicyKey:
+    return _row("session", subject, session_id)
+
+
+def key_row(subject: str, key_id: str) -> PolicyKey:
+    return _row("key", subject, key_id)
+
+
+def notice_row(notice: CompromiseNotice) -> PolicyKey:
+    subject = canonical_principal(notice.subject)
+    if notice.session_id is not None:
+        return session_row(subject, notice.session_id)
+    if notice.subject_key_id is not None:
+        return key_row(subject, notice.subject_key_id)
+    return agent_row(subject)
+
+
+_rows_decoder: Final = msgspec.json.Decoder(tuple[CompromiseNotice, ...])
+
+
+def _notices_at(view: PolicyView, row: PolicyKey) -> tuple[CompromiseNotice, ...]:
+    raw = view.get(row)
+    return () if raw is None else _rows_decoder.decode(raw)  # written by NoticePolicy only, after its checks
+
+
+def _objection(reason: Reason, error: MessageError) -> PolicyOutcome:
+    return PolicyOutcome(objection=Objection(Outcome.REJECT, reason, f"{error.code}: {error.where}: {error.detail}"))
+
+
+# ---------------------------------------------------------------- the notice
+
+
+class ParsedNotice(msgspec.Struct, frozen=True, kw_only=True):
+    notice: CompromiseNotice
+    row: PolicyKey
+    retention_ms: int
+
+
+class NoticePolicy:
+    """`compromise-notice`: remember a trusted issuer's notice under the row it covers."""
+
+    def parse(self, envelope: Envelope) -> Objection:
+        return Objection(Outcome.REJECT, Reason.NOTICE_MALFORMED, "compromise notices are parsed in a policy context")
+
+    def parse_in(self, envelope: Envelope, context: PolicyContext) -> ParsedNotice | Objection:
+        settings = settings_of(context)
+        try:
+            notice = decode_strict(envelope.payload, CompromiseNotice, "notice")
+            issuer = principal(notice.issuer, "notice.issuer")
+            principal(notice.subject, "notice.subject")
+            timestamp_ms(notice.compromised_from, "notice.compromised_from")
+            timestamp_ms(notice.issued_at, "notice.issued_at")
+            if notice.session_id is not None and notice.subject_key_id is not None:
+                raise MessageError(MessageCode.MALFORMED_FIELD, "notice", "at most one of session_id and subject_key_id may be given")
+        except MessageError as exc:
+            return Objection(Outcome.REJECT, Reason.NOTICE_MALFORMED, f"{exc.code}: {exc.where}: {exc.detail}")
+        # On the topic the receipt's signature (verified by admission, with the
+        # registry) is the issuer's signature over the notice: it covers these
+        # exact bytes through payload_hash. So the sender must be the issuer.
+        sender = canonical_principal(envelope.receipt.sender)
+        trusted = {canonical_principal(t) for t in settings.trusted_notice_issuers}
+        if issuer not in trusted:
+            return Objection(Outcome.REJECT, Reason.NOTICE_UNAUTHENTIC, f"{MessageCode.UNTRUSTED_ISSUER}: notice.issuer: {notice.issuer!r} is not a trusted notice issuer")
+        if sender != issuer:
+            return Objection(Outcome.REJECT, Reason.NOTICE_UNAUTHENTIC, f"{MessageCode.WRONG_SIGNER}: notice.issuer: the receipt is signed by {envelope.receipt.sender!r}, not the issuer")
+        return ParsedNotice(notice=notice, row=notice_row(notice), retention_ms=settings.notice_retention_ms)
+
+    def keys(self, parsed: ParsedNotice) -> Iterable[PolicyKey]:
+        return (parsed.row,)
+
+    def decide(self, parsed: ParsedNotice, view: PolicyView, now_ms: int) -> PolicyOutcome:
+        notice = parsed.notice
+        kept = {n.notice_id: n for n in _notices_at(view, parsed.row)}
+        kept[notice.notice_id] = notice
+        ordered = sorted(
+            kept.values(), key=lambda n: (CompromiseKind.COMPROMISED_CREDENTIALS not in n.detected, timestamp_ms(n.compromised_from, "row"), n.notice_id)
+        )[:MAX_NOTICES_PER_ROW]
+        ordered.sort(key=lambda n: n.notice_id)
+        write = PolicyWrite(parsed.row, msgspec.json.encode(tuple(ordered)), ttl_ms=parsed.retention_ms)
+        covers = "session" if notice.session_id is not None else "key" if notice.subject_key_id is not None else "agent"
+        annotations = {
+            "notice_id": notice.notice_id,
+            "subject": notice.subject,
+            "covers": covers,
+            "compromised_from": notice.compromised_from,
+            "notices_on_row": str(len(ordered)),
+        }
+        return PolicyOutcome(writes=(write,), annotations=annotations)
+
+
+# ---------------------------------------------------------------- the handoff
+
+
+class ParsedHandoff(msgspec.Struct, frozen=True, kw_only=True):
+    envelope: Envelope
+    handoff: SessionHandoff
+    rows: tuple[PolicyKey, ...]
+    sender_key_id: str | None
+    settings: CompromiseSettings
+    keys: KeyLookup
+
+
+def _sender_key_id(envelope: Envelope, registry: KeySource, session: str, now_ms: int) -> str | None:
+    """Which of the session's keys signed the receipt (a key-scoped notice may name it)."""
+    if envelope.receipt.key_id is not None:
+        return envelope.receipt.key_id
+    usable = registry.lookup(session, None, now_ms).keys
+    if len(usable) == 1:
+        return usable[0].key_id
+    message = receipt_signing_input(envelope.receipt_bytes)
+    return next((k.key_id for k in usable if verify_signature(k.public_key, message, envelope.signature)), None)
+
+
+def _integrity_signer(handoff: SessionHandoff) -> str | None:
+    """Who signed the integrity receipt, read before verifying it only to name its notice rows."""
+    if handoff.successor_integrity is None:
+        return None
+    try:
+        raw, _ = open_statement(handoff.successor_integrity, "successor_integrity")
+        return canonical_principal(decode_strict(raw, SuccessorIntegrity, "successor_integrity").signer)
+    except (MessageError, ValueError):
+        return None  # check_handoff refuses it with its code
+
+
+class HandoffPolicy:
+    """`session-handoff`: the decision boundary of seed 004 on one record."""
+
+    def parse(self, envelope: Envelope) -> Objection:
+        return Objection(Outcome.REJECT, Reason.HANDOFF_MALFORMED, "session handoffs are parsed in a policy context")
+
+    def parse_in(self, envelope: Envelope, context: PolicyContext) -> ParsedHandoff | Objection:
+        try:
+            handoff = decode_handoff(envelope.payload)
+            session = principal(envelope.receipt.sender, "receipt.sender")
+            successor = principal(envelope.receipt.receiver, "receipt.receiver")
+        except MessageError as exc:
+            return Objection(Outcome.REJECT, Reason.HANDOFF_MALFORMED, f"{exc.code}: {exc.where}: {exc.detail}")
+        registry, now = context.keys, context.now_ms
+        rows = [agent_row(session), agent_row(successor)]
+        if envelope.receipt.session_id is not None:
+            rows.append(session_row(session, envelope.receipt.session_id))
+        rows += [key_row(session, k.key_id) for k in registry.lookup(session, None, now).keys]
+        voucher = _integrity_signer(handoff)
+        if voucher is not None:
+            rows += [agent_row(voucher), *(key_row(voucher, k.key_id) for k in registry.lookup(voucher, None, now).keys)]
+        return ParsedHandoff(
+            envelope=envelope,
+            handoff=handoff,
+            rows=tuple(dict.fromkeys(rows)),
+            sender_key_id=_sender_key_id(envelope, registry, session, now),
+            settings=settings_of(context),
+            keys=key_lookup(registry, now),
+        )
+
+    def keys(self, parsed: ParsedHandoff) -> Iterable[PolicyKey]:
+        return parsed.rows
+
+    def decide(self, parsed: ParsedHandoff, view: PolicyView, now_ms: int) -> PolicyOutcome:
+        envelope, settings = parsed.envelope, parsed.settings
+        notices = [n for row in parsed.rows for n in _notices_at(view, row)]
+        try:
+            checked = check_handoff(
+                receipt=envelope.receipt,
+                receipt_id=envelope.receipt_id,
+                payload=envelope.payload,
+                sender_key_id=parsed.sender_key_id,
+                keys=parsed.keys,
+                trusted_attesters=settings.trusted_attesters,
+                notices=notices,
+                now_ms=now_ms,
+            )
+        except MessageError as exc:
+            return _objection(Reason.HANDOFF_UNAUTHENTIC if exc.code in _AUTHENTICITY else Reason.HANDOFF_MALFORMED, exc)
+        verdict = evaluate_handoff(checked.facts, settings)
+        return outcome_for(verdict, parsed.handoff, envelope.receipt.task_id, checked.facts.notices)
+
+
+def evaluate_handoff(facts: HandoffFacts, settings: CompromiseSettings) -> Verdict:
+    return evaluate(facts, CompromisePolicy(require_declaration_for_compromised=settings.require_declaration_for_compromised))
+
+
+def annotations_for(verdict: Verdict, notices: Sequence[str]) -> dict[str, str]:
+    """What the audit record (and, for the names in FORWARD_ANNOTATIONS, the forward) carries."""
+    out = {
+        "verdict": str(verdict.verdict),
+        "handoff_reason": str(verdict.reason),
+        "handoff_route": str(verdict.route),
+        "manifest_digest": verdict.manifest_digest,
+        "transferred": msgspec.json.encode([[c.name, c.sha256] for c in verdict.transfer]).decode(),
+        "stripped": msgspec.json.encode([{"name": c.name, "sha256": c.sha256, "operational": c.operational, "why": c.why} for c in verdict.stripped]).decode(),
+    }
+    if notices:
+        out["compromise_notices"] = ",".join(notices)
+    if verdict.caution:
+        out["caution"] = "double_compromise"
+    return out
+
+
+def transferred_payload(handoff: SessionHandoff, verdict: Verdict) -> bytes:
+    """The handoff with only the components the verdict transfers; statements kept, so the receiver can check each."""
+    names = {c.name for c in verdict.transfer}
+    return encode(msgspec.structs.replace(handoff, components=tuple(c for c in handoff.components if c.name in names)))
+
+
+def outcome_for(verdict: Verdict, handoff: SessionHandoff, handoff_id: str, notices: Sequence[str]) -> PolicyOutcome:
+    annotations = annotations_for(verdict, notices)
+    if verdict.route in (Route.FORWARD, Route.FORWARD_WITH_CAUTION):
+        replacement = transferred_payload(handoff, verdict) if verdict.stripped else None
+        return PolicyOutcome(annotations=annotations, replacement=replacement)
+    outcome, reason = _OBJECTIONS[verdict.reason]
+    objection = Objection(outcome, reason, f"{verdict.reason}: {verdict.detail}")
+    if verdict.route is Route.QUARANTINE:
+        quarantined = Notice(route=ROUTE_QUARANTINE, key=handoff_id.encode(), value=transferred_payload(handoff, verdict))
+        return PolicyOutcome(objection=objection, annotations=annotations, notices=(quarantined,))
+    return PolicyOutcome(objection=objection, annotations=annotations)
+
+
+HANDOFF_POLICY: Final = HandoffPolicy()
+NOTICE_POLICY: Final = NoticePolicy()
