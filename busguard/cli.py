@@ -149,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
         busguard demo --dir /tmp/busguard-demo     # keep configs, keys and state for a look afterwards
         """)
     sp.add_argument("--dir", help="working directory to keep (default: a temporary one)")
-    sp.add_argument("scenario", nargs="?", choices=["taint", "handoff"], help="a seed's own scenario instead of the default one: taint (seed 003's incident through the taint-replay route), handoff (seed 004's compromised-session handoffs)")
+    sp.add_argument("scenario", nargs="?", choices=["award", "taint", "handoff"], help="a seed's own scenario instead of the default one: award (seed 002's contract net), taint (seed 003's incident through the taint-replay route), handoff (seed 004's compromised-session handoffs)")
 
     add_esc = _adder(
         _group(

@@ -26,6 +26,7 @@ from busguard.admission.types import AdmissionPolicy
 from busguard.errors import ConfigError, read_toml
 from busguard.policies import KINDS
 from busguard.policies.compromise.policy import CompromiseSettings
+from busguard.policies.award.registry import VerificationConfig, VerificationRegistry, build_registry
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.timestamps import parse_timestamp
 
@@ -192,6 +193,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
     ops: OpsConfig = OpsConfig()
     reconcile: ReconcileConfig = ReconcileConfig()
     compromise: CompromiseConfig = CompromiseConfig()
+    verification: VerificationConfig = VerificationConfig()
     source: str = ""  # the file this was loaded from; set by load_config
 
     @property
@@ -225,6 +227,10 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
 
     def downstream_for(self, topic: str) -> str:
         return self.downstreams[topic]
+
+    def verification_registry(self) -> VerificationRegistry:
+        """The `[verification]` section resolved (canonicalizer plugins loaded); validated at load."""
+        return build_registry(self.verification, self.source)
 
     def policy(self) -> AdmissionPolicy:
         a = self.admission
@@ -400,6 +406,7 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f, "keys.guard_key_resolves", False, "true unless keys.operators names who else may resolve (nobody could)")
     _validate_state(cfg, f)
     _validate_keys(cfg, f)
+    cfg.verification_registry()
 
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")

@@ -79,9 +79,26 @@ class Violation(msgspec.Struct, kw_only=True):
     kind: str | None = None
 
 
-class AuditReport(msgspec.Struct, kw_only=True):
+class CallReport(msgspec.Struct, kw_only=True):
+    call: str
+    awarder: str | None  # the call's signer (principal); None if the call itself is not in the log
+    bids: int  # admitted bids
+    refused_awards: list[str]  # reason codes of refused awards, in log order (each sent a rebid notice)
+    winner: str | None = None  # the awarded bid id
+    awarded_to: str | None = None  # the winning bidder's agent id
+    mode: str | None = None  # verified, delegated, best_effort
+    delegated_to: str | None = None  # the verifier manifest of a delegated award
+    risk_price: str | None = None  # a best-effort award's price
+    #: settled (recomputed or attested), unverified (best-effort), escalated
+    #: (only escalations so far), open (awarded, no result), not awarded
+    settlement: str = "not awarded"
+    escalations: list[str] = []  # "<reason> attributed to <agent id>", in log order
+
+
+class AuditReport(msgspec.Struct, kw_only=True, omit_defaults=True):  # calls omitted when there are none
     ok: bool
     summary: Summary
     tasks: list[TaskLineage]
     pending: list[PendingEscalation]
     violations: list[Violation]
+    calls: list[CallReport] = []  # contract-net calls (busguard.audit.awards)

@@ -44,6 +44,7 @@ class DecisionFact(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     prior_decision_id: str | None = None
     prior_receipt_id: str | None = None
     decided_at: int | None = None
+    annotations: dict[str, str] | None = None  # a kind policy's (the per-call award report reads them)
 
 
 class ResolutionFact(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
@@ -132,6 +133,7 @@ class Ledger(msgspec.Struct, kw_only=True):
             prior_decision_id=prior.decision_id if prior is not None else None,
             prior_receipt_id=prior.receipt_id if prior is not None else None,
             decided_at=decision.decided_at,
+            annotations=decision.annotations,
         )
         _keep(self.decisions, self.decision_variants, decision.decision_id, sha, fact)
 

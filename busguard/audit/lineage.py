@@ -48,6 +48,7 @@ from typing import Final
 
 import msgspec
 
+from busguard.audit.awards import call_reports
 from busguard.audit.findings import (
     AuditReport,
     EscalationStatus,
@@ -170,7 +171,8 @@ class _Judge:
             violations=len(self.violations),
             single_key=self.single_key,
         )
-        return AuditReport(ok=not self.violations, summary=summary, tasks=tasks, pending=pending, violations=self.violations)
+        calls = call_reports(decisions)
+        return AuditReport(ok=not self.violations, summary=summary, tasks=tasks, pending=pending, violations=self.violations, calls=calls)
 
     # invariant 1 (and the table)
     def _task(

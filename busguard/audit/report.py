@@ -10,6 +10,7 @@ from typing import Final, TextIO
 
 import msgspec
 
+from busguard.audit.findings import CallReport
 from busguard.audit.lineage import AuditReport, EscalationStatus, PendingEscalation, TaskLineage
 
 _encoder: Final = msgspec.json.Encoder()
@@ -66,6 +67,17 @@ def _task_row(t: TaskLineage) -> list[str]:
     ]
 
 
+def _call_row(c: CallReport) -> list[str]:
+    mode = c.mode or "-"
+    if c.delegated_to:
+        mode += f" via {c.delegated_to}"
+    elif c.risk_price is not None:
+        mode += f" (risk priced {c.risk_price})"
+    settlement = c.settlement + "".join(f"; {e}" for e in c.escalations)
+    awarded = f"{_clip(c.awarded_to, 28)} ({c.winner})" if c.awarded_to else "-"
+    return [_clip(c.call, MAX_TASK_ID), str(c.bids), ", ".join(c.refused_awards) or "-", awarded, mode, settlement]
+
+
 def _pending_row(p: PendingEscalation) -> list[str]:
     return [
         p.escalation_id,
@@ -103,6 +115,9 @@ def render_table(report: AuditReport) -> str:
         lines += _table(header, [_task_row(t) for t in report.tasks])
     else:
         lines.append("no tasks in the log")
+    if report.calls:
+        lines += ["", f"contract-net calls ({len(report.calls)}):"]
+        lines += _table(["CALL", "BIDS", "REFUSED AWARDS", "AWARDED TO", "MODE", "SETTLEMENT"], [_call_row(c) for c in report.calls])
     if report.pending:
         lines += ["", f"pending escalations ({len(report.pending)}):", render_pending(report.pending)]
     if report.violations:

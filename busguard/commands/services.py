@@ -129,4 +129,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return run_handoff_demo(keep_dir=args.dir)
     from busguard.demo import run_demo
 
+    if getattr(args, "scenario", None) == "award":
+        from busguard.demo.award import run_award_demo
+
+        return run_award_demo(args.dir)
     return run_demo(keep_dir=args.dir)

@@ -20,6 +20,8 @@ from typing import Final
 
 import msgspec
 
+from busguard.policies.award import policy as award
+from busguard.policies.award import wire as cnet
 from busguard.policies.compromise import policy as compromise
 from busguard.policies.seam import AnyPolicy, Objection
 from busguard.policies.taint import replay as taint_replay
@@ -50,6 +52,11 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
 _SPECS: Final = (
     KindSpec(kind="handoff", single_witness=True),
     KindSpec(kind="ack"),
+    # contract-net awards (seed 002): one policy, one row per call (docs/protocol.md, 15)
+    KindSpec(kind=cnet.KIND_CALL, policy=award.POLICY, namespaces=(award.NAMESPACE,), reasons=award.CALL_REASONS),
+    KindSpec(kind=cnet.KIND_BID, policy=award.POLICY, namespaces=(award.NAMESPACE,), reasons=award.BID_REASONS),
+    KindSpec(kind=cnet.KIND_AWARD, policy=award.POLICY, namespaces=(award.NAMESPACE,), reasons=award.AWARD_REASONS, routes=(award.REBID_ROUTE,)),
+    KindSpec(kind=cnet.KIND_RESULT, policy=award.POLICY, namespaces=(award.NAMESPACE,), reasons=award.RESULT_REASONS, forward_annotations=("verification",)),
     KindSpec(kind=taint_replay.KIND, policy=taint_replay.TaintReplayPolicy(), reasons=taint_replay.REASONS, forward_annotations=("taint.unit",)),
     KindSpec(kind="session-handoff", policy=compromise.HANDOFF_POLICY, namespaces=("compromise",), reasons=compromise.HANDOFF_REASONS, routes=("quarantine",), forward_annotations=compromise.FORWARD_ANNOTATIONS),
     KindSpec(kind="compromise-notice", policy=compromise.NOTICE_POLICY, namespaces=("compromise",), reasons=compromise.NOTICE_REASONS),

@@ -4,8 +4,9 @@ An award is settlement-grade only if the awarder can recompute the winning
 receipt's committed root (a local canonicalizer), or has recorded a
 delegation to a verifier it trusts, or the task explicitly tolerates
 best-effort. This package holds the canonicalizers (canonicalizers.py,
-merkle.py) and the local verification registry (registry.py). Not yet
-registered in busguard.policies: the policy seam is being redesigned.
+merkle.py), the local verification registry (registry.py), the wire format
+of the four `cnet.*` kinds (wire.py) and the policy that judges them on the
+policy seam (policy.py), registered in busguard.policies.
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ delegated attestation can be checked rather than assumed), and the task
 classes for which a best-effort award is acceptable at all. This module is
 that list as a typed config section plus its load-time validation.
 
-It is not wired into busguard/config.py yet; the config module embeds
-`VerificationConfig` as a section and calls `build_registry` from its
-validation (or calls `load_verification` on the raw table). Every error is a
+busguard/config.py embeds `VerificationConfig` as the `[verification]`
+section and calls `build_registry` from its validation; busguard.wiring
+installs the result in the award policy (policy.configure). Every error is a
 ConfigError naming the file, the key, the value and what is allowed.
 
 Pure apart from plugin discovery, which imports the installed canonicalizer

@@ -1,0 +1,47 @@
+"""`[verification]` in busguard.toml: loaded, validated with the file's name, and
+what `busguard run` hands the award policy (busguard.wiring.build_guard)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from busguard.config import load_config
+from busguard.errors import ConfigError
+from tests.unit.harness import agent
+
+ROUTE = '[[routes]]\nname = "r"\ninputs = ["agents.in"]\ndownstream = "agents.out"\n'
+
+
+def test_the_section_is_optional_and_defaults_to_the_builtins(tmp_path: Path) -> None:
+    (tmp_path / "b.toml").write_text(ROUTE)
+    reg = load_config(tmp_path / "b.toml", env={}).verification_registry()
+    assert sorted(reg.canonicalizers) == ["jcs-sha256", "merkle-sha256"] and not reg.verifiers and not reg.best_effort_task_classes
+
+
+def test_a_registry_with_a_verifier_and_a_best_effort_class(tmp_path: Path) -> None:
+    text = ROUTE + (
+        '[verification]\ncanonicalizers = ["jcs-sha256"]\nbest_effort_task_classes = ["advisory.summary"]\n'
+        f'[[verification.verifiers]]\nmanifest = "acme-verifier/v1"\nagent_id = "{agent("verifier")}"\ncanonicalizers = ["zk-trace.v3"]\n'
+    )
+    (tmp_path / "b.toml").write_text(text)
+    reg = load_config(tmp_path / "b.toml", env={}).verification_registry()
+    assert list(reg.canonicalizers) == ["jcs-sha256"] and reg.tolerates_best_effort("advisory.summary")
+    v = reg.delegation("acme-verifier/v1", "zk-trace.v3")
+    assert v is not None and v.agent_id == agent("verifier")
+
+
+@pytest.mark.parametrize(
+    ("section", "field"),
+    [
+        ('[verification]\ncanonicalizers = ["c-private-norm.v1"]\n', "verification.canonicalizers[0]"),
+        ('[verification]\nbest_effort = true\n', "verification"),
+        ('[[verification.verifiers]]\nmanifest = "m"\nagent_id = "did:web:x.example"\ncanonicalizers = ["a"]\n', "verification.verifiers[0].public_key"),
+    ],
+)
+def test_errors_name_the_file_and_the_key(tmp_path: Path, section: str, field: str) -> None:
+    (tmp_path / "b.toml").write_text(ROUTE + section)
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "b.toml", env={})
+    assert info.value.field.startswith(field) and "b.toml" in str(info.value)
