@@ -15,12 +15,8 @@ test sends through `busguard run`.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
-import shutil
-import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,21 +127,10 @@ async def _collect(cfg: Config, topics: list[str], done: Any, failure: Any) -> S
 
 def run_award_demo(keep_dir: str | None) -> int:
     """`busguard demo award [--dir DIR]`: the exit code."""
-    from busguard.demo.run import _configure_logging
+    from busguard.demo.run import run_scenario
 
-    _configure_logging(False)
-    work = Path(keep_dir).expanduser().resolve() if keep_dir else Path(tempfile.mkdtemp(prefix="busguard-demo-award-"))
-    work.mkdir(parents=True, exist_ok=True)
-    for name in ("state.db", "state.db-wal", "state.db-shm", "reconcile.db", "reconcile.db-wal", "reconcile.db-shm"):
-        (work / name).unlink(missing_ok=True)
-    try:
-        return asyncio.run(_demo(work))
-    except Exception as exc:
-        print(f"demo FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        if keep_dir is None:
-            shutil.rmtree(work, ignore_errors=True)
+    stale = ("state.db", "state.db-wal", "state.db-shm", "reconcile.db", "reconcile.db-wal", "reconcile.db-shm")
+    return run_scenario("demo award", keep_dir, lambda work, _owned: _demo(work), stale=stale)
 
 
 async def _demo(work: Path) -> int:

@@ -24,9 +24,6 @@ record went where it should and the audit is clean.
 from __future__ import annotations
 
 import asyncio
-import shutil
-import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -356,24 +353,7 @@ async def _run(work: Path) -> int:
 
 def run_handoff_demo(keep_dir: str | None) -> int:
     """`busguard demo handoff [--dir DIR]`. Returns the process exit code."""
-    from busguard.runtime.logs import configure
+    from busguard.demo.run import run_scenario
 
-    configure("console", "warning")
-    import logging
-
-    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
-    owned = keep_dir is None
-    work = Path(tempfile.mkdtemp(prefix="busguard-demo-handoff-")) if owned else Path(str(keep_dir)).expanduser().resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    for name in ("busguard.toml", "keys.toml", "guard.key", "broker.log"):
-        (work / name).unlink(missing_ok=True)
-    try:
-        return asyncio.run(_run(work))
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:
-        print(f"demo handoff FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        if owned:
-            shutil.rmtree(work, ignore_errors=True)
+    stale = ("busguard.toml", "keys.toml", "guard.key", "broker.log")
+    return run_scenario("demo handoff", keep_dir, lambda work, _owned: _run(work), stale=stale)

@@ -10,7 +10,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable, Coroutine, Iterable
+from typing import TYPE_CHECKING, Any, Final
 
 from busguard.config import Config, load_config
 from busguard.demo.deployment import DEMO_FILES, config_text, write_deployment
@@ -105,32 +106,39 @@ def _configure_logging(verbose: bool) -> None:
         logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
 
 
-def _prepare_dir(keep_dir: str | None) -> tuple[Path, bool]:
+def _prepare_dir(keep_dir: str | None, stale: Iterable[str] = DEMO_FILES) -> tuple[Path, bool]:
     if keep_dir is None:
         return Path(tempfile.mkdtemp(prefix="busguard-demo-")), True
     work = Path(keep_dir).expanduser().resolve()
     work.mkdir(parents=True, exist_ok=True)
-    for name in DEMO_FILES:
+    for name in stale:  # a kept directory is reused: a previous run's state would change the story
         (work / name).unlink(missing_ok=True)
     return work, False
 
 
-def run_demo(keep_dir: str | None, *, verbose: bool = False) -> int:
-    """`busguard demo [--dir DIR]`. Returns the process exit code."""
+def run_scenario(name: str, keep_dir: str | None, demo: Callable[[Path, bool], Coroutine[Any, Any, int]], *, verbose: bool = False, stale: Iterable[str] = DEMO_FILES) -> int:
+    """Every `busguard demo` scenario's frame: quiet logs, a work directory
+    (kept with --dir, else a temporary one removed afterwards), and one
+    readable failure line (the traceback only with --verbose)."""
     _configure_logging(verbose)
-    work, owned = _prepare_dir(keep_dir)
+    work, owned = _prepare_dir(keep_dir, stale)
     try:
-        return asyncio.run(_demo(work, owned))
+        return asyncio.run(demo(work, owned))
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:  # one readable line; the traceback only when asked for
+    except Exception as exc:
         if verbose:
             raise
-        print(f"demo FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"{name} FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     finally:
         if owned:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def run_demo(keep_dir: str | None, *, verbose: bool = False) -> int:
+    """`busguard demo [--dir DIR]`. Returns the process exit code."""
+    return run_scenario("demo", keep_dir, _demo, verbose=verbose)
 
 
 async def _demo(work: Path, owned: bool) -> int:

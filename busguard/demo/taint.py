@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -31,7 +29,7 @@ from typing import Final
 from busguard.config import Config, load_config
 from busguard.demo.deployment import config_text, write_deployment
 from busguard.demo.render import render_audit, run_auditor
-from busguard.demo.run import COLLECT_TIMEOUT_S, _configure_logging, _prepare_dir, start_services
+from busguard.demo.run import COLLECT_TIMEOUT_S, run_scenario, start_services
 from busguard.demo.tap import Tap
 from busguard.policies.taint.replay import KIND, encode_request
 from busguard.protocol.keyfile import Identity
@@ -103,20 +101,7 @@ def taint_config_text(bootstrap: str) -> str:
 
 def run_taint_demo(keep_dir: str | None, *, verbose: bool = False) -> int:
     """`busguard demo taint [--dir DIR]`. Returns the process exit code."""
-    _configure_logging(verbose)
-    work, owned = _prepare_dir(keep_dir)
-    try:
-        return asyncio.run(_demo(work, owned))
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:
-        if verbose:
-            raise
-        print(f"demo FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        if owned:
-            shutil.rmtree(work, ignore_errors=True)
+    return run_scenario("demo taint", keep_dir, _demo, verbose=verbose)
 
 
 async def _demo(work: Path, owned: bool) -> int:
