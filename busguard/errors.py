@@ -10,7 +10,9 @@ from typing import Any
 import msgspec
 
 
-class ConfigError(ValueError):
+class ExplainedError(ValueError):
+    """An input error that names the file, the field, the value and what is allowed."""
+
     def __init__(self, file: str, field: str, value: object, allowed: str) -> None:
         self.file = file
         self.field = field
@@ -20,6 +22,8 @@ class ConfigError(ValueError):
         shown = "" if value is None else f" = {value!r}"
         super().__init__(f"{where}{shown}: {allowed}")
 
+
+class ConfigError(ExplainedError):
     @classmethod
     def from_validation(cls, file: str, exc: msgspec.ValidationError, data: object = None) -> ConfigError:
         """Turn msgspec's `Expected int, got str - at $.a.b[0]` into file/field/value."""

@@ -15,7 +15,7 @@ from typing import Annotated, Final, Literal
 
 import msgspec
 
-from busguard.errors import ConfigError
+from busguard.errors import ConfigError, ExplainedError
 
 TRACE_FORMAT: Final = "busguard.taint-trace.v1"
 LEDGER_FORMAT: Final = "busguard.taint-ledger.v1"
@@ -91,17 +91,8 @@ def schema_document(typ: type[Trace] | type[Ledger]) -> dict[str, object]:
     return {"$schema": SCHEMA_DIALECT, "title": f"busguard taint {what} ({TRACE_FORMAT if typ is Trace else LEDGER_FORMAT})", **generated}
 
 
-class TraceError(ValueError):
+class TraceError(ExplainedError):
     """Malformed trace or ledger input, naming the file, the field, the value and what is allowed."""
-
-    def __init__(self, file: str, field: str, value: object, allowed: str) -> None:
-        self.file = file
-        self.field = field
-        self.value = value
-        self.allowed = allowed
-        where = f"{file}: {field}" if field else file
-        shown = "" if value is None else f" = {value!r}"
-        super().__init__(f"{where}{shown}: {allowed}")
 
     @classmethod
     def from_validation(cls, file: str, exc: msgspec.ValidationError, data: object) -> TraceError:
