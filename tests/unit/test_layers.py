@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     "busguard.admission": 3,
     "busguard.policies": 3,
     "busguard.config": 4,
+    "busguard.config_checks": 4,
     "busguard.runtime": 5,
     "busguard.reconcile": 5,
     "busguard.audit": 5,
