@@ -38,6 +38,7 @@ from typing import Annotated, Final, TypeVar
 import msgspec
 
 from busguard.protocol.envelope import b64url_decode_strict, b64url_encode
+from busguard.protocol.receipt import MAX_AGENT_ID_CHARS, MAX_KEY_ID_CHARS
 from busguard.protocol.signing import Signer
 
 KIND_SESSION_HANDOFF: Final = "session-handoff"
@@ -55,8 +56,6 @@ MAX_NAME_CHARS: Final = 128
 MAX_ENCODING_CHARS: Final = 64
 MAX_DETAIL_CHARS: Final = 1024
 MAX_ID_CHARS: Final = 256
-MAX_AGENT_ID_CHARS: Final = 512
-MAX_KEY_ID_CHARS: Final = 128
 MAX_TIMESTAMP_CHARS: Final = 64
 #: 64 signature bytes as unpadded base64url.
 SIGNATURE_CHARS: Final = 86
