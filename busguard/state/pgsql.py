@@ -334,8 +334,8 @@ WRITE_SPANS: Final = "INSERT INTO seal_spans SELECT * FROM unnest(%s::text[], %s
 
 def load_seals(cur: psycopg.Cursor[tuple[Any, ...]], snap: Snapshot, chain: str | None, now_ms: int) -> None:
     """The chain's tip and the heads covering the snapshot's decisions, into `snap`."""
-    from busguard.state.sealrows import decode_spans, ranges
-    from busguard.state.snapshot import StoredHead
+    from busguard.state.sealrows import decode_spans
+    from busguard.state.snapshot import StoredHead, spans_of
 
     if chain is not None:
         cur.execute(LOAD_TIP, (chain,))
@@ -344,7 +344,7 @@ def load_seals(cur: psycopg.Cursor[tuple[Any, ...]], snap: Snapshot, chain: str 
     if not snap.decisions:
         return
     wanted: set[tuple[str, int]] = set()
-    for topic, part, lo, hi in ranges(snap.decisions):
+    for topic, part, lo, hi in spans_of(snap.decisions):
         cur.execute(LOAD_SPANS, (topic, part, lo, hi, now_ms))
         wanted.update((str(c), int(q)) for c, q in cur.fetchall())
     for c, seq in sorted(wanted):

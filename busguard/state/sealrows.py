@@ -24,8 +24,7 @@ from typing import Final
 
 import msgspec
 
-from busguard.state.keys import SourceKey
-from busguard.state.snapshot import Snapshot, StoredHead
+from busguard.state.snapshot import Snapshot, StoredHead, spans_of
 
 SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS seal_heads(chain TEXT NOT NULL, seq INTEGER NOT NULL, head BLOB NOT NULL, seal BLOB NOT NULL,"
@@ -38,18 +37,8 @@ SCHEMA: Final = (
 )
 TABLES: Final = ("seal_heads", "seal_spans")
 
-Span = tuple[str, int, int, int]
 encode_spans: Final = msgspec.msgpack.Encoder().encode
 decode_spans: Final = msgspec.msgpack.Decoder(list[tuple[str, int, int, int]]).decode
-
-
-def ranges(positions: Iterable[SourceKey]) -> list[Span]:
-    """Per (topic, partition), the lowest and highest offset among `positions`."""
-    found: dict[tuple[str, int], tuple[int, int]] = {}
-    for topic, part, offset in positions:
-        lo, hi = found.get((topic, part), (offset, offset))
-        found[(topic, part)] = (min(lo, offset), max(hi, offset))
-    return [(t, p, lo, hi) for (t, p), (lo, hi) in sorted(found.items())]
 
 
 def create(db: sqlite3.Connection) -> None:
@@ -65,7 +54,7 @@ def load(db: sqlite3.Connection, snap: Snapshot, chain: str | None, now_ms: int)
     if not snap.decisions:
         return
     wanted: set[tuple[str, int]] = set()
-    for topic, part, lo, hi in ranges(snap.decisions):
+    for topic, part, lo, hi in spans_of(snap.decisions):
         wanted.update(db.execute("SELECT chain, seq FROM seal_spans WHERE topic = ? AND part = ? AND hi >= ? AND lo <= ? AND exp > ?", (topic, part, lo, hi, now_ms)))
     for c, seq in sorted(wanted):
         row = db.execute("SELECT head, seal, leaves, spans, sealed_at FROM seal_heads WHERE chain = ? AND seq = ? AND exp > ?", (c, seq, now_ms)).fetchone()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import msgspec
 
 from busguard.protocol.records import Decision, TaskEntry
@@ -37,6 +39,16 @@ class StoredHead(msgspec.Struct, frozen=True, gc=False):
     def covers(self, key: SourceKey) -> bool:
         topic, partition, offset = key
         return any(t == topic and p == partition and lo <= offset <= hi for t, p, lo, hi in self.spans)
+
+
+def spans_of(positions: Iterable[SourceKey]) -> list[tuple[str, int, int, int]]:
+    """`StoredHead.spans` of these positions: per (topic, partition), the
+    lowest and highest offset."""
+    found: dict[tuple[str, int], tuple[int, int]] = {}
+    for topic, part, offset in positions:
+        lo, hi = found.get((topic, part), (offset, offset))
+        found[(topic, part)] = (min(lo, offset), max(hi, offset))
+    return [(t, p, lo, hi) for (t, p), (lo, hi) in sorted(found.items())]
 
 
 class Snapshot(msgspec.Struct, kw_only=True):

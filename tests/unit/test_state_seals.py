@@ -13,7 +13,7 @@ from busguard.state.keys import KeySet, SourceKey
 from busguard.state.memory import MemoryStore
 from busguard.state.pgsql import StateUnavailable
 from busguard.state.postgres import PostgresStore
-from busguard.state.sealrows import ranges
+from busguard.state.snapshot import spans_of as ranges
 from busguard.state.snapshot import Snapshot, StoredHead
 from busguard.state.sqlite import SqliteStore
 from busguard.state.store import StateStore
