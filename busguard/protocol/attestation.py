@@ -21,6 +21,7 @@ byte-identical.
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Sequence
 from typing import Final
 
@@ -168,19 +169,22 @@ def seal(signer: Signer, attestation: bytes) -> bytes:
 class HeadCache:
     """Tree heads whose seal verified with one key, so a reader checks one
     signature per batch, not per record. Bounded: the oldest is forgotten
-    first. Not thread-safe for writers; a lost race costs one more verify."""
+    first. Shared by worker threads: reads take no lock (a miss costs one
+    more verify), writes do."""
 
     def __init__(self, capacity: int = 4096) -> None:
         self.capacity = capacity
         self._heads: dict[tuple[bytes, bytes, bytes], TreeHead] = {}
+        self._lock = threading.Lock()
 
     def get(self, key: bytes, raw: bytes, seal_b64: bytes) -> TreeHead | None:
         return self._heads.get((key, raw, seal_b64))
 
     def add(self, key: bytes, raw: bytes, seal_b64: bytes, head: TreeHead) -> None:
-        self._heads[(key, raw, seal_b64)] = head
-        while len(self._heads) > self.capacity:
-            del self._heads[next(iter(self._heads))]
+        with self._lock:
+            self._heads[(key, raw, seal_b64)] = head
+            while len(self._heads) > self.capacity:
+                del self._heads[next(iter(self._heads))]
 
 
 class Opened(msgspec.Struct, frozen=True, kw_only=True):
