@@ -113,3 +113,19 @@ def test_record_mode_writes_no_head(tmp_path: Path) -> None:
     store = MemoryStore(created_at=NOW - 3_600_000, genesis=True)
     outputs = _run(_guard(tmp_path, store, "record"), _records(range(0, 4)))
     assert store.heads == {} and all(open_sealed(o.headers, KEY).head is None for o in outputs)
+
+
+def test_the_sdk_opens_batch_sealed_forwards_checking_one_signature_per_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import busguard.protocol.attestation as attestation
+    from busguard import HeadCache, open_admitted
+
+    outputs = _run(_guard(tmp_path, MemoryStore(created_at=NOW - 3_600_000, genesis=True)), _records(range(0, 5)))
+    forwards = [o for o in outputs if o.topic == "out"]
+    calls = []
+    real = attestation.verify_signature
+    monkeypatch.setattr(attestation, "verify_signature", lambda *a: calls.append(1) or real(*a))
+    heads = HeadCache()
+    opened = [open_admitted(o.value, o.headers, KEY, agent("executor"), heads=heads) for o in forwards]
+    assert [a.payload for a in opened] == [b"work %d" % i for i in range(5)] and len(calls) == 1
+    with pytest.raises(attestation.AttestationError):  # the head proves this record, not another payload
+        open_admitted(b"other", forwards[0].headers, KEY, agent("executor"), heads=heads)
