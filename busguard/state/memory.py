@@ -37,6 +37,7 @@ class MemoryStore:
         self.tasks: dict[tuple[str, str], tuple[TaskEntry, int]] = {}
         self.policy: dict[PolicyKey, PolicyRecord] = {}
         self.heads: dict[tuple[str, int], StoredHead] = {}
+        self._tips: dict[str, int] = {}  # chain -> highest seq held
         self.decision_retention_ms = decision_retention_ms
         self.task_retention_ms = task_retention_ms
 
@@ -81,10 +82,10 @@ class MemoryStore:
                 row = self.policy.get(pk)
                 if row is not None and row.expires_at > now_ms:
                     snap.policy[pk] = row.value
-            if keys.chain is not None:
-                seqs = [seq for chain, seq in self.heads if chain == keys.chain]
-                if seqs:
-                    snap.tip = (max(seqs), self.heads[(keys.chain, max(seqs))].head)
+            chain = keys.chain
+            tip = self._tips.get(chain) if chain is not None else None
+            if chain is not None and tip is not None and (chain, tip) in self.heads:
+                snap.tip = (tip, self.heads[(chain, tip)].head)
             if snap.decisions:
                 snap.heads = [h for h in self.heads.values() if h.sealed_at + self.decision_retention_ms > now_ms and any(map(h.covers, snap.decisions))]
             writes = fn(snap)
@@ -101,7 +102,9 @@ class MemoryStore:
                 self.nonces[nk] = n.expires_at
             self.windows.update(writes.windows)
             self.policy.update(writes.policy)
-            self.heads.update(((h.chain, h.seq), h) for h in writes.heads)
+            for h in writes.heads:
+                self.heads[(h.chain, h.seq)] = h
+                self._tips[h.chain] = max(h.seq, self._tips.get(h.chain, -1))
             for tk, entry in writes.tasks.items():
                 current = self.tasks.get(tk)
                 if current is None or current[1] <= now_ms:
@@ -124,6 +127,7 @@ class MemoryStore:
             self.tasks = {k: v for k, v in self.tasks.items() if v[1] > now_ms}
             self.policy = {k: v for k, v in self.policy.items() if v.expires_at > now_ms}
             self.heads = {k: h for k, h in self.heads.items() if h.sealed_at + self.decision_retention_ms > now_ms}
+            self._tips = {c: seq for c, seq in self._tips.items() if (c, seq) in self.heads}
             return before - self._total()
 
     def _total(self) -> int:

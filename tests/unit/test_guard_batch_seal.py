@@ -129,3 +129,13 @@ def test_the_sdk_opens_batch_sealed_forwards_checking_one_signature_per_batch(tm
     assert [a.payload for a in opened] == [b"work %d" % i for i in range(5)] and len(calls) == 1
     with pytest.raises(attestation.AttestationError):  # the head proves this record, not another payload
         open_admitted(b"other", forwards[0].headers, KEY, agent("executor"), heads=heads)
+
+
+def test_the_size_budget_bounds_every_batch_proof(tmp_path: Path) -> None:
+    from busguard.runtime.outputs import record_size, worst_proof
+
+    outputs = _run(_guard(tmp_path, MemoryStore(created_at=NOW - 3_600_000, genesis=True)), _records(range(0, 9)))
+    worst = record_size(None, None, worst_proof(IDENT.agent_id))
+    for o in outputs:
+        proof = [(k, v) for k, v in o.headers if k in ("busguard-decision-id", "busguard-attestation", "busguard-tree-head", "busguard-head-seal", "busguard-inclusion")]
+        assert len(proof) == 5 and record_size(None, None, proof) <= worst
