@@ -119,3 +119,20 @@ def test_head_digest_links_what_the_report_prints() -> None:
     (chain,) = _report(batches[0]).chains
     head = dict(batches[0][0][1])["busguard-tree-head"]
     assert chain.tip_sha256 == head_digest(head)
+
+
+def test_the_chain_facts_survive_a_checkpoint_and_the_table_prints_the_tip() -> None:
+    import msgspec
+
+    from busguard.audit.report import render_table
+
+    batches = _batches([3, 2])
+    led = Ledger(routes=dict(ROUTES))
+    for value, headers in [*batches[0], batches[1][0]]:
+        apply_audit(led, check_audit_record(value, headers, GUARD_PK))
+    resumed = msgspec.json.decode(msgspec.json.encode(led), type=Ledger)
+    assert resumed.report() == led.report() and codes(led.report()) == ["leaf_missing"]
+    value, headers = batches[1][1]
+    apply_audit(resumed, check_audit_record(value, headers, GUARD_PK))  # the rest of the log, read later
+    report = resumed.report()
+    assert report.ok and report.chains[0].tip_sha256 in render_table(report)

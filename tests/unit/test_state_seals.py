@@ -85,3 +85,21 @@ def test_heads_expire_with_their_decisions(store: StateStore) -> None:
     assert store.expire(later) >= 3  # two decisions, the head (and its span row)
     snap = _batch(store, [5], 1, now=later, reread=[1])
     assert snap.decisions == {} and snap.heads == []
+
+
+def test_an_existing_sqlite_store_gains_the_seal_tables_without_a_schema_change(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    SqliteStore(path, now_ms=NOW - 1).close()
+    db = sqlite3.connect(path)
+    db.executescript("DROP TABLE seal_heads; DROP TABLE seal_spans;")  # as a store made before batch seals
+    schema = db.execute("SELECT v FROM meta WHERE k = 'schema'").fetchone()
+    db.close()
+    store = SqliteStore(path, now_ms=NOW)
+    try:
+        _batch(store, [1], 0)
+        assert _batch(store, [2], 1).tip == (0, b"head-c1-0")
+    finally:
+        store.close()
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT v FROM meta WHERE k = 'schema'").fetchone() == schema
+    db.close()
