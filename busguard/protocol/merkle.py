@@ -41,6 +41,7 @@ __all__ = [
     "MAX_TREE_SIZE",
     "ProofError",
     "inclusion_path",
+    "inclusion_paths",
     "leaf_hash",
     "merkle_root",
     "node_hash",
@@ -124,6 +125,19 @@ def inclusion_path(levels: Sequence[Sequence[bytes]], index: int) -> list[bytes]
             path.append(level[sibling])
         index >>= 1
     return path
+
+
+def inclusion_paths(levels: Sequence[Sequence[bytes]]) -> list[bytes]:
+    """Every leaf's `inclusion_path`, its hashes concatenated, in one pass.
+
+    A leaf's path is its sibling followed by its parent's path, so the paths
+    are built top-down, one concatenation per node: about 2n steps for n
+    leaves instead of n * log n (the guard proves every leaf of every batch)."""
+    above = [b""]
+    for level in reversed(levels[:-1]):
+        n = len(level)
+        above = [(level[i ^ 1] if i ^ 1 < n else b"") + above[i >> 1] for i in range(n)]
+    return above
 
 
 def parse_hash(text: object, what: str) -> bytes:

@@ -37,7 +37,7 @@ from typing import Final, NamedTuple
 import msgspec
 
 from busguard.protocol.envelope import b64url_encode
-from busguard.protocol.merkle import HASH_BYTES, MAX_TREE_SIZE, ProofError, inclusion_path, leaf_hash, tree_levels, verify_inclusion
+from busguard.protocol.merkle import HASH_BYTES, MAX_TREE_SIZE, ProofError, inclusion_paths, leaf_hash, tree_levels, verify_inclusion
 from busguard.protocol.signing import Signer
 
 TREE_HEAD_CONTEXT: Final = b"busguard/tree-head/v1\x00"
@@ -152,19 +152,27 @@ class ChainTip(NamedTuple):
     head: bytes
 
 
-class BatchTree(NamedTuple):
-    """A sealed batch: the head's bytes, its seal and the tree to prove leaves in."""
+class BatchTree:
+    """A sealed batch: the head's bytes, its seal and the tree to prove
+    leaves in (every leaf's path is built at the first `inclusion`)."""
 
-    head: bytes
-    seal: bytes
-    levels: list[list[bytes]]
+    __slots__ = ("head", "seal", "levels", "_paths")
+
+    def __init__(self, head: bytes, seal: bytes, levels: list[list[bytes]]) -> None:
+        self.head = head
+        self.seal = seal
+        self.levels = levels
+        self._paths: list[bytes] | None = None
 
     @property
     def leaves(self) -> list[bytes]:
         return self.levels[0]
 
     def inclusion(self, index: int) -> bytes:
-        return encode_inclusion(index, inclusion_path(self.levels, index))
+        """`busguard-inclusion` for leaf `index` (`encode_inclusion` of its path)."""
+        if self._paths is None:
+            self._paths = inclusion_paths(self.levels)
+        return index.to_bytes(4, "big") + self._paths[index]
 
 
 def next_link(tip: ChainTip | None) -> tuple[int, str | None]:

@@ -199,3 +199,12 @@ def test_inclusion_bounds() -> None:
     tree = seal_batch(SIGNER, [i.to_bytes(3, "big") for i in range(MAX_LEAVES)], guard="tulpa:g", chain="z" * 64, tip=ChainTip(2**53 - 2, b"{}"), sealed_at=-(2**63))
     assert len(tree.head) <= len(worst_head("tulpa:g"))
     assert max(len(tree.inclusion(i)) for i in (0, MAX_LEAVES // 2, MAX_LEAVES - 1)) <= len(worst_inclusion())
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 300))
+def test_all_paths_at_once_are_each_leafs_path(n: int) -> None:
+    from busguard.protocol.merkle import inclusion_paths
+
+    levels = tree_levels([leaf_hash(i.to_bytes(2, "big")) for i in range(n)])
+    assert inclusion_paths(levels) == [b"".join(inclusion_path(levels, i)) for i in range(n)]
