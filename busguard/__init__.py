@@ -7,7 +7,7 @@ re-exported here; everything else is internal and may move.
 from __future__ import annotations
 
 from busguard.admission.freshness import ReplayVerdict, check_replay
-from busguard.protocol.attestation import AttestationError, verify_admitted
+from busguard.protocol.attestation import AttestationError, HeadCache, verify_admitted
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.signing import verify_signature
 from busguard.protocol.timestamps import parse_timestamp
@@ -17,6 +17,7 @@ from busguard.sdk.sender import Sender, SignedRecord
 __all__ = [
     "Admitted",
     "AttestationError",
+    "HeadCache",
     "ReplayVerdict",
     "Sender",
     "SignedRecord",

@@ -153,6 +153,9 @@ class BatchConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     max_payload_bytes: Annotated[int, msgspec.Meta(ge=0, le=64 * 1024 * 1024)] = 1_048_576
     verify_threads: Annotated[int, msgspec.Meta(ge=1, le=64)] = 2
     revoke_budget_ms: Positive = 10_000
+    #: "batch": one signature per batch over a chained Merkle tree head
+    #: (docs/protocol.md 12.6); "record": one per decision, as before it existed
+    seal: Literal["batch", "record"] = "batch"
 
 
 class LogConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):

@@ -212,6 +212,8 @@ def admit_checked(
     oversize: Oversize | None = None,
     on_replaced: Callable[[Decision, Decision], None] | None = None,
     on_decided: Callable[[list[Decision]], None] | None = None,
+    on_writes: Callable[[Snapshot, list[Decision], BatchWrites], None] | None = None,
+    chain: str | None = None,
 ) -> list[Decision]:
     """The stateful half of `admit_batch`, in one store transaction; `now_ms`
     must be the one `batch` was checked with.
@@ -220,9 +222,16 @@ def admit_checked(
     decision is made, before the store writes them (a caller may start work
     that needs only the decisions, such as sealing, while the store commits).
     A store that retries calls it again with a new list; the list returned
-    is the one passed last."""
+    is the one passed last.
+
+    `on_writes(snapshot, decisions, writes)` is called after it, still inside
+    the transaction, and may add to `writes` what must commit with the
+    decisions (the guard's batch seal); `chain` is the seal chain whose tip
+    the snapshot should hold (`Snapshot.tip`)."""
     inputs, digests, checked, keys_by_candidate, prepared, keys = batch
     sources = keys.sources
+    if chain is not None:
+        keys = msgspec.structs.replace(keys, chain=chain)
 
     done: list[BatchState] = []  # the last attempt's; a store may retry fn
 
@@ -256,6 +265,8 @@ def admit_checked(
             after_decide()  # a test hook: crash here and the transaction never commits
         if on_decided is not None:
             on_decided(state.decisions)
+        if on_writes is not None:
+            on_writes(snapshot, state.decisions, state.writes)
         return state.writes
 
     store.run_batch(keys, now_ms, decide_all)

@@ -95,10 +95,27 @@ class CallReport(msgspec.Struct, kw_only=True):
     escalations: list[str] = []  # "<reason> attributed to <agent id>", in log order
 
 
-class AuditReport(msgspec.Struct, kw_only=True, omit_defaults=True):  # calls omitted when there are none
+class ChainReport(msgspec.Struct, kw_only=True):
+    """One batch-seal chain as the log shows it. `tip_seq` / `tip_sha256`
+    name its newest head: truncating a chain's end leaves no trace inside
+    the log, so an operator keeps the tip (or the checkpoint) and compares
+    the next audit's chain against it."""
+
+    guard: str
+    chain: str
+    heads: int  # distinct heads seen
+    leaves: int  # leaves of those heads (one audit record each)
+    first_seq: int
+    tip_seq: int
+    tip_sha256: str
+    tip_sealed_at: int
+
+
+class AuditReport(msgspec.Struct, kw_only=True, omit_defaults=True):  # calls and chains omitted when there are none
     ok: bool
     summary: Summary
     tasks: list[TaskLineage]
     pending: list[PendingEscalation]
     violations: list[Violation]
     calls: list[CallReport] = []  # contract-net calls (busguard.audit.awards)
+    chains: list[ChainReport] = []  # batch-seal chains (docs/protocol.md 12.6), by guard and chain

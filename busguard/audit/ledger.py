@@ -80,6 +80,35 @@ class Downstream(msgspec.Struct, kw_only=True, array_like=True):
     decision_sha256: list[str] = msgspec.field(default_factory=list)
 
 
+class HeadFact(msgspec.Struct, kw_only=True, array_like=True):
+    """One signed tree head of a batch seal (docs/protocol.md 12.6) and which
+    of its leaves the audit topic has shown (`seen`: bit i of byte i // 8)."""
+
+    sha256: str
+    prev: str | None
+    size: int
+    sealed_at: int
+    seen: bytes = b""
+
+    def see(self, index: int) -> None:
+        bits = bytearray(self.seen.ljust((self.size + 7) // 8, b"\x00"))
+        bits[index // 8] |= 1 << (index % 8)
+        self.seen = bytes(bits)
+
+    def missing(self) -> list[int]:
+        bits = self.seen.ljust((self.size + 7) // 8, b"\x00")
+        return [i for i in range(self.size) if not bits[i // 8] >> (i % 8) & 1]
+
+
+class ChainFacts(msgspec.Struct, kw_only=True):
+    """The heads of one chain (a guard process's run), by seq; more than one
+    head for a seq is a fork."""
+
+    guard: str
+    chain: str
+    heads: dict[int, list[HeadFact]] = msgspec.field(default_factory=dict)
+
+
 class Ledger(msgspec.Struct, kw_only=True):
     """Everything learned from the log so far. Feed it, then call `report()`.
 
@@ -104,6 +133,10 @@ class Ledger(msgspec.Struct, kw_only=True):
     resolution_variants: dict[str, list[str]] = msgspec.field(default_factory=dict)
     bad_records: dict[str, BadRecord] = msgspec.field(default_factory=dict)
     forwarded: dict[str, dict[str, Downstream]] = msgspec.field(default_factory=dict)
+    #: batch-seal chains, keyed "<guard> <chain>"
+    chains: dict[str, ChainFacts] = msgspec.field(default_factory=dict)
+    #: records whose tree head verified but whose inclusion proof did not: sha256 -> why
+    bad_inclusions: dict[str, str] = msgspec.field(default_factory=dict)
 
     # -- feeding ------------------------------------------------------------
 
@@ -181,6 +214,26 @@ class Ledger(msgspec.Struct, kw_only=True):
                 seen.decision_sha256.sort()
         else:
             seen.unattested = True
+
+    def add_head(self, guard: str, chain: str, seq: int, sha: str, prev: str | None, size: int, sealed_at: int, leaf: int | None = None) -> HeadFact:
+        """A tree head whose seal verified with the guard key, seen on a
+        record; `leaf` is the index that record's (audit) proof put it at."""
+        facts = self.chains.setdefault(f"{guard} {chain}", ChainFacts(guard=guard, chain=chain))
+        found = facts.heads.setdefault(seq, [])
+        head = next((h for h in found if h.sha256 == sha), None)
+        if head is None:
+            head = HeadFact(sha256=sha, prev=prev, size=size, sealed_at=sealed_at)
+            found.append(head)
+            found.sort(key=lambda h: h.sha256)
+        if leaf is not None and 0 <= leaf < size:
+            head.see(leaf)
+        return head
+
+    def add_bad_inclusion(self, raw_value: bytes | None, claimed: str | None, why: str) -> None:
+        """A record under a verified head whose inclusion proof fails: not
+        authentic, excluded from the lineage, reported as `bad_inclusion`."""
+        sha = sha256_hex(raw_value or b"")
+        self.bad_inclusions[sha] = why if claimed is None else f"{claimed}: {why}"
 
     def _bad(self, sha: str, sealed: bool, claimed: str | None, why: str) -> None:
         bad = self.bad_records.get(sha)

@@ -39,6 +39,11 @@ docs/design.md, "The auditor's invariants"):
 | `unproven_operator` | 5 | a resolution's `by: operator:<name>` is not backed by a command signed with the key the operators file lists for `<name>` (or the signed command says something else) |
 | `unreadable_record` | 5 | a sealed audit record is not a decision or resolution: excluded |
 | `conflicting_reemission` | 3P | two different audit records with one decision (or resolution) id |
+| `bad_inclusion` | 5 | a record under a verified tree head whose inclusion proof does not prove its attestation: excluded |
+| `chain_fork` | 6 | two different signed tree heads with one (guard, chain, seq) |
+| `chain_gap` | 6 | a chain's heads skip a seq (or do not start at 0): heads, and their records, were removed |
+| `chain_broken` | 6 | a head's `prev` is not the SHA-256 of the chain's previous head |
+| `leaf_missing` | 6 | a head's tree has leaves no audit record in the log proves: records were removed |
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ import msgspec
 from busguard.audit.awards import call_reports
 from busguard.audit.findings import (
     AuditReport,
+    ChainReport,
     EscalationStatus,
     PendingEscalation,
     Summary,
@@ -82,7 +88,14 @@ INVARIANTS: Final[dict[str, int]] = {
     "unproven_operator": 5,
     "unreadable_record": 5,
     "conflicting_reemission": 0,
+    "bad_inclusion": 5,
+    "chain_fork": 6,
+    "chain_gap": 6,
+    "chain_broken": 6,
+    "leaf_missing": 6,
 }
+#: leaf indices a `leaf_missing` detail lists before "…"
+_SHOWN: Final = 8
 
 
 
@@ -157,6 +170,7 @@ class _Judge:
         self._forwarded()
         self._bad_records()
         self._conflicts()
+        chains = self._chains()
         self.violations.sort(key=lambda v: (INVARIANTS.get(v.invariant, 9), v.invariant, v.kind or "", v.task_id or "", v.decision_id or "", v.detail))
         decisions = led.decisions.values()
         summary = Summary(
@@ -172,7 +186,7 @@ class _Judge:
             single_key=self.single_key,
         )
         calls = call_reports(decisions)
-        return AuditReport(ok=not self.violations, summary=summary, tasks=tasks, pending=pending, violations=self.violations, calls=calls)
+        return AuditReport(ok=not self.violations, summary=summary, tasks=tasks, pending=pending, violations=self.violations, calls=calls, chains=chains)
 
     # invariant 1 (and the table)
     def _task(
@@ -362,11 +376,64 @@ class _Judge:
             else:
                 self.flag("forged_record", f"audit record sha256 {sha[:16]}…{claim} does not verify (excluded from the lineage): {why}", decision_id=bad.claimed_id)
 
+    # invariant 6: the log is complete (batch-seal chains)
+    def _chains(self) -> list[ChainReport]:
+        for sha, why in sorted(self.led.bad_inclusions.items()):
+            self.flag("bad_inclusion", f"audit record sha256 {sha[:16]}… is not proven by its tree head (excluded from the lineage): {why}")
+        out = []
+        for name, c in sorted(self.led.chains.items()):
+            label = f"chain {c.chain} of {c.guard}"
+            seqs = sorted(c.heads)
+            for seq in seqs:
+                if len(c.heads[seq]) > 1:
+                    shas = ", ".join(h.sha256[:16] + "…" for h in c.heads[seq])
+                    self.flag("chain_fork", f"{label} has {len(c.heads[seq])} different signed heads at seq {seq}: {shas}")
+            missing = sorted(set(range(seqs[-1] + 1)) - set(seqs))
+            if missing:
+                self.flag("chain_gap", f"{label} lacks {len(missing)} head(s) before its tip {seqs[-1]}: seq {_runs(missing)}")
+            for seq in seqs:
+                before = c.heads.get(seq - 1)
+                for h in c.heads[seq]:
+                    if before is not None and h.prev not in {b.sha256 for b in before}:
+                        self.flag("chain_broken", f"{label}: head {seq} names previous head {h.prev}, not {before[0].sha256}")
+                    gone = h.missing()
+                    if gone:
+                        shown = ", ".join(map(str, gone[:_SHOWN])) + (", …" if len(gone) > _SHOWN else "")
+                        self.flag("leaf_missing", f"{label}: head {seq} covers {h.size} records, {len(gone)} of them not in the audit log (leaves {shown})")
+            tip = c.heads[seqs[-1]][0]
+            out.append(
+                ChainReport(
+                    guard=c.guard,
+                    chain=c.chain,
+                    heads=sum(len(hs) for hs in c.heads.values()),
+                    leaves=sum(h.size for hs in c.heads.values() for h in hs),
+                    first_seq=seqs[0],
+                    tip_seq=seqs[-1],
+                    tip_sha256=tip.sha256,
+                    tip_sealed_at=tip.sealed_at,
+                )
+            )
+        return out
+
     # "decide once, re-emit identically"
     def _conflicts(self) -> None:
         for did, shas in self.led.decision_variants.items():
             f = self.led.decisions[did]
             self.flag("conflicting_reemission", f"decision {did} appears as {len(shas)} different audit records (re-emissions must be byte-identical)", task=(f.kind, f.task_id), decision_id=did)
+
+
+def _runs(numbers: list[int]) -> str:
+    """Sorted integers as ranges: 0-3, 7, 9-10."""
+    parts: list[str] = []
+    start = prev = numbers[0]
+    for n in [*numbers[1:], None]:
+        if n is not None and n == prev + 1:
+            prev = n
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if n is not None:
+            start = prev = n
+    return ", ".join(parts[:_SHOWN]) + (", …" if len(parts) > _SHOWN else "")
 
 
 def judge(ledger: Ledger) -> AuditReport:

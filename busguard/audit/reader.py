@@ -32,11 +32,16 @@ from busguard.protocol.attestation import (
     HEADER_SEAL,
     Attestation,
     AttestationError,
+    HeadCache,
+    InclusionError,
+    Opened,
     check_admitted,
     decode_attestation,
-    verify_admitted,
+    open_decision_record,
+    open_sealed,
     verify_decision_record,
 )
+from busguard.protocol.treehead import HEADER_HEAD_SEAL, HEADER_INCLUSION, HEADER_TREE_HEAD, head_digest
 from busguard.protocol.reasons import Reason
 from busguard.protocol.records import AuditRecord, Resolution, audit_decoder
 from busguard.runtime.clients import partitions_of, reader
@@ -97,6 +102,8 @@ class CheckedAudit(NamedTuple):
     why: str
     seal: bytes | None = None  # seal_digest() of a record verified with the guard key, for known_seals
     sealed_by: Sealer = "guard"  # whose key verified it (meaningful when verified)
+    opened: Opened | None = None  # batch-sealed and verified: its head and leaf index
+    bad_inclusion: str | None = None  # its head verified, its inclusion proof did not
 
 
 class CheckedForward(NamedTuple):
@@ -104,18 +111,29 @@ class CheckedForward(NamedTuple):
     decision_id: str
     ok: bool
     decision_sha256: str | None
+    opened: Opened | None = None  # batch-sealed and verified: its head
 
 
+
+
+_BATCH_SEAL: Final = (HEADER_TREE_HEAD, HEADER_HEAD_SEAL, HEADER_INCLUSION)
 
 
 def seal_digest(headers: Sequence[tuple[str, bytes]]) -> bytes | None:
-    """Identifies the exact (attestation, seal) pair on a record; None unless
-    there is exactly one of each (anything else never verifies)."""
+    """Identifies the exact (attestation, seal) pair on a record, or the
+    attestation with its batch seal (head, head seal, inclusion proof); None
+    unless there is exactly one of each (anything else never verifies)."""
     atts = [v for k, v in headers if k == HEADER_ATTESTATION]
     seals = [v for k, v in headers if k == HEADER_SEAL]
-    if len(atts) != 1 or len(seals) != 1:
+    if len(atts) != 1:
         return None
-    return hashlib.sha256(len(atts[0]).to_bytes(4, "big") + atts[0] + seals[0]).digest()
+    if len(seals) == 1:
+        return hashlib.sha256(len(atts[0]).to_bytes(4, "big") + atts[0] + seals[0]).digest()
+    batch = [[v for k, v in headers if k == name] for name in _BATCH_SEAL]
+    if seals or any(len(vs) != 1 for vs in batch):
+        return None
+    parts = [atts[0], *(vs[0] for vs in batch)]
+    return hashlib.sha256(b"batch" + b"".join(len(p).to_bytes(4, "big") + p for p in parts)).digest()
 
 
 def check_audit_record(
@@ -124,18 +142,24 @@ def check_audit_record(
     guard_public_key: bytes,
     reconciler_public_key: bytes | None = None,
     undecodable: str | None = None,
+    heads: HeadCache | None = None,
 ) -> CheckedAudit:
     """Verify one audit record's seal (with the guard's key, else the
-    reconciler's) and decode it; the Ledger judges whose key may seal what."""
+    reconciler's) and decode it; the Ledger judges whose key may seal what.
+    A batch-sealed record keeps its verified head and leaf index (`opened`)
+    for the chain checks."""
     if undecodable is not None:
         return CheckedAudit(value, None, False, f"the Kafka record cannot be decoded ({undecodable})")
     if value is None:
         return CheckedAudit(None, None, False, "the record has no value")
     why = ""
     sealed_by: Sealer = "guard"
+    opened: Opened | None = None
     try:
-        att = verify_decision_record(value, headers, guard_public_key)
-        verified = True
+        opened = open_decision_record(value, headers, guard_public_key, heads)
+        att, verified = opened.attestation, True
+    except InclusionError as exc:
+        return CheckedAudit(value, None, False, str(exc), bad_inclusion=str(exc))
     except AttestationError as exc:
         att, verified, why = None, False, str(exc)
         if reconciler_public_key is not None and reconciler_public_key != guard_public_key:
@@ -152,7 +176,7 @@ def check_audit_record(
         own = record.decision_id if isinstance(record, Decision) else record.resolution_id
         if att.decision_id != own:
             verified, why = False, f"the attestation names {att.decision_id}, the record is {own}"
-    return CheckedAudit(value, record, verified, why, digest, sealed_by)
+    return CheckedAudit(value, record, verified, why, digest, sealed_by, opened if verified and opened is not None and opened.head is not None else None)
 
 
 def _admitted_with_known_seal(value: bytes, headers: Sequence[tuple[str, bytes]]) -> Attestation:
@@ -166,24 +190,45 @@ def check_forwarded(
     headers: Sequence[tuple[str, bytes]],
     guard_public_key: bytes,
     known_seals: Container[bytes] = frozenset(),
+    heads: HeadCache | None = None,
 ) -> CheckedForward:
     """Verify one downstream record's attestation (`verify_admitted`)."""
     ids = [v for k, v in headers if k == HEADER_DECISION_ID]
     did = ids[0].decode("utf-8", "replace") if len(ids) == 1 else ""
     body = value if value is not None else b""
+    opened: Opened | None = None
     try:
         digest = seal_digest(headers)
         if digest is not None and digest in known_seals:
             att = _admitted_with_known_seal(body, headers)
         else:
-            att = verify_admitted(body, headers, guard_public_key, None, any_receiver=True)  # the auditor acts for no receiver
+            # the auditor acts for no receiver: verify_admitted's checks, minus the receiver's
+            opened = open_sealed(headers, guard_public_key, heads)
+            att = check_admitted(opened.attestation, body, headers)
     except (AttestationError, msgspec.MsgspecError):
         return CheckedForward(topic, did, False, None)
-    return CheckedForward(topic, did, bool(did) and att.decision_id == did, att.decision_sha256)
+    return CheckedForward(topic, did, bool(did) and att.decision_id == did, att.decision_sha256, opened if opened is not None and opened.head is not None else None)
+
+
+def note_head(ledger: Ledger, opened: Opened, leaf: bool) -> None:
+    """Record a verified head (and, from an audit record, its leaf) in the ledger."""
+    head, raw = opened.head, opened.head_raw
+    if head is not None and raw is not None:
+        ledger.add_head(head.guard, head.chain, head.seq, head_digest(raw), head.prev, head.size, head.sealed_at, opened.index if leaf else None)
 
 
 def apply_audit(ledger: Ledger, checked: CheckedAudit) -> None:
     rec = checked.record
+    if checked.bad_inclusion is not None:
+        try:
+            claimed = audit_decoder.decode(checked.value or b"")
+            claim: str | None = claimed.decision_id if isinstance(claimed, Decision) else claimed.resolution_id
+        except msgspec.MsgspecError:
+            claim = None
+        ledger.add_bad_inclusion(checked.value, claim, checked.bad_inclusion)
+        return
+    if checked.opened is not None:
+        note_head(ledger, checked.opened, leaf=True)
     if rec is None:
         ledger.add_unreadable(checked.value, checked.verified, checked.why)
     elif isinstance(rec, Resolution):
@@ -302,6 +347,7 @@ async def read_log(
     loop = asyncio.get_running_loop()
 
     seals = SealCache()
+    heads = HeadCache()
 
     async def in_threads(fn: Callable[[RawRecord], _R], raws: list[RawRecord]) -> list[_R]:
         size = max(1, -(-len(raws) // VERIFY_THREADS))
@@ -311,12 +357,14 @@ async def read_log(
 
     async def handle(raws: list[RawRecord]) -> None:
         # audit records first, so their verified seals spare the downstream copies a second verify
-        for checked in await in_threads(lambda r: check_audit_record(r.value, r.headers, guard_public_key, reconciler_public_key, r.undecodable), [r for r in raws if r.topic == audit]):
+        for checked in await in_threads(lambda r: check_audit_record(r.value, r.headers, guard_public_key, reconciler_public_key, r.undecodable, heads), [r for r in raws if r.topic == audit]):
             if checked.seal is not None:
                 seals.add(checked.seal)
             apply_audit(ledger, checked)
-        for f in await in_threads(lambda r: check_forwarded(r.topic, r.value, r.headers, guard_public_key, seals), [r for r in raws if r.topic != audit]):
+        for f in await in_threads(lambda r: check_forwarded(r.topic, r.value, r.headers, guard_public_key, seals, heads), [r for r in raws if r.topic != audit]):
             ledger.add_forwarded(f.topic, f.decision_id, f.ok, f.decision_sha256)
+            if f.opened is not None:
+                note_head(ledger, f.opened, leaf=False)
 
     try:
         return await scan(cfg, [audit, *downstream], offsets, idle_ms, handle, progress, required=audit)

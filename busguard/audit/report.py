@@ -120,6 +120,12 @@ def render_table(report: AuditReport) -> str:
         lines += _table(["CALL", "BIDS", "REFUSED AWARDS", "AWARDED TO", "MODE", "SETTLEMENT"], [_call_row(c) for c in report.calls])
     if report.pending:
         lines += ["", f"pending escalations ({len(report.pending)}):", render_pending(report.pending)]
+    if report.chains:
+        lines += ["", f"batch-seal chains ({len(report.chains)}; keep each tip: a truncated chain end shows only against it):"]
+        lines += _table(
+            ["GUARD", "CHAIN", "HEADS", "RECORDS", "TIP SEQ", "TIP SHA-256"],
+            [[_clip(c.guard, 30), c.chain, str(c.heads), str(c.leaves), str(c.tip_seq), c.tip_sha256] for c in report.chains],
+        )
     if report.violations:
         lines += ["", f"violations ({len(report.violations)}):"]
         for v in report.violations:

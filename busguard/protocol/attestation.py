@@ -21,6 +21,7 @@ byte-identical.
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Sequence
 from typing import Final
 
@@ -31,6 +32,16 @@ from busguard.protocol.envelope import HEADER_RECEIPT, b64url_decode_strict, b64
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.receipt import ReceiptError, decode_receipt, payload_hash, receipt_id
 from busguard.protocol.signing import Signer, verify_signature
+from busguard.protocol.treehead import (
+    HEADER_HEAD_SEAL,
+    HEADER_INCLUSION,
+    HEADER_TREE_HEAD,
+    TreeHead,
+    TreeHeadError,
+    decode_head,
+    head_message,
+    included,
+)
 
 ATTESTATION_CONTEXT: Final = b"busguard/attestation/v1\x00"
 HEADER_ATTESTATION: Final = "busguard-attestation"
@@ -50,8 +61,22 @@ HEADER_ANNOTATION_PREFIX: Final = "busguard-annotation-"
 #: Headers only busguard may write. An input that carries one is rejected
 #: (`reserved_header`) so a sender cannot smuggle a fake attestation downstream.
 RESERVED_HEADERS: Final = frozenset(
-    {HEADER_ATTESTATION, HEADER_SEAL, HEADER_DECISION_ID, HEADER_OUTCOME, HEADER_REASON, HEADER_DETAIL, HEADER_SOURCE, HEADER_PRIOR}
+    {
+        HEADER_ATTESTATION,
+        HEADER_SEAL,
+        HEADER_TREE_HEAD,
+        HEADER_HEAD_SEAL,
+        HEADER_INCLUSION,
+        HEADER_DECISION_ID,
+        HEADER_OUTCOME,
+        HEADER_REASON,
+        HEADER_DETAIL,
+        HEADER_SOURCE,
+        HEADER_PRIOR,
+    }
 )
+#: The headers that carry a seal, of either kind (`open_sealed`).
+_SEAL_HEADERS: Final = (HEADER_ATTESTATION, HEADER_SEAL, HEADER_TREE_HEAD, HEADER_HEAD_SEAL, HEADER_INCLUSION)
 
 _decision_encoder: Final = msgspec.json.Encoder()
 
@@ -80,6 +105,11 @@ _attestation_decoder: Final = msgspec.json.Decoder(Attestation)
 
 class AttestationError(ValueError):
     pass
+
+
+class InclusionError(AttestationError):
+    """A batch seal whose head verifies but whose inclusion proof does not
+    prove this attestation: the auditor reports it apart (`bad_inclusion`)."""
 
 
 def decision_bytes(decision: Decision) -> bytes:
@@ -136,22 +166,98 @@ def seal(signer: Signer, attestation: bytes) -> bytes:
     return b64url_encode(signer.sign(ATTESTATION_CONTEXT + attestation)).encode("ascii")
 
 
-def open_attestation(headers: Sequence[tuple[str, bytes]], guard_public_key: bytes) -> Attestation:
-    """The attestation on a busguard output, after checking the guard's seal."""
-    found = {k: v for k, v in headers if k in (HEADER_ATTESTATION, HEADER_SEAL)}
-    if len(found) != 2 or sum(1 for k, _ in headers if k in found) != 2:
-        raise AttestationError("exactly one busguard-attestation and one busguard-seal header are required")
+class HeadCache:
+    """Tree heads whose seal verified with one key, so a reader checks one
+    signature per batch, not per record. Bounded: the oldest is forgotten
+    first. Shared by worker threads: reads take no lock (a miss costs one
+    more verify), writes do."""
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self.capacity = capacity
+        self._heads: dict[tuple[bytes, bytes, bytes], TreeHead] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: bytes, raw: bytes, seal_b64: bytes) -> TreeHead | None:
+        return self._heads.get((key, raw, seal_b64))
+
+    def add(self, key: bytes, raw: bytes, seal_b64: bytes, head: TreeHead) -> None:
+        with self._lock:
+            self._heads[(key, raw, seal_b64)] = head
+            while len(self._heads) > self.capacity:
+                del self._heads[next(iter(self._heads))]
+
+
+class Opened(msgspec.Struct, frozen=True, kw_only=True):
+    """A sealed output opened: its attestation and, when batch-sealed, the
+    head and the leaf index the inclusion proof put it at."""
+
+    attestation: Attestation
+    raw: bytes
+    head: TreeHead | None = None
+    head_raw: bytes | None = None
+    index: int | None = None
+
+
+def open_sealed(headers: Sequence[tuple[str, bytes]], guard_public_key: bytes, heads: HeadCache | None = None) -> Opened:
+    """The attestation on a busguard output after checking its seal: either
+    a per-record `busguard-seal`, or a batch seal (a tree head whose seal
+    verifies, and an inclusion proof of this attestation in its tree)."""
+    found: dict[str, list[bytes]] = {}
+    for k, v in headers:
+        if k in _SEAL_HEADERS:
+            found.setdefault(k, []).append(v)
+    if any(len(vs) != 1 for vs in found.values()) or HEADER_ATTESTATION not in found:
+        raise AttestationError("exactly one busguard-attestation header, and at most one of each seal header, are required")
+    att_raw = found[HEADER_ATTESTATION][0]
+    batch = {HEADER_TREE_HEAD, HEADER_HEAD_SEAL, HEADER_INCLUSION}
+    if HEADER_SEAL in found:
+        if batch & found.keys():
+            raise AttestationError("busguard-seal and a batch seal (busguard-tree-head) on one record")
+        try:
+            signature = b64url_decode_strict(found[HEADER_SEAL][0], 64)
+        except ValueError as exc:
+            raise AttestationError(f"busguard-seal: {exc}") from None
+        if not verify_signature(guard_public_key, ATTESTATION_CONTEXT + att_raw, signature):
+            raise AttestationError("busguard-seal does not verify with the guard's public key")
+        return Opened(attestation=decode_attestation(att_raw), raw=att_raw)
+    if not batch <= found.keys():
+        raise AttestationError("no busguard-seal, and not all of busguard-tree-head, busguard-head-seal and busguard-inclusion")
+    head_raw, head_seal = found[HEADER_TREE_HEAD][0], found[HEADER_HEAD_SEAL][0]
+    head = heads.get(guard_public_key, head_raw, head_seal) if heads is not None else None
+    if head is None:
+        try:
+            signature = b64url_decode_strict(head_seal, 64)
+        except ValueError as exc:
+            raise AttestationError(f"busguard-head-seal: {exc}") from None
+        if not verify_signature(guard_public_key, head_message(head_raw), signature):
+            raise AttestationError("busguard-head-seal does not verify with the guard's public key")
+        try:
+            head = decode_head(head_raw)
+        except TreeHeadError as exc:
+            raise AttestationError(str(exc)) from None
+        if heads is not None:
+            heads.add(guard_public_key, head_raw, head_seal, head)
     try:
-        signature = b64url_decode_strict(found[HEADER_SEAL], 64)
-    except ValueError as exc:
-        raise AttestationError(f"busguard-seal: {exc}") from None
-    if not verify_signature(guard_public_key, ATTESTATION_CONTEXT + found[HEADER_ATTESTATION], signature):
-        raise AttestationError("busguard-seal does not verify with the guard's public key")
-    return decode_attestation(found[HEADER_ATTESTATION])
+        index = included(att_raw, head, found[HEADER_INCLUSION][0])
+    except TreeHeadError as exc:
+        raise InclusionError(str(exc)) from None
+    return Opened(attestation=decode_attestation(att_raw), raw=att_raw, head=head, head_raw=head_raw, index=index)
+
+
+def open_attestation(headers: Sequence[tuple[str, bytes]], guard_public_key: bytes, heads: HeadCache | None = None) -> Attestation:
+    """The attestation on a busguard output, after checking the guard's seal
+    (per record, or the batch's head and this record's inclusion proof)."""
+    return open_sealed(headers, guard_public_key, heads).attestation
 
 
 def verify_admitted(
-    value: bytes, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes, receiver: str | None, *, any_receiver: bool = False
+    value: bytes,
+    headers: Sequence[tuple[str, bytes]],
+    guard_public_key: bytes,
+    receiver: str | None,
+    *,
+    any_receiver: bool = False,
+    heads: HeadCache | None = None,
 ) -> Attestation:
     """For downstream agents: prove a record was admitted by busguard, for you.
 
@@ -164,7 +270,7 @@ def verify_admitted(
     """
     if (receiver is None) != any_receiver:
         raise TypeError("pass the opener's agent id as receiver, or receiver=None with any_receiver=True")
-    att = check_admitted(open_attestation(headers, guard_public_key), value, headers)
+    att = check_admitted(open_attestation(headers, guard_public_key, heads), value, headers)
     if receiver is not None:
         check_receiver(headers, receiver)
     return att
@@ -223,9 +329,14 @@ def decode_attestation(raw: bytes) -> Attestation:
         raise AttestationError(f"busguard-attestation is malformed: {exc}") from None
 
 
-def verify_decision_record(value: bytes, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes) -> Attestation:
+def verify_decision_record(value: bytes, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes, heads: HeadCache | None = None) -> Attestation:
     """For auditors: the attestation on an audit/escalation record, bound to its value."""
-    att = open_attestation(headers, guard_public_key)
-    if hashlib.sha256(value).hexdigest() != att.decision_sha256:
+    return open_decision_record(value, headers, guard_public_key, heads).attestation
+
+
+def open_decision_record(value: bytes, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes, heads: HeadCache | None = None) -> Opened:
+    """`verify_decision_record`, keeping the head and leaf index (the auditor's chain check)."""
+    opened = open_sealed(headers, guard_public_key, heads)
+    if hashlib.sha256(value).hexdigest() != opened.attestation.decision_sha256:
         raise AttestationError("the record's value is not the decision the guard attested")
-    return att
+    return opened

@@ -3,15 +3,25 @@
 Per batch: precheck and verify signatures across a thread pool (PyNaCl
 releases the GIL) in `prepare`, which the loop runs while the batch before
 is still being produced and committed (it reads no state); then, in
-`process_prepared`, decide and persist in one state transaction, seal each
-decision once (one Ed25519 signature serves the primary output and the audit
-record) and hand the outputs to the loop to produce and commit.
+`process_prepared`, decide and persist in one state transaction, seal, and
+hand the outputs to the loop to produce and commit.
+
+Sealing (`[batch] seal`): "batch" signs once per batch, inside the batch's
+transaction: the tree over the new decisions' attestations and the head
+that follows this process's chain tip are persisted with the decisions
+(busguard.protocol.treehead), so a re-delivered record is re-emitted with
+the same head and proof. "record" seals each decision once (one Ed25519
+signature serves its primary output and audit record) on `_seal_pool` while
+the store commits. Either way a decision that already has a persisted head
+is re-emitted with it, and one that has none with a per-record seal: the
+bytes first emitted, whichever mode is configured now.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -25,6 +35,8 @@ from busguard.admission.fence import behind, fence_ends
 from busguard.protocol.records import Coordinates, Decision
 from busguard.config import Config
 from busguard.protocol.attestation import attest, decision_bytes, seal
+from busguard.protocol.merkle import HASH_BYTES, leaf_hash
+from busguard.protocol.treehead import MAX_LEAVES, BatchTree, ChainTip, rebuild, seal_batch
 from busguard.protocol.keyfile import Identity
 from busguard.protocol.keys import KeyRegistry, KeyWindow
 from busguard.protocol.reasons import Reason
@@ -32,10 +44,12 @@ from busguard.runtime.faults import Faults
 from busguard.runtime.stage import SealingStage
 from busguard.runtime.watched import WatchedFile
 from busguard.runtime.ops import Metrics
-from busguard.runtime.outputs import Output, OutputBudget, Sealed, outputs_for
+from busguard.runtime.outputs import BatchProof, Output, OutputBudget, Sealed, outputs_for, worst_batch_sealed
 from busguard.runtime.records import Undecodable, preserved
-from busguard.state.keys import Partition
+from busguard.state.keys import Partition, source_key
+from busguard.state.snapshot import Snapshot, StoredHead, spans_of
 from busguard.state.store import StateStore
+from busguard.state.writes import BatchWrites
 
 log = structlog.get_logger(__name__)
 
@@ -53,6 +67,27 @@ class Ready(NamedTuple):
     checked: Checked
     #: the clock reading the batch is judged at, prechecks and decisions alike
     now_ms: int
+
+
+class BatchSeal(NamedTuple):
+    """What a batch's transaction sealed (`Guard._seal_in_transaction`)."""
+
+    #: the new decisions' (decision_json, attestation), by id(decision)
+    attested: dict[int, tuple[bytes, bytes]]
+    #: batch mode: the tree over them and each one's leaf index
+    tree: BatchTree | None
+    leaf_at: dict[int, int]
+    #: re-emitted decisions found under a persisted head
+    reused: dict[int, Sealed]
+    tip: ChainTip | None
+
+
+def find_leaf(leaves: bytes, leaf: bytes) -> int | None:
+    """The index of the 32-byte hash `leaf` in concatenated `leaves`."""
+    at = leaves.find(leaf)
+    while at != -1 and at % HASH_BYTES:
+        at = leaves.find(leaf, at + 1)
+    return None if at == -1 else at // HASH_BYTES
 
 
 class Guard(SealingStage):
@@ -73,6 +108,13 @@ class Guard(SealingStage):
         self.downstreams = cfg.downstreams
         self.receivers = cfg.receivers
         self.budget = OutputBudget(cfg.kafka.max_message_bytes, cfg.kafka.compression, identity.agent_id)
+        self.batch_seal = cfg.batch.seal == "batch"
+        #: this process's chain of batch seals: a new one at every start, so
+        #: guard processes sharing a store never contend for one tip
+        #: (docs/protocol.md 12.6, "Chains")
+        self.chain = secrets.token_hex(8)
+        #: the last head this process committed: the tip, should the store lose it
+        self._tip: ChainTip | None = None
         self._pool = ThreadPoolExecutor(cfg.batch.verify_threads, thread_name_prefix="busguard-crypto")
         # Its own threads, so a batch's seals do not queue behind the next
         # batch's signature checks (which the loop runs ahead on `_pool`).
@@ -148,6 +190,60 @@ class Guard(SealingStage):
         att = attest(d, body, self.identity.agent_id)
         return Sealed(d, body, att, seal(self.signer, att))
 
+    def _size_seal(self, d: Decision) -> Sealed:
+        """What a would-be forward is sized with: batch-sealed, the longest
+        head and proof its batch could give it (the tree is not built yet)."""
+        if not self.batch_seal:
+            return self._seal_one(d)
+        body = decision_bytes(d)
+        return worst_batch_sealed(d, body, attest(d, body, self.identity.agent_id), self.identity.agent_id, MAX_LEAVES)
+
+    def _seal_in_transaction(self, snapshot: Snapshot, decisions: list[Decision], writes: BatchWrites, now_ms: int) -> BatchSeal:
+        """Inside the batch's transaction, before the store writes: in batch
+        mode attest the new decisions, build their tree, sign the head that
+        follows the chain's tip and add it to `writes`; in either mode find
+        re-emitted decisions under the heads they were persisted with."""
+        new = list(writes.decisions.values())
+        ids = {id(d) for d in new}
+        guard_id = self.identity.agent_id
+        attested: dict[int, tuple[bytes, bytes]] = {}
+        tree, index, tip = None, {}, self._tip
+        if self.batch_seal and new:
+            for d in new:
+                body = decision_bytes(d)
+                attested[id(d)] = (body, attest(d, body, guard_id))
+            stored = None if snapshot.tip is None else ChainTip(*snapshot.tip)
+            if stored is not None and (tip is None or stored.seq >= tip.seq):
+                tip = stored
+            tree = seal_batch(self.signer, [attested[id(d)][1] for d in new], guard=guard_id, chain=self.chain, tip=tip, sealed_at=now_ms)
+            seq = 0 if tip is None else tip.seq + 1
+            writes.heads.append(StoredHead(self.chain, seq, tree.head, tree.seal, b"".join(tree.leaves), spans_of(writes.decisions), now_ms))
+            index = {id(d): i for i, d in enumerate(new)}
+            tip = ChainTip(seq, tree.head)
+        reused: dict[int, Sealed] = {}
+        if snapshot.heads:
+            trees: dict[tuple[str, int], BatchTree] = {}
+            for d in decisions:
+                if id(d) not in ids and id(d) not in reused:
+                    found = self._under_stored_head(d, snapshot.heads, trees)
+                    if found is not None:
+                        reused[id(d)] = found
+        return BatchSeal(attested, tree, index, reused, tip)
+
+    def _under_stored_head(self, d: Decision, heads: Sequence[StoredHead], trees: dict[tuple[str, int], BatchTree]) -> Sealed | None:
+        """A decision persisted under a batch seal, sealed as first emitted."""
+        body = decision_bytes(d)
+        att = attest(d, body, self.identity.agent_id)
+        leaf, where = leaf_hash(att), source_key(d.source)
+        for h in heads:
+            i = find_leaf(h.leaves, leaf) if h.covers(where) else None
+            if i is not None:
+                tree = trees.get((h.chain, h.seq))
+                if tree is None:
+                    tree = trees[(h.chain, h.seq)] = rebuild(h.head, h.seal, h.leaves)
+                return Sealed(d, body, att, b"", BatchProof(h.head, h.seal, tree.inclusion(i)))
+        return None
+
     def _seal_many(self, decisions: Sequence[Decision]) -> list[Sealed]:
         return [s for part in self._seal_pool.map(self._seal_part, chunks(decisions, self.cfg.batch.verify_threads)) for s in part]
 
@@ -166,13 +262,18 @@ class Guard(SealingStage):
         )
 
     def _decide_and_persist(self, ready: Ready) -> tuple[list[Decision], list[Sealed]]:
-        """Decide and persist, sealing the decisions on `_seal_pool` while the
-        store writes and commits them (nothing is emitted before it has)."""
+        """Decide and persist; batch mode seals inside the transaction, record
+        mode on `_seal_pool` while the store writes and commits (nothing is
+        emitted before it has)."""
         sealing: list[tuple[list[Decision], list[Future[list[Sealed]]]]] = []
+        sealed_in: list[BatchSeal] = []
 
         def decided(decisions: list[Decision]) -> None:
             parts = chunks(decisions, self.cfg.batch.verify_threads)
             sealing[:] = [(decisions, [self._seal_pool.submit(self._seal_part, part) for part in parts])]
+
+        def in_transaction(snapshot: Snapshot, decisions: list[Decision], writes: BatchWrites) -> None:
+            sealed_in[:] = [self._seal_in_transaction(snapshot, decisions, writes, ready.now_ms)]
 
         decisions = admit_checked(
             ready.checked,
@@ -180,17 +281,35 @@ class Guard(SealingStage):
             now_ms=ready.now_ms,
             policy=self.policy,
             after_decide=lambda: self.faults.reached("decided"),
-            oversize=lambda d, item: self.budget.forward_refusal(d, item.key, item.value, item.headers, self._seal_one),
+            oversize=lambda d, item: self.budget.forward_refusal(d, item.key, item.value, item.headers, self._size_seal),
             on_replaced=self._replaced,
-            on_decided=decided,
+            on_decided=None if self.batch_seal else decided,
+            on_writes=in_transaction,
+            chain=self.chain if self.batch_seal else None,
         )
         t = time.perf_counter()
-        if not sealing or sealing[0][0] is not decisions:
+        (done,) = sealed_in
+        self._tip = done.tip
+        if self.batch_seal:
+            sealed = [self._batch_sealed(d, done) for d in decisions]
+        elif not sealing or sealing[0][0] is not decisions:
             sealed = self._seal_many(decisions)
         else:
             sealed = [s for f in sealing[0][1] for s in f.result()]
+        if done.reused and not self.batch_seal:
+            sealed = [done.reused.get(id(s.decision), s) for s in sealed]
         self.metrics.phase_seconds.labels("seal").observe(time.perf_counter() - t)  # what sealing adds after the commit
         return decisions, sealed
+
+    def _batch_sealed(self, d: Decision, done: BatchSeal) -> Sealed:
+        reused = done.reused.get(id(d))
+        if reused is not None:
+            return reused
+        i = done.leaf_at.get(id(d))
+        if i is None or done.tree is None:
+            return self._seal_one(d)  # persisted before batch seals, or under a head since expired
+        body, att = done.attested[id(d)]
+        return Sealed(d, body, att, b"", BatchProof(done.tree.head, done.tree.seal, done.tree.inclusion(i)))
 
     def _replaced(self, earlier: Decision, new: Decision) -> None:
         """A decided position now holds another record: its topic was

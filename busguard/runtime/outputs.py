@@ -3,7 +3,9 @@
 Every input yields exactly two records: its primary output (downstream for
 `forward`, reconciliation for `escalate`, dead-letter for `reject` and
 `duplicate`) and one audit record. Both carry the same sealed attestation, so
-one signature per input serves both (see busguard.protocol.attestation).
+one signature per input serves both (see busguard.protocol.attestation), or,
+batch-sealed (`[batch] seal = "batch"`), one signature per batch serves all
+of its outputs (busguard.protocol.treehead).
 
 Because this is a pure function of the persisted decision and the input
 record, a crash-restart re-emits byte-identical records with the same
@@ -44,6 +46,7 @@ from busguard.protocol.attestation import (
     HEADER_SOURCE,
 )
 from busguard.protocol.attestation import attest_record
+from busguard.protocol.treehead import HEADER_HEAD_SEAL, HEADER_INCLUSION, HEADER_TREE_HEAD, MAX_LEAVES, worst_head, worst_inclusion
 from busguard.protocol.reasons import Outcome, Reason
 
 MAX_DETAIL_BYTES = 1024
@@ -74,13 +77,30 @@ class Output(NamedTuple):
     spread: int | None = None
 
 
+class BatchProof(NamedTuple):
+    """A decision's place in its batch seal: the head, its seal, and the
+    leaf's `busguard-inclusion` value."""
+
+    head: bytes
+    head_seal: bytes
+    inclusion: bytes
+
+
 class Sealed(NamedTuple):
-    """A decision made ready to emit: its record bytes, attestation and seal."""
+    """A decision made ready to emit: its record bytes, attestation and seal
+    (per record), or with `batch` set (and `seal` empty) its batch seal."""
 
     decision: Decision
     decision_json: bytes
     attestation: bytes
     seal: bytes
+    batch: BatchProof | None = None
+
+    def proof(self) -> list[tuple[str, bytes]]:
+        d = self.decision.decision_id
+        if self.batch is None:
+            return proof_headers(d, self.attestation, self.seal)
+        return batch_proof_headers(d, self.attestation, *self.batch)
 
 
 def proof_headers(record_id: str, attestation: bytes, seal: bytes) -> list[tuple[str, bytes]]:
@@ -88,6 +108,18 @@ def proof_headers(record_id: str, attestation: bytes, seal: bytes) -> list[tuple
     one order every writer uses (docs/protocol.md, "Attestation"): the
     guard's outputs, the reconciler's and the size budget's worst case."""
     return [(HEADER_DECISION_ID, record_id.encode()), (HEADER_ATTESTATION, attestation), (HEADER_SEAL, seal)]
+
+
+def batch_proof_headers(record_id: str, attestation: bytes, head: bytes, head_seal: bytes, inclusion: bytes) -> list[tuple[str, bytes]]:
+    """`proof_headers` of a batch-sealed output (docs/protocol.md 12.6): the
+    tree head, its seal and the inclusion proof take `busguard-seal`'s place."""
+    return [
+        (HEADER_DECISION_ID, record_id.encode()),
+        (HEADER_ATTESTATION, attestation),
+        (HEADER_TREE_HEAD, head),
+        (HEADER_HEAD_SEAL, head_seal),
+        (HEADER_INCLUSION, inclusion),
+    ]
 
 
 def outputs_for(
@@ -104,7 +136,7 @@ def outputs_for(
     routes (busguard.policies.seam); every other decision has two outputs."""
     d = sealed.decision
     did = d.decision_id.encode()
-    proof = proof_headers(d.decision_id, sealed.attestation, sealed.seal)
+    proof = sealed.proof()
     task_key = d.task_id.encode() if d.task_id is not None else did
     at, part = d.decided_at, d.source.partition
     # The audit topic is placed by input partition, not by hashing unique task ids.
@@ -284,9 +316,11 @@ def producer_batch_size(max_message_bytes: int, compression: Compression) -> int
     return max_message_bytes - codec_expansion(compression, max_message_bytes)
 
 
-def worst_proof(guard_id: str) -> list[tuple[str, bytes]]:
+def worst_proof(guard_id: str, max_leaves: int = MAX_LEAVES) -> list[tuple[str, bytes]]:
     """Proof headers at least as long as any the guard writes: the
-    attestation of a decision whose every field is at its longest."""
+    attestation of a decision whose every field is at its longest, under the
+    longest tree head with the longest inclusion proof of a batch of
+    `max_leaves` (a batch seal is always the longer of the two kinds)."""
     att = attest_record(
         guard_id,
         "f" * 32,
@@ -297,7 +331,13 @@ def worst_proof(guard_id: str) -> list[tuple[str, bytes]]:
         -(2**63),
         b"",
     )
-    return proof_headers("f" * 32, att, b"A" * 86)
+    return batch_proof_headers("f" * 32, att, worst_head(guard_id), b"A" * 86, worst_inclusion(max_leaves))
+
+
+def worst_batch_sealed(d: Decision, decision_json: bytes, attestation: bytes, guard_id: str, max_leaves: int) -> Sealed:
+    """`d` as if batch-sealed with the longest head and proof its batch can
+    have: what a forward is sized with before its batch's tree exists."""
+    return Sealed(d, decision_json, attestation, b"", BatchProof(worst_head(guard_id), b"A" * 86, worst_inclusion(max_leaves)))
 
 
 class OutputBudget:
@@ -309,14 +349,14 @@ class OutputBudget:
     its batch (the builder admits it only into an empty batch and nothing
     after it), so building that single-record batch measures it exactly."""
 
-    def __init__(self, max_message_bytes: int, compression: Compression, guard_id: str) -> None:
+    def __init__(self, max_message_bytes: int, compression: Compression, guard_id: str, max_leaves: int = MAX_LEAVES) -> None:
         self.limit = max_message_bytes
         self.compression = compression
         self.batch_size = producer_batch_size(max_message_bytes, compression)
         # What the worst-case proof headers add to any record: their own
         # bytes, plus a byte each for the header count's and the record
         # length's varints growing.
-        proof = worst_proof(guard_id)
+        proof = worst_proof(guard_id, max_leaves)
         self._proof_bytes = record_size(None, None, proof) - record_size(None, None, []) + 2
 
     def sent_size(self, o: Output) -> int:
@@ -335,8 +375,7 @@ class OutputBudget:
         value, headers = forwarded(d, value, headers)
         if BATCH_OVERHEAD + record_size(record_key, value, headers) + self._proof_bytes <= self.batch_size:
             return None
-        s = seal(d)
-        proof = proof_headers(d.decision_id, s.attestation, s.seal)
+        proof = seal(d).proof()
         o = forward_output("", record_key, value, headers, proof, d.decided_at, d.source.partition)
         if self.fits(o):
             return None

@@ -39,3 +39,5 @@ class KeySet(msgspec.Struct, kw_only=True):
     windows: set[WindowKey] = msgspec.field(default_factory=set)
     tasks: set[TaskKey] = msgspec.field(default_factory=set)
     policy: set[PolicyKey] = msgspec.field(default_factory=set)
+    #: the batch-seal chain whose tip the batch reads (Snapshot.tip); None: no batch seal
+    chain: str | None = None

@@ -6,7 +6,7 @@ import threading
 
 from busguard.protocol.records import Coordinates, Decision, TaskEntry
 from busguard.state.keys import KeySet, Partition, PolicyKey, SourceKey, source_key
-from busguard.state.snapshot import Snapshot
+from busguard.state.snapshot import Snapshot, StoredHead
 from busguard.state.store import BatchFn, rearmed
 from busguard.state.writes import PolicyRecord, WindowRecord
 
@@ -36,6 +36,8 @@ class MemoryStore:
         self.windows: dict[tuple[str, str], WindowRecord] = {}
         self.tasks: dict[tuple[str, str], tuple[TaskEntry, int]] = {}
         self.policy: dict[PolicyKey, PolicyRecord] = {}
+        self.heads: dict[tuple[str, int], StoredHead] = {}
+        self._tips: dict[str, int] = {}  # chain -> highest seq held
         self.decision_retention_ms = decision_retention_ms
         self.task_retention_ms = task_retention_ms
 
@@ -80,7 +82,16 @@ class MemoryStore:
                 row = self.policy.get(pk)
                 if row is not None and row.expires_at > now_ms:
                     snap.policy[pk] = row.value
+            chain = keys.chain
+            tip = self._tips.get(chain) if chain is not None else None
+            if chain is not None and tip is not None and (chain, tip) in self.heads:
+                snap.tip = (tip, self.heads[(chain, tip)].head)
+            if snap.decisions:
+                snap.heads = [h for h in self.heads.values() if h.sealed_at + self.decision_retention_ms > now_ms and any(map(h.covers, snap.decisions))]
             writes = fn(snap)
+            for h in writes.heads:
+                if (h.chain, h.seq) in self.heads:
+                    raise ValueError(f"batch seal chain {h.chain!r} already has a head {h.seq}: a chain never forks")
             marks = self.watermarks
             for part, offset in writes.watermarks().items():
                 if marks.get(part, -1) < offset:
@@ -91,6 +102,9 @@ class MemoryStore:
                 self.nonces[nk] = n.expires_at
             self.windows.update(writes.windows)
             self.policy.update(writes.policy)
+            for h in writes.heads:
+                self.heads[(h.chain, h.seq)] = h
+                self._tips[h.chain] = max(h.seq, self._tips.get(h.chain, -1))
             for tk, entry in writes.tasks.items():
                 current = self.tasks.get(tk)
                 if current is None or current[1] <= now_ms:
@@ -112,10 +126,12 @@ class MemoryStore:
             self.windows = {k: v for k, v in self.windows.items() if v.expires_at > now_ms}
             self.tasks = {k: v for k, v in self.tasks.items() if v[1] > now_ms}
             self.policy = {k: v for k, v in self.policy.items() if v.expires_at > now_ms}
+            self.heads = {k: h for k, h in self.heads.items() if h.sealed_at + self.decision_retention_ms > now_ms}
+            self._tips = {c: seq for c, seq in self._tips.items() if (c, seq) in self.heads}
             return before - self._total()
 
     def _total(self) -> int:
-        return len(self.decisions) + len(self.nonces) + len(self.windows) + len(self.tasks) + len(self.policy)
+        return len(self.decisions) + len(self.nonces) + len(self.windows) + len(self.tasks) + len(self.policy) + len(self.heads)
 
     def counts(self) -> dict[str, int]:
         return {"decisions": len(self.decisions), "nonces": len(self.nonces), "windows": len(self.windows), "tasks": len(self.tasks), "policy": len(self.policy)}

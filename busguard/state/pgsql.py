@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -36,6 +36,8 @@ import structlog
 
 if TYPE_CHECKING:
     import psycopg
+
+    from busguard.state.snapshot import Snapshot, StoredHead
 
 log = structlog.get_logger("busguard.state.postgres")
 
@@ -222,7 +224,17 @@ DDL: Final = (
     "CREATE INDEX IF NOT EXISTS windows_exp ON windows(exp)",
     "CREATE INDEX IF NOT EXISTS tasks_exp ON tasks(exp)",
     "CREATE INDEX IF NOT EXISTS policy_exp ON policy(exp)",
+    # batch seals (state/sealrows.py has the SQLite twin and the why)
+    "CREATE TABLE IF NOT EXISTS seal_heads(chain text NOT NULL, seq bigint NOT NULL, head bytea NOT NULL, seal bytea NOT NULL,"
+    " leaves bytea NOT NULL, spans bytea NOT NULL, sealed_at bigint NOT NULL, exp bigint NOT NULL, PRIMARY KEY (chain, seq))",
+    "CREATE TABLE IF NOT EXISTS seal_spans(topic text NOT NULL, part integer NOT NULL, lo bigint NOT NULL, hi bigint NOT NULL,"
+    " chain text NOT NULL, seq bigint NOT NULL, exp bigint NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS seal_spans_at ON seal_spans(topic, part, hi)",
+    "CREATE INDEX IF NOT EXISTS seal_heads_exp ON seal_heads(exp)",
+    "CREATE INDEX IF NOT EXISTS seal_spans_exp ON seal_spans(exp)",
 )
+#: expired like the others, but not counted among the admission rows (`counts`)
+SEAL_TABLES: Final = ("seal_heads", "seal_spans")
 EXPIRING: Final = ("decisions", "nonces", "windows", "tasks", "policy")
 EXPIRE_CHUNK: Final = 20_000  # rows per DELETE: short transactions, short row locks
 
@@ -304,3 +316,52 @@ def returned(cur: psycopg.Cursor[tuple[Any, ...]], sql: str, params: tuple[Any, 
     got = cur.rowcount
     if got != expected:
         raise Conflict(f"{what}: wrote {got} of {expected} rows; another guard wrote the rest after this batch read them")
+
+
+# --- batch seals -------------------------------------------------------------
+#
+# A head is inserted once per (chain, seq): if another writer took that seq
+# after this batch read the tip (only possible when two processes share a
+# chain id), the insert writes nothing, `returned` raises Conflict and the
+# batch reruns on the new tip, like every other conditional write here.
+
+LOAD_TIP: Final = "SELECT seq, head FROM seal_heads WHERE chain = %s ORDER BY seq DESC LIMIT 1"
+LOAD_SPANS: Final = "SELECT DISTINCT chain, seq FROM seal_spans WHERE topic = %s AND part = %s AND hi >= %s AND lo <= %s AND exp > %s"
+LOAD_HEAD: Final = "SELECT head, seal, leaves, spans, sealed_at FROM seal_heads WHERE chain = %s AND seq = %s AND exp > %s"
+WRITE_HEAD: Final = "INSERT INTO seal_heads VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (chain, seq) DO NOTHING"
+WRITE_SPANS: Final = "INSERT INTO seal_spans SELECT * FROM unnest(%s::text[], %s::integer[], %s::bigint[], %s::bigint[], %s::text[], %s::bigint[], %s::bigint[])"
+
+
+def load_seals(cur: psycopg.Cursor[tuple[Any, ...]], snap: Snapshot, chain: str | None, now_ms: int) -> None:
+    """The chain's tip and the heads covering the snapshot's decisions, into `snap`."""
+    from busguard.state.sealrows import decode_spans
+    from busguard.state.snapshot import StoredHead, spans_of
+
+    if chain is not None:
+        cur.execute(LOAD_TIP, (chain,))
+        row = cur.fetchone()
+        snap.tip = None if row is None else (int(row[0]), bytes(row[1]))
+    if not snap.decisions:
+        return
+    wanted: set[tuple[str, int]] = set()
+    for topic, part, lo, hi in spans_of(snap.decisions):
+        cur.execute(LOAD_SPANS, (topic, part, lo, hi, now_ms))
+        wanted.update((str(c), int(q)) for c, q in cur.fetchall())
+    for c, seq in sorted(wanted):
+        cur.execute(LOAD_HEAD, (c, seq, now_ms))
+        found = cur.fetchone()
+        if found is not None:
+            head = StoredHead(c, seq, bytes(found[0]), bytes(found[1]), bytes(found[2]), decode_spans(bytes(found[3])), int(found[4]))
+            if any(map(head.covers, snap.decisions)):
+                snap.heads.append(head)
+
+
+def write_seals(cur: psycopg.Cursor[tuple[Any, ...]], heads: Sequence[StoredHead], retention_ms: int) -> None:
+    from busguard.state.sealrows import encode_spans
+
+    for h in heads:
+        exp = h.sealed_at + retention_ms
+        returned(cur, WRITE_HEAD, (h.chain, h.seq, h.head, h.seal, h.leaves, encode_spans(h.spans), h.sealed_at, exp), 1, f"batch seal {h.chain}/{h.seq}")
+        cols = list(zip(*[(t, p, lo, hi, h.chain, h.seq, exp) for t, p, lo, hi in h.spans], strict=True))
+        if cols:
+            cur.execute(WRITE_SPANS, tuple(list(c) for c in cols))

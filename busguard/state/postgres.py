@@ -298,6 +298,7 @@ class PostgresStore:
             cur.execute(pgsql.LOAD_POLICY, (list(by_key), now_ms), binary=True)
             for k, body in cur.fetchall():
                 snap.policy[by_key[k]] = body
+        pgsql.load_seals(cur, snap, keys.chain, now_ms)
         return snap, versions
 
     def _write(self, cur: Cursor, keys: KeySet, snap: Snapshot, versions: dict[bytes, int], writes: BatchWrites, now_ms: int) -> None:
@@ -364,6 +365,7 @@ class PostgresStore:
         marks = writes.watermarks()
         if marks:
             cur.execute(pgsql.WRITE_WATERMARKS, _columns(sorted((t, p, o) for (t, p), o in marks.items()), 3))
+        pgsql.write_seals(cur, writes.heads, self.decision_retention_ms)
 
     def decision_at(self, source: Coordinates) -> Decision | None:
         def body(cur: Cursor) -> Decision | None:
@@ -383,7 +385,7 @@ class PostgresStore:
 
     def expire(self, now_ms: int) -> int:
         total = 0
-        for table in pgsql.EXPIRING:
+        for table in (*pgsql.EXPIRING, *pgsql.SEAL_TABLES):
             while True:
 
                 def body(cur: Cursor, table: str = table) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import msgspec
 
 from busguard.protocol.records import Decision, TaskEntry
@@ -18,6 +20,37 @@ class WindowState(msgspec.Struct, frozen=True):
     bitmap: int
 
 
+class StoredHead(msgspec.Struct, frozen=True, gc=False):
+    """A batch seal as persisted with its batch (busguard.protocol.treehead):
+    the signed head's bytes and seal, the concatenated 32-byte leaf hashes
+    (the tree, and so every leaf's proof, is rebuilt from them), and the
+    input positions its leaves were decided for, per partition as
+    (topic, partition, lowest offset, highest offset): what finds a
+    re-delivered record's head. It expires with its decisions."""
+
+    chain: str
+    seq: int
+    head: bytes
+    seal: bytes
+    leaves: bytes
+    spans: list[tuple[str, int, int, int]]
+    sealed_at: int
+
+    def covers(self, key: SourceKey) -> bool:
+        topic, partition, offset = key
+        return any(t == topic and p == partition and lo <= offset <= hi for t, p, lo, hi in self.spans)
+
+
+def spans_of(positions: Iterable[SourceKey]) -> list[tuple[str, int, int, int]]:
+    """`StoredHead.spans` of these positions: per (topic, partition), the
+    lowest and highest offset."""
+    found: dict[tuple[str, int], tuple[int, int]] = {}
+    for topic, part, offset in positions:
+        lo, hi = found.get((topic, part), (offset, offset))
+        found[(topic, part)] = (min(lo, offset), max(hi, offset))
+    return [(t, p, lo, hi) for (t, p), (lo, hi) in sorted(found.items())]
+
+
 class Snapshot(msgspec.Struct, kw_only=True):
     """Unexpired rows found for a KeySet; a key absent here is absent in the store."""
 
@@ -27,3 +60,7 @@ class Snapshot(msgspec.Struct, kw_only=True):
     windows: dict[WindowKey, WindowState] = msgspec.field(default_factory=dict)
     tasks: dict[TaskKey, TaskEntry] = msgspec.field(default_factory=dict)
     policy: dict[PolicyKey, bytes] = msgspec.field(default_factory=dict)
+    #: the newest head of `KeySet.chain` as (seq, head bytes), expired or not; None: no head yet
+    tip: tuple[int, bytes] | None = None
+    #: unexpired heads whose spans cover a position in `decisions` (for re-emission)
+    heads: list[StoredHead] = msgspec.field(default_factory=list)

@@ -44,6 +44,7 @@ from typing import Any, Final
 import msgspec
 
 from busguard.protocol.records import Coordinates, Decision, TaskEntry
+from busguard.state import sealrows
 from busguard.state.codecs import bitmap_bytes, bitmap_int, decision_decoder, encode, task_decoder
 from busguard.state.keys import KeySet, Partition, source_key
 from busguard.state.snapshot import Snapshot, WindowState
@@ -97,6 +98,7 @@ class SqliteStore:
             with transaction(self._db) as db:
                 for statement in filter(str.strip, _SCHEMA.split(";")):
                     db.execute(statement)
+                sealrows.create(db)  # batch seals: their own tables, gained by any existing store
                 meta = dict(db.execute("SELECT k, v FROM meta").fetchall())
                 self._created = "created_at_ms" not in meta
                 if self._created:
@@ -174,6 +176,7 @@ class SqliteStore:
         by_key = {key(*p): p for p in keys.policy}
         for k, body in self._select("SELECT k, body FROM policy WHERE +exp > ? AND k IN ({})", list(by_key), now_ms):
             snap.policy[by_key[k]] = body
+        sealrows.load(self._db, snap, keys.chain, now_ms)
         return snap
 
     def _write(self, state: BatchWrites, now_ms: int) -> None:
@@ -198,6 +201,7 @@ class SqliteStore:
             [(key(t.kind, t.task_id), encode(t), t.admitted_at + self.task_retention_ms, now_ms) for t in state.tasks.values()],
         )
         db.executemany("INSERT OR REPLACE INTO policy VALUES (?,?,?)", [(key(*p.key), p.value, p.expires_at) for p in state.policy.values()])
+        sealrows.write(db, state.heads, self.decision_retention_ms)
 
     def decision_at(self, source: Coordinates) -> Decision | None:
         row = self._db.execute("SELECT body FROM decisions WHERE k=?", (key(*source_key(source)),)).fetchone()
@@ -209,7 +213,7 @@ class SqliteStore:
 
     def expire(self, now_ms: int) -> int:
         with transaction(self._db) as db:
-            return sum(db.execute(f"DELETE FROM {t} WHERE exp <= ?", (now_ms,)).rowcount for t in _TABLES)
+            return sum(db.execute(f"DELETE FROM {t} WHERE exp <= ?", (now_ms,)).rowcount for t in _TABLES) + sealrows.expire(db, now_ms)
 
     def counts(self) -> dict[str, int]:
         return {t: self._db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in _TABLES}

@@ -12,6 +12,11 @@ backend applies (tests/unit/test_state_stores.py runs them on each one):
   the existing one has expired, so the first admission stays the witness;
   it expires `task_retention_ms` after `admitted_at`.
 - the partition watermarks (`watermarks()`) only move forward.
+- `heads` (batch seals) are insert-only: a (chain, seq) is written once, and
+  a second head for it is an error, never an overwrite (a chain never
+  forks). A head expires `decision_retention_ms` after its `sealed_at`,
+  with the decisions it covers (they were all decided at `sealed_at`). The
+  snapshot's `tip` is the highest seq of `KeySet.chain` still held.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import msgspec
 
 from busguard.protocol.records import Decision, TaskEntry
 from busguard.state.keys import NonceKey, Partition, PolicyKey, SourceKey, TaskKey, WindowKey
-from busguard.state.snapshot import WindowState
+from busguard.state.snapshot import StoredHead, WindowState
 
 
 class NonceRecord(msgspec.Struct, frozen=True, gc=False):
@@ -50,6 +55,7 @@ class BatchWrites(msgspec.Struct, kw_only=True):
     windows: dict[WindowKey, WindowRecord] = msgspec.field(default_factory=dict)
     tasks: dict[TaskKey, TaskEntry] = msgspec.field(default_factory=dict)
     policy: dict[PolicyKey, PolicyRecord] = msgspec.field(default_factory=dict)
+    heads: list[StoredHead] = msgspec.field(default_factory=list)
 
     def watermarks(self) -> dict[Partition, int]:
         """Per input partition, the highest offset this batch decided."""

@@ -244,3 +244,9 @@ def test_receipt_id_is_null_exactly_when_no_receipt_was_opened() -> None:
     assert (row1.reason, row1.receipt_id) == (Reason.MISSING_FIELD, None)
     assert (row2.reason, row2.receipt_id) == (Reason.NOT_JSON, None)
     assert row10.reason == Reason.BAD_SIGNATURE and row10.receipt_id == rec.receipt_id
+
+
+def test_the_tree_head_table_names_every_field_in_wire_order() -> None:
+    from busguard.protocol.treehead import TreeHead
+
+    assert [r[0] for r in _table("**The tree head**")] == list(TreeHead.__struct_fields__)

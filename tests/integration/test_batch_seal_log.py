@@ -1,0 +1,47 @@
+"""Batch seals end to end: a guard killed after its batch's transaction
+committed (head persisted, nothing produced), then a new process. The
+re-delivered records come back under the dead process's head, byte for byte,
+the new process starts its own chain, and the auditor proves both chains
+whole: every head, every leaf exactly once, no per-record seal anywhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from busguard.devtools.broker import EmbeddedBroker
+from busguard.protocol.attestation import HEADER_SEAL
+from busguard.protocol.treehead import HEADER_TREE_HEAD, decode_head
+
+from .guardkit import GuardProcess, all_decided, collect, collect_all, make_setup, produce
+from .test_audit import _audit, workload
+
+
+async def test_a_crash_after_commit_re_emits_under_the_old_head_and_both_chains_audit_whole(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    s = await make_setup(tmp_path, broker.bootstrap, max_records=20)
+    victim = GuardProcess(s, fault="persisted:2")  # its 2nd batch (and head) committed in the store, never produced
+    victim.wait_ready()
+    handoffs, acks, _ = workload(tmp_path, n=60)
+    await produce(s.bootstrap, s.handoffs, handoffs, key=b"planner")
+    await produce(s.bootstrap, s.acks, acks, key=b"executor")
+    total = len(handoffs) + len(acks)
+    assert victim.wait(60) == -9, victim.tail()
+    survivor = GuardProcess(s)
+    try:
+        survivor.wait_ready()
+        await collect(s.bootstrap, s.outputs, lambda c: all_decided(s, c, total) and len({(r.topic, r.value) for r in c[s.audit]}) >= total)
+    finally:
+        assert survivor.terminate() == 0, survivor.tail()
+    raw = await collect_all(s.bootstrap, [s.audit])
+    heads = [decode_head(dict(r.headers)[HEADER_TREE_HEAD]) for r in raw[s.audit]]
+    assert all(HEADER_SEAL not in dict(r.headers) for r in raw[s.audit])
+    chains = {h.chain for h in heads}
+    assert len(chains) == 2  # the victim's (its committed heads re-emitted by the survivor) and the survivor's
+
+    report, _ = await _audit(s, idle_ms=1000)
+    assert report.ok, report.violations
+    assert report.summary.decisions == total
+    assert sorted(c.chain for c in report.chains) == sorted(chains)
+    assert sum(c.leaves for c in report.chains) == total  # every decision is one leaf, of one head
+    # the victim sealed two batches: the first produced, the second only committed and re-emitted by the survivor
+    assert sorted((c.heads, c.tip_seq) for c in report.chains)[0] == (2, 1)
+    assert all(c.first_seq == 0 and c.heads == c.tip_seq + 1 for c in report.chains)
