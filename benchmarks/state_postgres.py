@@ -18,6 +18,20 @@ median state cost per record. On a shared 2-core machine these numbers
 are noisy and the server competes with the guards for the same cores.
 
     .venv/bin/python benchmarks/state_postgres.py [--records 10000] [--batch 500]
+
+Expiry cost (`--expiry-rows N`, instead of the runs above): on each backend
+(SQLite FULL, PostgreSQL durable) a store is filled by admitting N/3 records
+8 days ago (each leaves a decision, a nonce and a task, and the senders'
+session windows), so about N rows are due; then, while another guard
+process runs batches of fresh records on the same store, `expire` removes
+them. Reported: rows, seconds and rows/s of the expiry; `counts_s_before`,
+the exact row counts the guard takes after each expiry for its gauges,
+timed on the full tables; `own_pause_s`, how long the expiring guard's own
+loop is held (it expires between batches, so expire + counts); and the
+other guard's batches: median state time of a batch before the expiry,
+and the longest batch and how many batches ran while it lasted.
+
+    .venv/bin/python benchmarks/state_postgres.py --expiry-rows 300000
 """
 
 from __future__ import annotations
@@ -47,6 +61,7 @@ from busguard.protocol.identity import agent_id_for_key, canonical_principal  # 
 from busguard.protocol.keys import KeyRegistry, KeyWindow  # noqa: E402
 from busguard.protocol.signing import public_key_from_seed  # noqa: E402
 from busguard.sdk.sender import Sender  # noqa: E402
+from busguard.state import pgsql  # noqa: E402
 from busguard.state.postgres import PostgresStore  # noqa: E402
 from busguard.state.sqlite import SqliteStore  # noqa: E402
 from tests.pgkit import EmbeddedPostgres  # noqa: E402
@@ -118,11 +133,89 @@ def _worker(dsn: str, schema: str, inputs: list[Input], batch: int, now: int, ba
     store.close()
 
 
+DAY_MS = 86_400_000
+
+
+def _open(backend: str, where: str, created: int) -> Any:
+    if backend == "sqlite":
+        return SqliteStore(Path(where), now_ms=created, synchronous="FULL")
+    return PostgresStore(where, now_ms=created, schema="expiry")
+
+
+def _other_guard(backend: str, where: str, created: int, inputs: list[Input], batch: int, now: int, barrier: Any, stop: Any, out: Any) -> None:
+    """Batches of fresh records until `stop`: (start, end, state seconds) per batch."""
+    store = _open(backend, where, created)
+    timed, reg, policy = Timed(store), registry(), AdmissionPolicy()
+    spans: list[tuple[float, float, float]] = []
+    barrier.wait()
+    for i in range(0, len(inputs), batch):
+        if stop.is_set():
+            break
+        t0 = time.time()
+        admit_batch(inputs[i : i + batch], store=timed, registry=reg, now_ms=now, policy=policy, verify_many=skip_verify)  # type: ignore[arg-type]
+        spans.append((t0, time.time(), timed.samples[-1]))
+    store.close()
+    out.put(spans)
+
+
+def expiry(backend: str, where: str, rows: int, batch: int, tmp: Path) -> dict[str, float]:
+    now = time.time_ns() // 1_000_000
+    old = now - 8 * DAY_MS  # older than every retention (7 days at most)
+    created = old - 3_600_000
+    store = _open(backend, where, created)
+    filled = rows // 3
+    run(store, build(filled, 0, tmp / f"{backend}-old", old), batch, old)
+    before = sum(store.counts().values())
+    t0 = time.perf_counter()
+    store.counts()
+    counts_s_before = time.perf_counter() - t0
+    fresh = build(160 * batch, 1, tmp / f"{backend}-fresh", now)
+    ctx = multiprocessing.get_context("fork")
+    barrier, stop, out = ctx.Barrier(2), ctx.Event(), ctx.Queue()
+    other = ctx.Process(target=_other_guard, args=(backend, where, created, fresh, batch, now, barrier, stop, out))
+    other.start()
+    barrier.wait()
+    time.sleep(1.5)  # the other guard's baseline
+    e0 = time.time()
+    removed = store.expire(now)
+    e1 = time.time()
+    t0 = time.perf_counter()
+    store.counts()
+    counts_s_after = time.perf_counter() - t0
+    time.sleep(0.5)
+    stop.set()
+    spans: list[tuple[float, float, float]] = out.get(timeout=600)
+    other.join()
+    store.close()
+    baseline = [st for s0, s1, st in spans if s1 < e0]
+    during = [s1 - s0 for s0, s1, _ in spans if s1 >= e0 and s0 <= e1]
+    return {
+        "rows_before": before,
+        "expired_rows": removed,
+        "expire_s": round(e1 - e0, 3),
+        "expired_rows_per_s": round(removed / (e1 - e0)),
+        "counts_s_before": round(counts_s_before, 3),
+        "own_pause_s": round(e1 - e0 + counts_s_after, 3),
+        "other_batch_state_ms_median_before": round(statistics.median(baseline) * 1000, 1) if baseline else -1,
+        "other_batch_ms_longest_during": round(max(during) * 1000, 1) if during else -1,
+        "other_batches_during": len(during),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=10_000, help="per guard")
     ap.add_argument("--batch", type=int, default=500)
+    ap.add_argument("--expiry-rows", type=int, default=0, help="measure expiry of about this many rows instead")
     args = ap.parse_args()
+    if args.expiry_rows:
+        out: dict[str, object] = {"benchmark": "state_expiry", "rows": args.expiry_rows, "batch": args.batch, "pg_expire_chunk": pgsql.EXPIRE_CHUNK}
+        with tempfile.TemporaryDirectory() as tmp:
+            out["sqlite_full"] = expiry("sqlite", str(Path(tmp) / "expiry.db"), args.expiry_rows, args.batch, Path(tmp))
+            with EmbeddedPostgres(settings={"fsync": "on", "synchronous_commit": "on"}) as pg:
+                out["pg"] = expiry("postgres", pg.dsn, args.expiry_rows, args.batch, Path(tmp))
+        print(json.dumps(out))
+        return
     now = time.time_ns() // 1_000_000
     result: dict[str, object] = {"benchmark": "state_postgres", "records_per_guard": args.records, "batch": args.batch}
 

@@ -47,6 +47,11 @@ MIN_MAX_MESSAGE_BYTES: Final = 65_536
 class KafkaConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     bootstrap_servers: str = "127.0.0.1:9092"
     group_id: str = "busguard"
+    #: Static membership (KIP-345): this process's fixed member name in the
+    #: group, so a restart within session_timeout_ms takes its partitions back
+    #: without a rebalance. One per live process; "{hostname}" is replaced by
+    #: the host name. "" (default): dynamic membership. docs/config.md.
+    group_instance_id: str = ""
     client_id: str = "busguard"
     idempotence: bool = True
     acks: Literal["all", "1"] = "all"
@@ -300,5 +305,10 @@ def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Confi
             err = ConfigError(f"${from_env[err.field]}", err.field, err.value, err.allowed)
         raise err from None
     cfg = msgspec.structs.replace(cfg, source=str(path))
-    validate(cfg)
+    try:
+        validate(cfg)
+    except ConfigError as err:
+        if err.field in from_env:  # e.g. a per-process BUSGUARD_KAFKA__GROUP_INSTANCE_ID
+            raise ConfigError(f"${from_env[err.field]}", err.field, err.value, err.allowed) from None
+        raise
     return cfg

@@ -18,6 +18,33 @@ if TYPE_CHECKING:
     from busguard.config import Config
 
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+#: What kafka.group_instance_id may hold once its placeholders are replaced:
+#: Kafka's rule for topic names and instance ids (249 of [A-Za-z0-9._-]).
+INSTANCE_ID_ALLOWED = "1-249 characters of [A-Za-z0-9._-] once {hostname} is replaced, or \"\" for dynamic membership"
+
+
+def group_instance_id(cfg: Config, hostname: str | None = None) -> str | None:
+    """kafka.group_instance_id with `{hostname}` replaced; None for dynamic membership.
+
+    Resolved where the consumer is built (busguard.runtime.clients), not
+    stored resolved, so one config file serves every host; `validate` runs
+    the same function at load so a bad id is refused before anything starts."""
+    template = cfg.kafka.group_instance_id
+    if template == "":
+        return None
+    unknown = [m for m in _PLACEHOLDER.findall(template) if m != "hostname"]
+    if unknown:
+        raise ConfigError(cfg.source, "kafka.group_instance_id", template, f"only the placeholder {{hostname}} (not {{{unknown[0]}}}); {INSTANCE_ID_ALLOWED}")
+    if hostname is None:
+        import socket
+
+        hostname = socket.gethostname()
+    resolved = template.replace("{hostname}", hostname)
+    if _TOPIC.fullmatch(resolved) is None:
+        shown = template if resolved == template else f"{template} (= {resolved})"
+        raise ConfigError(cfg.source, "kafka.group_instance_id", shown, INSTANCE_ID_ALLOWED)
+    return resolved
 
 
 def _codec_available(codec: str) -> bool:
@@ -116,6 +143,7 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f, "kafka.rebalance_timeout_ms", cfg.kafka.rebalance_timeout_ms, f"more than batch.revoke_budget_ms ({cfg.batch.revoke_budget_ms})")
     if cfg.kafka.heartbeat_interval_ms >= cfg.kafka.session_timeout_ms:
         raise ConfigError(f, "kafka.heartbeat_interval_ms", cfg.kafka.heartbeat_interval_ms, "less than kafka.session_timeout_ms")
+    group_instance_id(cfg)
     if cfg.kafka.compression != "none" and not _codec_available(cfg.kafka.compression):
         raise ConfigError(
             f, "kafka.compression", cfg.kafka.compression, "a codec whose Python package is installed (none and gzip need none; see docs/config.md)"

@@ -68,7 +68,7 @@ def cmd_state_show(args: argparse.Namespace) -> int:
     import time
 
     from busguard.admission.fence import fence_ends
-    from busguard.state.postgres import PostgresStore
+    from busguard.state.postgres import PostgresStore, store_exists
     from busguard.state.sqlite import SqliteStore
 
     cfg = load_config(args.config)
@@ -76,6 +76,14 @@ def cmd_state_show(args: argparse.Namespace) -> int:
     store: SqliteStore | PostgresStore
     if cfg.state.backend == "postgres":
         st = cfg.state
+        # Opening would create a (fenced) store where there is none: look first.
+        if not store_exists(st.dsn, schema=st.schema, retry_s=st.retry_s):
+            raise ConfigError(
+                cfg.source,
+                "state.schema",
+                state_location(cfg),
+                "a schema holding a state store; there is none (`busguard run` creates a fenced one, `busguard state init` a genesis one)",
+            )
         store, path = PostgresStore(st.dsn, now_ms=time.time_ns() // 1_000_000, schema=st.schema, retry_s=st.retry_s), state_location(cfg)
     elif cfg.state.backend != "sqlite" or not cfg.path(cfg.state.path).exists():
         raise ConfigError(cfg.source, "state.path", str(path), "an existing SQLite or PostgreSQL state store (see `busguard state init`)")

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from busguard.config import Config, load_config
+from busguard.runtime.membership import Claim, claim_instance
 from busguard.wiring import (
     build_guard,
     build_reconciler,
@@ -24,6 +25,23 @@ from busguard.wiring import (
 if TYPE_CHECKING:
     from busguard.reconcile.worker import Reconciler
     from busguard.runtime.guard import Guard
+
+
+def _release(claim: Claim | None) -> None:
+    if claim is not None:
+        claim.close()
+
+
+def _closing(close_store: Callable[[], None], claim: Claim | None) -> Callable[[], None]:
+    """Close the store, then let the member name go (a successor may take it)."""
+
+    def close() -> None:
+        try:
+            close_store()
+        finally:
+            _release(claim)
+
+    return close
 
 
 def _install_stop(stop: Callable[[], None]) -> None:
@@ -54,14 +72,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     configure(cfg.log.format, cfg.log.level)
-    keys, store = open_guard(cfg)
+    claim = claim_instance(cfg, group_id=cfg.kafka.group_id, role="guard")
+    try:
+        keys, store = open_guard(cfg)
+    except BaseException:
+        _release(claim)
+        raise
     tune_gc()
     try:
         guard = build_guard(cfg, store, keys, faults=Faults.from_env())
     except BaseException:
         store.close()
+        _release(claim)
         raise
-    return _serve(guard, guard_topics(cfg), cfg, store.close)
+    return _serve(guard, guard_topics(cfg), cfg, _closing(store.close, claim))
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
@@ -73,13 +97,19 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     configure(cfg.log.format, cfg.log.level)
     operators = operators_file(cfg)
     keys = reconciler_keys(cfg)
-    store = open_reconcile_store(cfg)
+    claim = claim_instance(cfg, group_id=cfg.reconcile.group_id, role="reconciler")
+    try:
+        store = open_reconcile_store(cfg)
+    except BaseException:
+        _release(claim)
+        raise
     try:
         worker = build_reconciler(cfg, store, keys, operators, faults=Faults.from_env())
     except BaseException:
         store.close()
+        _release(claim)
         raise
-    return _serve(worker, reconciler_topics(cfg), cfg, store.close)
+    return _serve(worker, reconciler_topics(cfg), cfg, _closing(store.close, claim))
 
 
 def _embedded_missing() -> bool:

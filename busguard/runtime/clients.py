@@ -24,6 +24,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
 from busguard.config import Config
+from busguard.config_checks import group_instance_id
 from busguard.runtime.outputs import producer_batch_size
 from busguard.runtime.records import consumer_options
 
@@ -38,11 +39,18 @@ def _client_id(cfg: Config, name: str) -> str:
 
 
 def group_consumer(cfg: Config, *, group_id: str, role: str) -> AIOKafkaConsumer:
-    """The batch loop's consumer: a member of `group_id`, manual commits, tolerant."""
+    """The batch loop's consumer: a member of `group_id`, manual commits, tolerant.
+
+    With kafka.group_instance_id set it is a static member (KIP-345) under
+    that name in every group it joins (the guard's and the reconciler's are
+    different groups, so one name per process is enough). aiokafka then sends
+    no LeaveGroup on stop: the partitions wait for this name for up to
+    session_timeout_ms, which is the point (docs/operations.md)."""
     k = cfg.kafka
     return AIOKafkaConsumer(
         bootstrap_servers=k.bootstrap_servers,
         group_id=group_id,
+        group_instance_id=group_instance_id(cfg),
         client_id=_client_id(cfg, f"{role}-consumer"),
         enable_auto_commit=False,
         auto_offset_reset=k.auto_offset_reset,

@@ -416,6 +416,31 @@ class PostgresStore:
         self._session.close()
 
 
+def store_exists(dsn: str, *, schema: str, retry_s: float = 120.0) -> bool:
+    """Whether `schema` at `dsn` holds a state store, creating nothing.
+
+    Opening a PostgresStore creates a missing one (fenced): right for a guard,
+    wrong for a command that only looks (`busguard state show`), which would
+    otherwise leave a store behind that the next guard takes as a lost one's
+    replacement (docs/operations.md, store warming)."""
+    session = Session(dsn, retry_s=retry_s)
+
+    def body(cur: Cursor) -> bool:
+        cur.execute("SELECT to_regclass(format('%%I.meta', %s::text)) IS NOT NULL", (schema,))
+        row = cur.fetchone()
+        if row is None or not row[0]:
+            return False
+        import psycopg.sql
+
+        cur.execute(psycopg.sql.SQL("SELECT 1 FROM {}.meta WHERE k = 'created_at_ms'").format(psycopg.sql.Identifier(schema)))
+        return cur.fetchone() is not None
+
+    try:
+        return session.run(body, what="look for the state store")
+    finally:
+        session.close()
+
+
 def _meta(cur: Cursor) -> dict[str, str]:
     cur.execute("SELECT k, v FROM meta")
     return {str(k): str(v) for k, v in cur.fetchall()}
