@@ -379,8 +379,12 @@ def test_the_shipped_compose_overrides_are_real_keys() -> None:
     """Every BUSGUARD_<SECTION>__<KEY> in compose/docker-compose.yml loads."""
     compose = REPO / "compose" / "docker-compose.yml"
     text = compose.read_text(encoding="utf-8")
-    env = dict(re.findall(r'^\s+(BUSGUARD_\w+?__\w+):\s*"([^"]*)"', text, re.M))
-    assert len(env) == len(re.findall(r"^\s+BUSGUARD_\w+:", text, re.M)), "quote every BUSGUARD_ value in the compose file"
+    pairs = re.findall(r'^\s+(BUSGUARD_\w+?__\w+):\s*"([^"]*)"', text, re.M)
+    assert len(pairs) == len(re.findall(r"^\s+BUSGUARD_\w+:", text, re.M)), "quote every BUSGUARD_ value in the compose file"
+    env = dict(pairs)
+    # each guard service is a static member under its own name (one live process per name)
+    ids = [v for k, v in pairs if k == "BUSGUARD_KAFKA__GROUP_INSTANCE_ID"]
+    assert len(ids) == 2 and len(set(ids)) == 2, ids
     assert "BUSGUARD_KAFKA__BOOTSTRAP_SERVERS" in env and "BUSGUARD_OPS__HOST" in env
     cfg = load_config(REPO / "configs" / "busguard.toml", env=env)
     for name, value in env.items():
