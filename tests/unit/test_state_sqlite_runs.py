@@ -7,9 +7,11 @@ does, before and after an upgrade."""
 
 from __future__ import annotations
 
+import multiprocessing
 import sqlite3
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -25,7 +27,7 @@ from busguard.state.snapshot import Snapshot
 from busguard.state.sqlite import RUN_SPAN, SCHEMA_VERSION, SqliteStore
 from busguard.state.sqlitedb import key
 from busguard.state.store import StateStore
-from busguard.state.writes import BatchWrites
+from busguard.state.writes import BatchWrites, NonceRecord
 
 from .harness import NOW, Harness, agent, sender
 
@@ -354,3 +356,59 @@ def test_run_bodies_are_the_decisions_own_bytes(store: SqliteStore) -> None:
     (body,) = store._db.execute("SELECT body FROM decision_runs").fetchone()
     assert body == b"\x93" + b"".join(encode(d) for d in ds)
     assert msgspec.msgpack.decode(body, type=list[Decision]) == ds
+
+
+# -- several processes on one file -----------------------------------------------------------------
+
+
+def _racer(path: str, name: str, barrier: Any, out: Any) -> None:
+    """Re-decides the same positions as its rival, and checks-and-records the
+    same nonces: one `BEGIN IMMEDIATE` transaction per batch."""
+    store = SqliteStore(path, now_ms=NOW, decision_retention_ms=RETENTION)
+    barrier.wait()
+    admitted = []
+    for i in range(40):
+        nonce = ("", f"n{i}")
+        sources = [("in", 0, o) for o in range(i % 7, i % 7 + 20)]
+
+        decided: list[bool] = []
+
+        def fn(snap: Snapshot, i: int = i, nonce: tuple[str, str] = nonce, sources: list[SourceKey] = sources) -> BatchWrites:
+            w = _writes(_decision(t, p, o, name, NOW + i) for t, p, o in sources)
+            decided[:] = [nonce not in snap.nonces]
+            if decided[0]:
+                w.nonces[nonce] = NonceRecord(nonce, NOW + 10 * RETENTION)
+            return w
+
+        store.run_batch(KeySet(sources=sources, nonces={nonce}), NOW + i, fn)
+        if decided[0]:
+            admitted.append(i)
+    store.close()
+    out.put((name, admitted))
+
+
+def test_two_processes_sharing_a_file_keep_one_run_per_position_and_one_admission_per_nonce(tmp_path: Path) -> None:
+    path = str(tmp_path / "shared.db")
+    SqliteStore(path, now_ms=NOW, genesis=True).close()
+    ctx = multiprocessing.get_context("fork")
+    barrier, out = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_racer, args=(path, name, barrier, out)) for name in ("a", "b")]
+    for p in procs:
+        p.start()
+    got = dict(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    # every nonce recorded by exactly one of the two
+    assert sorted(got["a"] + got["b"]) == list(range(40))
+    store = SqliteStore(path, now_ms=NOW)
+    held: list[int] = []
+    for (body,) in store._db.execute("SELECT body FROM decision_runs"):
+        held += [d.source.offset for d in msgspec.msgpack.decode(body, type=list[Decision])]
+    assert sorted(held) == list(range(6 + 20))  # each position in one run
+    assert store.counts()["decisions"] == 26
+    # and each reads back as the newest decision written for it: from the last batch that covered it
+    for o in range(26):
+        d = store.decision_at(Coordinates(topic="in", partition=0, offset=o))
+        assert d is not None and d.decided_at == max(NOW + i for i in range(40) if i % 7 <= o < i % 7 + 20)
+    store.close()
