@@ -17,7 +17,11 @@ reported: total records per second through the state transaction, and the
 median state cost per record. On a shared 2-core machine these numbers
 are noisy and the server competes with the guards for the same cores.
 
-    .venv/bin/python benchmarks/state_postgres.py [--records 10000] [--batch 500]
+    .venv/bin/python benchmarks/state_postgres.py [--records 10000] [--batch 500] [--sqlite-only] [--repeat 1]
+
+`--sqlite-only` skips PostgreSQL (the SQLite layout's own cost, issue 13);
+`--repeat N` runs the SQLite measurement N times on fresh files and reports
+the median and the range of the per-run medians.
 
 Expiry cost (`--expiry-rows N`, instead of the runs above): on each backend
 (SQLite FULL, PostgreSQL durable) a store is filled by admitting N/3 records
@@ -207,6 +211,8 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=10_000, help="per guard")
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--expiry-rows", type=int, default=0, help="measure expiry of about this many rows instead")
+    ap.add_argument("--sqlite-only", action="store_true", help="skip the PostgreSQL runs")
+    ap.add_argument("--repeat", type=int, default=1, help="SQLite runs, each on a fresh file")
     args = ap.parse_args()
     if args.expiry_rows:
         out: dict[str, object] = {"benchmark": "state_expiry", "rows": args.expiry_rows, "batch": args.batch, "pg_expire_chunk": pgsql.EXPIRE_CHUNK}
@@ -226,11 +232,20 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         sessions = Path(tmp)
-        inputs = {w: build(args.records, w, sessions, now) for w in range(3)}
-        sqlite = SqliteStore(Path(tmp) / "bench.db", now_ms=now - 3_600_000, synchronous="FULL")
-        samples, wall = run(sqlite, inputs[0], args.batch, now)
-        sqlite.close()
+        inputs = {w: build(args.records, w, sessions, now) for w in range(1 if args.sqlite_only else 3)}
+        per_run = []
+        for i in range(args.repeat):
+            sqlite = SqliteStore(Path(tmp) / f"bench{i}.db", now_ms=now - 3_600_000, synchronous="FULL")
+            samples, wall = run(sqlite, inputs[0], args.batch, now)
+            sqlite.close()
+            per_run.append(statistics.median(samples) / args.batch * 1e6)
         report("sqlite_full", samples, wall, args.records)
+        if args.repeat > 1:
+            result["sqlite_full_state_us_per_record_runs"] = [round(x, 1) for x in per_run]
+            result["sqlite_full_state_us_per_record_median_of_runs"] = round(statistics.median(per_run), 1)
+        if args.sqlite_only:
+            print(json.dumps(result))
+            return
         for name, settings in (("pg", {"fsync": "on", "synchronous_commit": "on"}), ("pg_async_commit", {"fsync": "on", "synchronous_commit": "off"})):
             with EmbeddedPostgres(settings=settings) as pg:
                 store = PostgresStore(pg.dsn, now_ms=now - 3_600_000, schema="bench")

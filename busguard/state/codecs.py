@@ -11,6 +11,9 @@ import msgspec
 from busguard.protocol.records import Decision, TaskEntry
 
 decision_decoder: Final = msgspec.msgpack.Decoder(Decision)
+#: A run of decisions (SQLite's `decision_runs.body`): a msgpack array whose
+#: elements are exactly the bytes `encode(decision)` gives each one.
+run_decoder: Final = msgspec.msgpack.Decoder(list[Decision])
 task_decoder: Final = msgspec.msgpack.Decoder(TaskEntry)
 encode: Final = msgspec.msgpack.Encoder().encode
 

@@ -5,7 +5,9 @@ it, so no backend depends on how admission keeps its overlay. Rules every
 backend applies (tests/unit/test_state_stores.py runs them on each one):
 
 - `decisions` replace any earlier decision at the same position; they expire
-  `decision_retention_ms` after `decided_at`.
+  `decision_retention_ms` after `decided_at`. A decision is keyed by its own
+  `source` (SQLite's runs store only the decisions and read the position
+  back from them).
 - `nonces`, `windows` and `policy` rows are written as given (last write
   wins) with the expiry they carry.
 - `tasks` are insert-only: a task row is written only where none exists or

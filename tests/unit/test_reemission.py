@@ -18,7 +18,7 @@ from busguard.protocol.reasons import Outcome, Reason
 from busguard.state.store import StateStore
 from busguard.state.memory import MemoryStore
 from busguard.state.sqlite import SqliteStore
-from busguard.state.sqlitedb import key, transaction
+from busguard.state.sqlitedb import transaction
 
 from .harness import NOW, Harness, agent, sender
 
@@ -96,7 +96,7 @@ def test_a_decision_stored_without_a_digest_is_matched_on_its_receipt(store: Sta
     else:
         assert isinstance(store, SqliteStore)
         with transaction(store._db) as db:
-            db.execute("UPDATE decisions SET body=? WHERE k=?", (msgspec.msgpack.encode(legacy), key(AT.topic, AT.partition, AT.offset)))
+            db.execute("UPDATE decision_runs SET body=? WHERE topic=? AND part=? AND first=?", (msgspec.msgpack.encode([legacy]), AT.topic, AT.partition, AT.offset))
         assert b"record_sha256" not in msgspec.msgpack.encode(legacy)
     assert store.decision_at(AT) == legacy
     again, replaced = _feed(h, value, [*headers, ("trace", b"x")])
