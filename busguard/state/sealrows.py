@@ -69,7 +69,3 @@ def write(db: sqlite3.Connection, heads: Iterable[StoredHead], retention_ms: int
         exp = h.sealed_at + retention_ms
         db.execute("INSERT INTO seal_heads VALUES (?,?,?,?,?,?,?,?)", (h.chain, h.seq, h.head, h.seal, h.leaves, encode_spans(h.spans), h.sealed_at, exp))
         db.executemany("INSERT INTO seal_spans VALUES (?,?,?,?,?,?,?)", [(t, p, lo, hi, h.chain, h.seq, exp) for t, p, lo, hi in h.spans])
-
-
-def expire(db: sqlite3.Connection, now_ms: int) -> int:
-    return sum(db.execute(f"DELETE FROM {t} WHERE exp <= ?", (now_ms,)).rowcount for t in TABLES)

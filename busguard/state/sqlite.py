@@ -99,6 +99,9 @@ CREATE INDEX IF NOT EXISTS tasks_exp ON tasks(exp);
 CREATE INDEX IF NOT EXISTS policy_exp ON policy(exp);
 """
 _TABLES: Final = ("nonces", "windows", "tasks", "policy")  # one row per entry; decisions are counted by run
+#: every table `expire` deletes from, with the column that names a row (WITHOUT ROWID tables have no rowid)
+_EXPIRING: Final = (("decision_runs", "id"), ("nonces", "k"), ("windows", "k"), ("tasks", "rowid"), ("policy", "rowid"), *((t, "rowid") for t in sealrows.TABLES))
+EXPIRE_CHUNK: Final = 20_000  # rows per expiry transaction (as on PostgreSQL: state/pgsql.py)
 #: Runs that may hold a position in [lo, hi] of one partition (see the module docstring).
 _RUNS_IN: Final = "FROM decision_runs WHERE topic=? AND part=? AND last>=? AND last<? AND first<=?"
 
@@ -323,10 +326,26 @@ class SqliteStore:
         return None if row is None else task_decoder.decode(row[0])
 
     def expire(self, now_ms: int) -> int:
-        """Delete what has expired; returns how many entries (a run counts its decisions)."""
-        with transaction(self._db) as db:
-            decisions: int = sum(n for (n,) in db.execute("DELETE FROM decision_runs WHERE exp <= ? RETURNING n", (now_ms,)).fetchall())
-            return decisions + sum(db.execute(f"DELETE FROM {t} WHERE exp <= ?", (now_ms,)).rowcount for t in _TABLES) + sealrows.expire(db, now_ms)
+        """Delete what has expired; returns how many entries (a run counts its decisions).
+
+        In chunks of `EXPIRE_CHUNK` rows, each its own write transaction: a
+        backlog of millions of rows would otherwise hold the file's write lock
+        for seconds and stall every other guard sharing it (past its busy
+        timeout, "database is locked"). Partial expiry is invisible: every
+        read already ignores rows with `exp <= now`."""
+        total = 0
+        for table, rowkey in _EXPIRING:
+            counted = table == "decision_runs"  # a run counts as its decisions
+            delete = f"DELETE FROM {table} WHERE {rowkey} IN (SELECT {rowkey} FROM {table} WHERE exp <= ? LIMIT {EXPIRE_CHUNK})" + (" RETURNING n" if counted else "")
+            while True:
+                with transaction(self._db) as db:
+                    cur = db.execute(delete, (now_ms,))
+                    rows = cur.fetchall() if counted else None
+                    n = len(rows) if rows is not None else cur.rowcount
+                    total += sum(r[0] for r in rows) if rows is not None else n
+                if n < EXPIRE_CHUNK:
+                    break
+        return total
 
     def counts(self) -> dict[str, int]:
         decisions = self._db.execute("SELECT coalesce(sum(n), 0) FROM decision_runs").fetchone()[0]

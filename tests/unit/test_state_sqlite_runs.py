@@ -412,3 +412,23 @@ def test_two_processes_sharing_a_file_keep_one_run_per_position_and_one_admissio
         d = store.decision_at(Coordinates(topic="in", partition=0, offset=o))
         assert d is not None and d.decided_at == max(NOW + i for i in range(40) if i % 7 <= o < i % 7 + 20)
     store.close()
+
+
+def test_expiry_deletes_in_short_transactions_and_counts_every_entry(store: SqliteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backlog is expired a chunk per write transaction, so a guard sharing
+    the file waits for one chunk, not for the whole backlog; the count is
+    the same as one big delete's, and nothing live goes."""
+    import busguard.state.sqlite as sqlite_store
+
+    monkeypatch.setattr(sqlite_store, "EXPIRE_CHUNK", 3)
+    old, live = NOW - 2 * RETENTION, NOW + 10 * RETENTION
+    nonces = {("g", f"n{i}"): NonceRecord(("g", f"n{i}"), old if i < 10 else live) for i in range(12)}
+    # seven expired decisions in seven runs (one per partition), one live
+    _batch(store, [], NOW, BatchWrites(decisions={(d.source.topic, d.source.partition, d.source.offset): d for d in [_decision("in", p, 1, "a", old) for p in range(7)]}, nonces=nonces))
+    _batch(store, [], NOW, _writes([_decision("in", 0, 2, "b", NOW)]))
+    commits: list[str] = []
+    store._db.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+    assert store.expire(NOW) == 10 + 7
+    # nonces: 3+3+3+1; runs: 3+3+1; windows, tasks, policy and the two seal tables: one empty chunk each
+    assert len(commits) == 4 + 3 + 5
+    assert store.counts()["nonces"] == 2 and store.counts()["decisions"] == 1
