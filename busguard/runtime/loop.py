@@ -104,6 +104,29 @@ def key_partition(key: bytes, count: int) -> int:
     return int(murmur2(key) & 0x7FFFFFFF) % count
 
 
+async def until_stopped(step: Awaitable[None], stop: asyncio.Event) -> bool:
+    """Await a client's start unless a stop comes first (then cancel it and
+    return False). A group join can wait on the broker indefinitely (tansu
+    has held a static member's rejoin for minutes, docs/notes-broker.md), and
+    SIGTERM must still stop the process then: nothing was polled, so there is
+    nothing to drain. The step's own errors propagate."""
+    task = asyncio.ensure_future(step)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if task.done():
+        task.result()
+        return True
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    return False
+
+
 def _names(tps: set[TopicPartition]) -> list[str]:
     return sorted(f"{tp.topic}:{tp.partition}" for tp in tps)
 
@@ -175,10 +198,15 @@ class BatchLoop:
         producer = loop_producer(self.cfg, role=self.role)
         consumer = group_consumer(self.cfg, group_id=self.group_id, role=self.role)
         ops = OpsServer(self.metrics, self.liveness.check, self.cfg.ops.host, self.cfg.ops.port) if self.cfg.ops.port else None
-        await producer.start()
+        if not await until_stopped(producer.start(), self._stop):
+            log.warning("stop requested before the producer connected; exiting", role=self.role)
+            return
         try:
             consumer.subscribe(self.topics, listener=_Revocations(self))
-            await consumer.start()
+            if not await until_stopped(consumer.start(), self._stop):
+                log.warning("stop requested while joining the consumer group; exiting without a batch", role=self.role, group=self.group_id)
+                await consumer.stop()
+                return
             try:
                 if ops is not None:
                     self.ops_port = await ops.start()
