@@ -20,30 +20,16 @@ Rebalances: the loop holds a lock for steps 1-3, and `on_partitions_revoked`
 waits for it (within a budget), so by the time a partition moves, every batch
 read from it is either committed or not emitted at all.
 
-Pipelining: while a batch goes through steps 1-3, the loop already takes the
+Pipelining: while a batch goes through steps 1-3, the loop already polls the
 next one and, for a stage that `Prepares`, runs its stateless half (the
 guard's prechecks and signature checks: nothing read from or written to the
 state, nothing emitted). Steps 1-3 stay strictly one batch after another, so
-the commit order and the crash protocol are as above. Records read ahead
-belong to the assignment they were polled under: if a rebalance happened
-since (`generation` moved), they are dropped unprocessed. That loses nothing:
-aiokafka makes a new assignment for every rebalance and resets each of its
-partitions to the group's committed offset, which is never past a record that
-was not processed, so the dropped records are read again.
-
-Reading: a drain task calls `getmany` whenever fewer than `max_records`
-records wait in the loop's own queue, not once per batch. aiokafka fetches a
-broker again only once everything it fetched from it was handed out, so a
-consumer polled once per batch holds each fetch for a whole batch before it
-even asks for the next records, and a record arriving at moderate load
-waited one batch more than it needed before its outputs were out. The queue is bounded at one batch,
-so a stuck batch still stops the polls (max_poll_interval_ms and /healthz
-see it). The next batch is taken from the queue when it holds `max_records`
-(under load: batches stay full and their verify overlaps the whole batch
-before) or when the batch in hand has persisted (at moderate load: the
-records that arrived while it was decided join the next batch instead of
-waiting one batch more, and their verify overlaps its produce and commit,
-which wait on the broker).
+the commit order and the crash protocol are as above. A batch read ahead
+belongs to the assignment it was polled under: if a rebalance happened since
+(`generation` moved), it is dropped unprocessed. That loses nothing: aiokafka
+makes a new assignment for every rebalance and resets each of its partitions
+to the group's committed offset, which is never past a record that was not
+processed, so the dropped records are read again.
 
 Newly assigned partitions: before the first batch after an assignment, the
 loop reads the group's committed offsets for every assigned partition it has
@@ -58,7 +44,6 @@ fetching a partition before the assignment callback has finished.
 from __future__ import annotations
 
 import asyncio
-import collections
 import functools
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -74,7 +59,6 @@ from busguard.runtime.faults import Faults
 from busguard.runtime.ops import Liveness, Metrics, OpsServer
 from busguard.runtime.clients import group_consumer, loop_producer
 from busguard.runtime.outputs import Output
-from busguard.runtime.tuning import release_free_heap
 
 log = structlog.get_logger(__name__)
 
@@ -101,13 +85,6 @@ class Prepares(Protocol):
     async def prepare(self, records: Sequence[Any]) -> Any: ...
 
     async def process_prepared(self, prepared: Any) -> list[Output]: ...
-
-
-class _Fetched(NamedTuple):
-    #: BatchLoop.generation when getmany returned: the assignment the records came from
-    generation: int
-    batch: dict[TopicPartition, list[Any]]
-    size: int
 
 
 class _Polled(NamedTuple):
@@ -173,16 +150,6 @@ class BatchLoop:
         #: moved by every rebalance callback (see "Pipelining" above)
         self.generation = 0
         self._ahead: asyncio.Future[_Polled | None] | None = None
-        #: what the drain task fetched and no batch has taken yet (at most max_records records)
-        self._fetched: collections.deque[_Fetched] = collections.deque()
-        self._fetched_count = 0
-        self._arrived = asyncio.Event()  # the drain task queued records
-        self._room = asyncio.Event()  # a batch took records from the queue
-        self._persisted = asyncio.Event()  # no batch in hand, or it has passed step 1
-        self._persisted.set()
-        self._idle = asyncio.Event()  # no batch in hand
-        self._idle.set()
-        self._drainer: asyncio.Future[None] | None = None
         self.before_first = before_first
         self.checked: set[TopicPartition] = set()
         self.topics = list(topics)
@@ -231,10 +198,9 @@ class BatchLoop:
     async def _loop(self, consumer: AIOKafkaConsumer, producer: AIOKafkaProducer) -> None:
         next_housekeeping = 0.0
         stop = asyncio.ensure_future(self._stop.wait())
-        self._drainer = asyncio.ensure_future(self._drain(consumer))
         try:
             while not self._stop.is_set():
-                poll, self._ahead = self._ahead or asyncio.ensure_future(self._poll()), None
+                poll, self._ahead = self._ahead or asyncio.ensure_future(self._poll(consumer)), None
                 waiting: set[asyncio.Future[Any]] = {poll, stop}
                 await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
                 if not poll.done():
@@ -251,82 +217,17 @@ class BatchLoop:
                     next_housekeeping = time.monotonic() + self.cfg.state.expire_interval_s
                     started = time.perf_counter()
                     await self.stage.housekeeping()
-                    await asyncio.to_thread(release_free_heap)
                     self.metrics.housekeeping_seconds.observe(time.perf_counter() - started)
                     await self._lag(consumer)
         finally:
             stop.cancel()
             if self._ahead is not None:
                 self._ahead.cancel()  # read ahead, not processed: nothing of it was persisted or emitted
-            self._drainer.cancel()
-            try:
-                await self._drainer
-            except asyncio.CancelledError:
-                pass
-            except Exception:  # noqa: BLE001 - already raised through a poll, or the loop is ending for another reason
-                pass
 
-    async def _drain(self, consumer: AIOKafkaConsumer) -> None:
-        """Keep aiokafka's fetcher asking the broker for more (see "Reading"
-        above), up to `max_records` records queued."""
-        limit = self.cfg.batch.max_records
-        while True:
-            while self._fetched_count >= limit:
-                self._room.clear()
-                await self._room.wait()
-            batch = await consumer.getmany(timeout_ms=self.cfg.batch.linger_ms or 1, max_records=limit - self._fetched_count)
-            generation = self.generation  # no await since getmany returned: the records' assignment
-            self.liveness.polled()
-            if batch:
-                count = sum(len(recs) for recs in batch.values())
-                self._fetched.append(_Fetched(generation, batch, count))
-                self._fetched_count += count
-                self._arrived.set()
-
-    async def _until(self, *events: asyncio.Event, timeout: float | None = None) -> None:
-        """Until one of `events` is set (or `timeout`), raising what the drain
-        task raised if it ends: a poll that fails fails the loop, as before."""
-        assert self._drainer is not None
-        waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(e.wait()) for e in events]
-        try:
-            await asyncio.wait([*waits, self._drainer], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waits:
-                w.cancel()
-        if self._drainer.done():
-            self._drainer.result()
-            raise RuntimeError("the consumer's drain task ended")
-
-    async def _poll(self) -> _Polled | None:
-        """The next batch from the queue (see "Reading" above); None when no
-        record came within the batch linger (or while the batch in hand
-        lasted), so the loop can do housekeeping."""
-        limit = self.cfg.batch.max_records
-        if not self._fetched:
-            self._arrived.clear()
-            if self._idle.is_set():
-                await self._until(self._arrived, timeout=(self.cfg.batch.linger_ms or 1) / 1000)
-            else:  # read ahead: whatever arrives while the batch in hand lasts
-                await self._until(self._arrived, self._idle)
-            if not self._fetched:
-                return None
-        while self._fetched_count < limit and not self._persisted.is_set():
-            self._arrived.clear()
-            await self._until(self._arrived, self._persisted)
-        generation = self.generation  # no await from here to the take: the queue's current entries
-        batch: dict[TopicPartition, list[Any]] = {}
-        dropped = 0
-        while self._fetched:
-            fetched = self._fetched.popleft()
-            self._fetched_count -= fetched.size
-            if fetched.generation != generation:
-                dropped += fetched.size
-                continue
-            for tp, recs in fetched.batch.items():
-                batch.setdefault(tp, []).extend(recs)
-        self._room.set()
-        if dropped:
-            log.info("records read ahead of a rebalance dropped unprocessed; they are read again", records=dropped)
+    async def _poll(self, consumer: AIOKafkaConsumer) -> _Polled | None:
+        batch = await consumer.getmany(timeout_ms=self.cfg.batch.linger_ms or 1, max_records=self.cfg.batch.max_records)
+        generation = self.generation  # no await since getmany returned: the records' assignment
+        self.liveness.polled()
         if not batch:
             return None
         records = [r for tp in sorted(batch, key=lambda t: (t.topic, t.partition)) for r in batch[tp]]
@@ -334,20 +235,11 @@ class BatchLoop:
         return _Polled(generation, batch, records, prepared)
 
     async def _batch(self, polled: _Polled, consumer: AIOKafkaConsumer, producer: AIOKafkaProducer) -> None:
-        self._idle.clear()
-        self._persisted.clear()
-        try:
-            await self._steps(polled, consumer, producer)
-        finally:
-            self._persisted.set()
-            self._idle.set()
-
-    async def _steps(self, polled: _Polled, consumer: AIOKafkaConsumer, producer: AIOKafkaProducer) -> None:
         started = time.perf_counter()
         batch, records = polled.batch, polled.records
         if not self._stop.is_set():
-            # the next batch's take (and stateless half) overlaps this one's steps 1-3
-            self._ahead = asyncio.ensure_future(self._poll())
+            # the next batch's poll (and stateless half) overlaps this one's steps 1-3
+            self._ahead = asyncio.ensure_future(self._poll(consumer))
         if self.before_first is not None:
             assigned = consumer.assignment()
             if not self.checked.issuperset(assigned) or not self.checked.issuperset(batch):
@@ -358,7 +250,6 @@ class BatchLoop:
         else:
             outputs = await self.stage.process(records)
         self.faults.reached("persisted")
-        self._persisted.set()  # the next batch may be taken now (see "Reading" above)
         produced = time.perf_counter()
         # 2. produce everything, then await every delivery
         await self._publish(producer, outputs)

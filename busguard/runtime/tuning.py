@@ -11,9 +11,9 @@ is still tracked (aiokafka's records, lists, dicts); `gc.freeze()` moves
 everything loaded at start-up (modules, the key registry) out of the
 collector's view for good.
 
-The C heap has settings of its own (`limit_malloc_arenas`,
-`release_free_heap`): with them the guard's RSS stays flat once its state
-has reached its retention steady state (issue 13, `compare.py --soak`).
+The C heap has settings of its own (`tune_malloc`): glibc's defaults let
+free space fragment inside the heap under steady load (issue 13,
+`compare.py --soak`).
 """
 
 from __future__ import annotations
@@ -21,66 +21,47 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
-from collections.abc import Callable
 
 
 def tune_gc(gen0: int = 50_000) -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(gen0, 20, 50)
-    limit_malloc_arenas()
+    tune_malloc()
 
 
-#: glibc's mallopt parameter number for M_ARENA_MAX (malloc.h)
+#: glibc's mallopt parameter numbers (malloc.h)
+_M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
+#: Blocks at least this large get their own mapping, returned to the OS on free.
+MMAP_THRESHOLD = 256 * 1024
 
 
-def limit_malloc_arenas(arenas: int = 2) -> None:
-    """At most `arenas` glibc malloc arenas for the whole process.
+def tune_malloc(arenas: int = 2) -> None:
+    """Fix glibc's mmap threshold and allow at most `arenas` malloc arenas.
 
-    glibc gives threads that contend for the heap arenas of their own (up to
-    8 per core). The guard's C-level allocations (SQLite's page cache and
-    statements on the executor threads, PyNaCl on the verify and seal
-    threads, zstd on the event loop) then spread over a dozen arenas, each
-    keeping the holes its frees leave: in `compare.py --soak` the free
-    space inside the arenas grew from 3 to 12 MB over five minutes while
-    the memory in use stayed flat. Two arenas keep that fragmentation
-    bounded; the threads spend their time in libsodium and SQLite, not in
-    malloc, so they rarely wait for an arena. Must run before those threads
-    start (it is called from `tune_gc`, at process start); a no-op where
-    the C library is not glibc. The environment's MALLOC_ARENA_MAX, when
-    set, wins.
+    Why, measured with `compare.py --soak` (500 records/s, the store steady
+    from 40 s) and glibc's `mallinfo2` read inside the guard: with glibc's
+    defaults the free space inside the heap grew from 2.6 to 12.5 MB in
+    five minutes, a third of the RSS climb. glibc raises its mmap threshold
+    (from 128 KiB up to 32 MiB) each time a mapped block is freed, so after
+    the first large fetch response or compression buffer, later ones of
+    varying size are carved out of the heap and leave holes when freed; and
+    each thread that contends for the heap gets an arena of its own (the
+    executor, verify and seal threads). With a fixed 256 KiB threshold and
+    2 arenas the heap's free space went from 2.8 to 4.2 MB over the same
+    five minutes. (The rest of the climb is SQLite's page cache following
+    the store file, +3 MB, and Python's own allocator, +3 MB; see the
+    README's performance section.) Must run before those threads start
+    (`tune_gc` calls it at process start); a no-op where the C library is
+    not glibc. A setting given in the environment (MALLOC_MMAP_THRESHOLD_,
+    MALLOC_ARENA_MAX) wins.
     """
-    if os.environ.get("MALLOC_ARENA_MAX"):
-        return
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return
-    mallopt(_M_ARENA_MAX, arenas)
-
-
-def _find_malloc_trim() -> Callable[[int], int] | None:
-    try:
-        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to call
-        return None
-    return trim
-
-
-_malloc_trim = _find_malloc_trim()
-
-
-def release_free_heap() -> None:
-    """Hand the C heap's free pages back to the OS (glibc `malloc_trim`).
-
-    The store's SQLite calls, the verifies and the seals run on several
-    threads, and glibc gives each its own malloc arena; the page cache and
-    the per-batch buffers they free leave holes in those arenas that glibc
-    does not return by itself. Measured in `compare.py --soak`: the arenas'
-    free space grew from 3 to 8 MB in three minutes while live memory
-    stayed flat, and RSS with it. Called after every housekeeping, off the
-    event loop; a no-op where the C library has no `malloc_trim`.
-    """
-    if _malloc_trim is not None:
-        _malloc_trim(0)
+    if not os.environ.get("MALLOC_MMAP_THRESHOLD_"):
+        mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    if not os.environ.get("MALLOC_ARENA_MAX"):
+        mallopt(_M_ARENA_MAX, arenas)
