@@ -30,38 +30,32 @@ def tune_gc(gen0: int = 50_000) -> None:
     tune_malloc()
 
 
-#: glibc's mallopt parameter numbers (malloc.h)
-_M_MMAP_THRESHOLD = -3
+#: glibc's mallopt parameter number for M_ARENA_MAX (malloc.h)
 _M_ARENA_MAX = -8
-#: Blocks at least this large get their own mapping, returned to the OS on free.
-MMAP_THRESHOLD = 256 * 1024
 
 
 def tune_malloc(arenas: int = 2) -> None:
-    """Fix glibc's mmap threshold and allow at most `arenas` malloc arenas.
+    """Allow at most `arenas` glibc malloc arenas.
 
     Why, measured with `compare.py --soak` (500 records/s, the store steady
     from 40 s) and glibc's `mallinfo2` read inside the guard: with glibc's
-    defaults the free space inside the heap grew from 2.6 to 12.5 MB in
-    five minutes, a third of the RSS climb. glibc raises its mmap threshold
-    (from 128 KiB up to 32 MiB) each time a mapped block is freed, so after
-    the first large fetch response or compression buffer, later ones of
-    varying size are carved out of the heap and leave holes when freed; and
-    each thread that contends for the heap gets an arena of its own (the
-    executor, verify and seal threads). With a fixed 256 KiB threshold and
-    2 arenas the heap's free space went from 2.8 to 4.2 MB over the same
-    five minutes. (The rest of the climb is SQLite's page cache following
-    the store file, +3 MB, and Python's own allocator, +3 MB; see the
-    README's performance section.) Must run before those threads start
-    (`tune_gc` calls it at process start); a no-op where the C library is
-    not glibc. A setting given in the environment (MALLOC_MMAP_THRESHOLD_,
-    MALLOC_ARENA_MAX) wins.
+    defaults the free space inside the C heap grew from 2.6 to 12.5 MB in
+    five minutes, a third of the RSS climb. Each thread that contends for
+    the heap gets an arena of its own (the executor threads running SQLite,
+    the verify and seal threads), and each keeps the holes its frees leave.
+    With 2 arenas that free space grew from 2.4 to 4.8–6.6 MB over the same
+    time; the threads spend their time in libsodium and SQLite, not in
+    malloc, and CPU per record did not move. (A fixed 256 KiB mmap
+    threshold kept it at 2.8–4.2 MB, but cost 10–15 % more CPU per record
+    at peak, large buffers then being mapped and faulted in every time, so
+    it is not set.) Must run before those threads start (`tune_gc` calls it
+    at process start); a no-op where the C library is not glibc; the
+    environment's MALLOC_ARENA_MAX wins.
     """
+    if os.environ.get("MALLOC_ARENA_MAX"):
+        return
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return
-    if not os.environ.get("MALLOC_MMAP_THRESHOLD_"):
-        mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-    if not os.environ.get("MALLOC_ARENA_MAX"):
-        mallopt(_M_ARENA_MAX, arenas)
+    mallopt(_M_ARENA_MAX, arenas)
