@@ -59,6 +59,22 @@ store, as ``busguard state init`` makes one (no history, so no store-warming
 fence: a created store would refuse records signed before it). Neither
 changes the work per record.
 
+Results on the 2-core development VM, 1 December 2026, shared with other
+engineers' test suites (README, "Where the latency and the memory go"):
+at half the measured peak (~3 450/s), four runs (two of the unchanged
+loop, two of this one), busguard p50 163–313 ms, p99
+595–1 308 ms: the 50 ms target is
+not met. Per hop at 4 000/s: producer ack p50 5–7 / p99 55–85 ms; broker
+-> guard (20 ms long poll, plus aiokafka holding a fetch while the batch
+before runs) 26 / 69 ms for a batch's newest record; verify 15 / 37 ms
+ahead, decide + persist + seal 17 / 48 ms, produce 10 / 22 ms, commit 1 /
+14 ms; the broker alone used 0.7-0.9 cores. Soak: the heap's free space
+grew 2.6 -> 12.5 MB in five minutes with glibc's defaults, 2.4 -> 4.8-6.6
+MB with 2 arenas (busguard.runtime.tuning.tune_malloc); the rest of the
+climb is SQLite's page cache following the store file and Python's
+allocator; every 10-minute soak that day fell behind between 200 s and
+400 s as tansu grew past ~600 MB, which --check reports as not steady.
+
 Modes (the last line of stdout is always one JSON line; the table is for
 people):
 
