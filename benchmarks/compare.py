@@ -69,9 +69,9 @@ not met. Per hop at 4 000/s: producer ack p50 5–7 / p99 55–85 ms; broker
 before runs) 26 / 69 ms for a batch's newest record; verify 15 / 37 ms
 ahead, decide + persist + seal 17 / 48 ms, produce 10 / 22 ms, commit 1 /
 14 ms; the broker alone used 0.7-0.9 cores. Soak: the heap's free space
-grew 2.6 -> 12.5 MB in five minutes with glibc's defaults, 2.4 -> 4.8-6.6
-MB with 2 arenas (busguard.runtime.tuning.tune_malloc); the rest of the
-climb is SQLite's page cache following the store file and Python's
+grew 2.6 -> 9.7 MB in four minutes with glibc's defaults, 2.4-3.0 ->
+6.6-7.5 MB with 2 arenas (busguard.runtime.tuning.tune_malloc); the rest
+of the climb is SQLite's page cache following the store file and Python's
 allocator; every 10-minute soak that day fell behind between 200 s and
 400 s as tansu grew past ~600 MB, which --check reports as not steady.
 

@@ -43,9 +43,10 @@ def tune_malloc(arenas: int = 2) -> None:
     five minutes, a third of the RSS climb. Each thread that contends for
     the heap gets an arena of its own (the executor threads running SQLite,
     the verify and seal threads), and each keeps the holes its frees leave.
-    With 2 arenas that free space grew from 2.4 to 4.8–6.6 MB over the same
-    time; the threads spend their time in libsodium and SQLite, not in
-    malloc, and CPU per record did not move. (A fixed 256 KiB mmap
+    With 2 arenas it grew from 2.4–3.0 to 6.6–7.5 MB in four minutes (9.7 MB
+    with the defaults): a quarter less, a mitigation rather than a fix; the
+    threads spend their time in libsodium and SQLite, not in malloc, and
+    CPU per record did not move. (A fixed 256 KiB mmap
     threshold kept it at 2.8–4.2 MB, but cost 10–15 % more CPU per record
     at peak, large buffers then being mapped and faulted in every time, so
     it is not set.) Must run before those threads start (`tune_gc` calls it
