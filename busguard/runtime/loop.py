@@ -243,7 +243,9 @@ class BatchLoop:
                             log.info("batch read ahead of a rebalance dropped unprocessed; it is read again", records=len(polled.records))
                 if time.monotonic() >= next_housekeeping:
                     next_housekeeping = time.monotonic() + self.cfg.state.expire_interval_s
+                    started = time.perf_counter()
                     await self.stage.housekeeping()
+                    self.metrics.housekeeping_seconds.observe(time.perf_counter() - started)
                     await self._lag(consumer)
         finally:
             stop.cancel()
@@ -332,12 +334,16 @@ class BatchLoop:
             if batch is None:
                 batch = batches[slot] = producer.create_batch()
             if batch.append(key=o.key, value=o.value, timestamp=o.timestamp_ms, headers=o.headers) is None:
+                batch.close()
                 deliveries.append(await producer.send_batch(batch, o.topic, partition=partition))
                 batch = batches[slot] = producer.create_batch()
                 if batch.append(key=o.key, value=o.value, timestamp=o.timestamp_ms, headers=o.headers) is None:
                     raise RuntimeError(f"record for {o.topic} larger than the producer batch size")
         for (topic, partition), batch in batches.items():
             if batch.record_count():
+                # Closed: aiokafka sends a closed batch at once instead of
+                # holding it for the producer's linger_ms (nothing more joins it).
+                batch.close()
                 deliveries.append(await producer.send_batch(batch, topic, partition=partition))
         await asyncio.gather(*deliveries)
 

@@ -36,6 +36,12 @@ class Metrics:
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
             registry=self.registry,
         )
+        self.housekeeping_seconds = Histogram(
+            "busguard_housekeeping_seconds",
+            "Wall time of one housekeeping pass (expiry, row counts, heap release); no batch runs meanwhile",
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=self.registry,
+        )
         self.batch_records = Histogram(
             "busguard_batch_records", "Records per batch", buckets=(1, 10, 50, 100, 250, 500, 1000, 5000), registry=self.registry
         )
