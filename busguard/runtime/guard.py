@@ -36,7 +36,7 @@ from busguard.protocol.records import Coordinates, Decision
 from busguard.config import Config
 from busguard.protocol.attestation import attest, decision_bytes, seal
 from busguard.protocol.merkle import HASH_BYTES, leaf_hash
-from busguard.protocol.treehead import MAX_LEAVES, BatchTree, ChainTip, rebuild, seal_batch
+from busguard.protocol.treehead import MAX_LEAVES, BatchTree, ChainTip, next_link, rebuild, seal_batch
 from busguard.protocol.keyfile import Identity
 from busguard.protocol.keys import KeyRegistry, KeyWindow
 from busguard.protocol.reasons import Reason
@@ -216,7 +216,7 @@ class Guard(SealingStage):
             if stored is not None and (tip is None or stored.seq >= tip.seq):
                 tip = stored
             tree = seal_batch(self.signer, [attested[id(d)][1] for d in new], guard=guard_id, chain=self.chain, tip=tip, sealed_at=now_ms)
-            seq = 0 if tip is None else tip.seq + 1
+            seq, _ = next_link(tip)
             writes.heads.append(StoredHead(self.chain, seq, tree.head, tree.seal, b"".join(tree.leaves), spans_of(writes.decisions), now_ms))
             index = {id(d): i for i, d in enumerate(new)}
             tip = ChainTip(seq, tree.head)

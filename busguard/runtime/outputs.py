@@ -331,13 +331,18 @@ def worst_proof(guard_id: str, max_leaves: int = MAX_LEAVES) -> list[tuple[str, 
         -(2**63),
         b"",
     )
-    return batch_proof_headers("f" * 32, att, worst_head(guard_id), b"A" * 86, worst_inclusion(max_leaves))
+    return batch_proof_headers("f" * 32, att, *worst_batch_proof(guard_id, max_leaves))
+
+
+def worst_batch_proof(guard_id: str, max_leaves: int) -> BatchProof:
+    """The longest head, head seal and inclusion proof a batch of `max_leaves` can have."""
+    return BatchProof(worst_head(guard_id), b"A" * 86, worst_inclusion(max_leaves))
 
 
 def worst_batch_sealed(d: Decision, decision_json: bytes, attestation: bytes, guard_id: str, max_leaves: int) -> Sealed:
     """`d` as if batch-sealed with the longest head and proof its batch can
     have: what a forward is sized with before its batch's tree exists."""
-    return Sealed(d, decision_json, attestation, b"", BatchProof(worst_head(guard_id), b"A" * 86, worst_inclusion(max_leaves)))
+    return Sealed(d, decision_json, attestation, b"", worst_batch_proof(guard_id, max_leaves))
 
 
 class OutputBudget:

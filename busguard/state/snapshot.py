@@ -44,10 +44,15 @@ class StoredHead(msgspec.Struct, frozen=True, gc=False):
 def spans_of(positions: Iterable[SourceKey]) -> list[tuple[str, int, int, int]]:
     """`StoredHead.spans` of these positions: per (topic, partition), the
     lowest and highest offset."""
-    found: dict[tuple[str, int], tuple[int, int]] = {}
-    for topic, part, offset in positions:
-        lo, hi = found.get((topic, part), (offset, offset))
-        found[(topic, part)] = (min(lo, offset), max(hi, offset))
+    found: dict[tuple[str, int], list[int]] = {}
+    for topic, part, offset in positions:  # every batch's positions: no per-position tuples
+        span = found.get((topic, part))
+        if span is None:
+            found[(topic, part)] = [offset, offset]
+        elif offset < span[0]:
+            span[0] = offset
+        elif offset > span[1]:
+            span[1] = offset
     return [(t, p, lo, hi) for (t, p), (lo, hi) in sorted(found.items())]
 
 

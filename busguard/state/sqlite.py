@@ -71,7 +71,7 @@ from busguard.protocol.records import Coordinates, Decision, TaskEntry
 from busguard.state import sealrows
 from busguard.state.codecs import bitmap_bytes, bitmap_int, encode, run_decoder, task_decoder
 from busguard.state.keys import KeySet, Partition, SourceKey
-from busguard.state.snapshot import Snapshot, WindowState
+from busguard.state.snapshot import Snapshot, WindowState, spans_of
 from busguard.state.sqlitedb import connect, key, select_in, transaction
 from busguard.state.store import BatchFn, rearmed
 from busguard.state.writes import BatchWrites
@@ -232,16 +232,7 @@ class SqliteStore:
 
     def _load_decisions(self, sources: Sequence[SourceKey], now_ms: int, into: dict[SourceKey, Decision]) -> None:
         wanted = set(sources)
-        spans: dict[Partition, list[int]] = {}
-        for topic, partition, offset in wanted:
-            span = spans.get((topic, partition))
-            if span is None:
-                spans[(topic, partition)] = [offset, offset]
-            elif offset < span[0]:
-                span[0] = offset
-            elif offset > span[1]:
-                span[1] = offset
-        for (topic, partition), (lo, hi) in spans.items():
+        for topic, partition, lo, hi in spans_of(wanted):
             sql = f"SELECT body {_RUNS_IN} AND +exp > ? ORDER BY id"
             for (body,) in self._db.execute(sql, (topic, partition, lo, hi + RUN_SPAN, hi, now_ms)):
                 for d in run_decoder.decode(body):
