@@ -29,6 +29,8 @@ class StoreOptions(msgspec.Struct, frozen=True, kw_only=True):
     dsn: str = ""
     schema: str = "busguard"
     retry_s: float = 120.0
+    #: SQLite: checkpoint on a thread of its own this often (None: on the commits)
+    checkpoint_every_s: float | None = None
 
 
 def _memory(o: StoreOptions) -> StateStore:
@@ -49,6 +51,7 @@ def _sqlite(o: StoreOptions) -> StateStore:
         task_retention_ms=o.task_retention_ms,
         decision_retention_ms=o.decision_retention_ms,
         genesis=o.genesis,
+        checkpoint_every_s=o.checkpoint_every_s,
     )
 
 

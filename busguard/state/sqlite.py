@@ -72,7 +72,7 @@ from busguard.state import sealrows
 from busguard.state.codecs import bitmap_bytes, bitmap_int, encode, run_decoder, task_decoder
 from busguard.state.keys import KeySet, Partition, SourceKey
 from busguard.state.snapshot import Snapshot, WindowState, spans_of
-from busguard.state.sqlitedb import connect, key, select_in, transaction
+from busguard.state.sqlitedb import BACKSTOP_PAGES, Checkpointer, connect, key, select_in, transaction
 from busguard.state.store import BatchFn, rearmed
 from busguard.state.writes import BatchWrites
 
@@ -117,16 +117,20 @@ class SqliteStore:
         decision_retention_ms: int = 7 * 86_400_000,
         busy_timeout_ms: int = 30_000,
         genesis: bool = False,
+        checkpoint_every_s: float | None = None,
     ) -> None:
         """Open the store at `path`, creating it if it has no store yet.
 
         `genesis=True` only with `busguard state init`: it refuses a path
         that already holds a store, since declaring "no history" over one
-        would throw its fence away."""
+        would throw its fence away. `checkpoint_every_s` (the guard's
+        long-lived store) moves checkpoints off the commits onto a
+        `Checkpointer` thread; None keeps SQLite's auto-checkpoint."""
         self.path = Path(path)
         self.task_retention_ms = task_retention_ms
         self.decision_retention_ms = decision_retention_ms
         self._db = connect(self.path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms)
+        self.checkpointer: Checkpointer | None = None
         try:
             with transaction(self._db) as db:
                 for statement in filter(str.strip, _SCHEMA.split(";")):
@@ -150,6 +154,10 @@ class SqliteStore:
                     raise RuntimeError(f"{self.path}: state schema {meta.get('schema')} is not {SCHEMA_VERSION}")
                 self._created_at = int(meta["created_at_ms"])
                 self.origin = meta["origin"]
+            if checkpoint_every_s is not None:
+                self._db.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
+                self._db.execute(f"PRAGMA journal_size_limit={64 * 2**20}")  # a WAL started over is cut back to 64 MiB
+                self.checkpointer = Checkpointer(self.path, every_s=checkpoint_every_s)
         except BaseException:
             self._db.close()
             raise
@@ -207,6 +215,8 @@ class SqliteStore:
     def run_batch(self, keys: KeySet, now_ms: int, fn: BatchFn) -> None:
         with transaction(self._db):
             self._write(fn(self._load(keys, now_ms)), now_ms)
+        if self.checkpointer is not None:
+            self.checkpointer.committed()
 
     def _select(self, sql: str, keys: Sequence[str], now_ms: int) -> Iterable[tuple[Any, ...]]:
         return select_in(self._db, sql, keys, now_ms)
@@ -343,6 +353,8 @@ class SqliteStore:
         return {"decisions": decisions} | {t: self._db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in _TABLES}
 
     def close(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.close()
         self._db.close()
 
 
