@@ -93,6 +93,23 @@ steady window are reported with their deviation from the median, and
 ``--check`` fails when they move by more than 10 % (e.g. a guard that
 falls behind and refuses stale input). RSS is judged over the same window.
 
+The broker under steady load. tansu's memory storage keeps every produced
+batch as an object of its own, and a fetch near the end of a partition
+costs more the more batches the partition holds: fetching the newest 2 000
+single-record batches cost the broker 5, 20, 45 and 135 us per record with
+10 000, 20 000, 30 000 and 40 000 batches in the partition (measured
+1 December 2026). A load producer that sends each record as its own batch
+(linger 0) makes that cost climb within seconds at thousands of records/s,
+and a 500/s soak collapse after 200-440 s (the guard's fetches, and the
+reader's, slow to ~100 records/s). So the load producer batches as a real
+client does: ``--linger-ms`` defaults to 5 in ``--rate`` runs (the Java
+client's default since Kafka 4.0, KIP-1030; the latency is still counted
+from before the producer holds a record) and to 100 in ``--soak`` runs,
+which only measure memory. The ``direct`` contender has nothing in
+between: the reader reads the input topics themselves, so its latency is
+the broker's alone (one produce, one fetch), the floor under every
+contender's.
+
 ``--check`` exits 1 when the mode's target from issue 13 is missed
 (throughput: ratio_naive >= 1.5; rate: p99 <= 50 ms; preload: within 10 %
 of the empty store; soak: RSS within +-10 % of its median and first to
@@ -148,7 +165,7 @@ from busguard.sdk.sender import Sender  # noqa: E402
 from busguard.state.sqlite import SqliteStore  # noqa: E402
 
 BENCH = REPO / "benchmarks"
-STREAM = ("relay", "naive", "busguard", "busguard_preload")
+STREAM = ("direct", "relay", "naive", "busguard", "busguard_preload")
 CONTENDERS = ("verify_1t", "verify_nt", *STREAM)
 #: The freshness window the throughput runs allow: records are signed once, up front.
 LONG_MAX_AGE_MS = 3_600_000
@@ -451,6 +468,12 @@ def start_contender(kind: str, setup: Setup, topics: Topics, run_dir: Path, crea
     py = sys.executable
     # busguard's kafka.fetch_max_wait_ms is set in guard_config (when given)
     fetch = {"FETCH_MAX_WAIT_MS": str(setup.args.contender_fetch_max_wait_ms)} if setup.args.contender_fetch_max_wait_ms else {}
+    if kind == "direct":
+        # nothing in between: the downstream reader reads the input topics, so
+        # its latency is the broker's alone (one produce, one fetch), the floor
+        # under every contender's
+        idle = "import signal, time; signal.signal(signal.SIGTERM, lambda *_: exit(0)); time.sleep(1e9)"
+        return Process([py, "-c", idle], run_dir / "direct.log"), None
     if kind == "relay":
         return Process([py, str(BENCH / "relay_baseline.py"), "serve", setup.bootstrap, group, *routes], run_dir / "relay.log", fetch), None
     if kind == "naive":
@@ -602,6 +625,13 @@ async def delete_topics(bootstrap: str, topics: Sequence[str]) -> None:
         await admin.close()
 
 
+def load_linger_ms(args: argparse.Namespace, *, soak: bool) -> int:
+    """The load producer's linger in steady runs (see "The broker under steady load")."""
+    if args.linger_ms is not None:
+        return int(args.linger_ms)
+    return 100 if soak else 5
+
+
 def new_producer(bootstrap: str, linger_ms: int) -> AIOKafkaProducer:
     return AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False, acks="all", linger_ms=linger_ms, max_batch_size=256 * 1024)
 
@@ -617,9 +647,10 @@ async def run_stream(kind: str, setup: Setup, work: Workload, rate: float | None
     run_dir.mkdir()
     topics = Topics.under(run_dir.name)
     is_guard = kind.startswith("busguard")
-    names = topics.all() if is_guard else [topics.handoffs, topics.acks, topics.handoffs_admitted, topics.acks_admitted]
+    direct = kind == "direct"
+    names = topics.all() if is_guard else [topics.handoffs, topics.acks] if direct else [topics.handoffs, topics.acks, topics.handoffs_admitted, topics.acks_admitted]
     await create_topics(setup.bootstrap, names, partitions=setup.args.partitions)
-    downstream = [topics.handoffs_admitted, topics.acks_admitted]
+    downstream = [topics.handoffs, topics.acks] if direct else [topics.handoffs_admitted, topics.acks_admitted]
     counted = [topics.audit, topics.dead_letter, topics.reconciliation] if is_guard else []
     n = len(work.items)
     if is_guard:
@@ -632,7 +663,7 @@ async def run_stream(kind: str, setup: Setup, work: Workload, rate: float | None
     await watcher.start()
     proc, _port = start_contender(kind, setup, topics, run_dir, work.created_before_ms)
     sampler = RssSampler(proc.pid)
-    producer = new_producer(setup.bootstrap, 0 if rate else 5)
+    producer = new_producer(setup.bootstrap, load_linger_ms(setup.args, soak=False) if rate else 5)
     await producer.start()
     out: dict[str, Any] = {"contender": kind}
     try:
@@ -863,6 +894,7 @@ async def rate_mode(setup: Setup, gen: Generator, contenders: list[str], rounds:
     else:
         rate = float(args.rate)
     out["rate_per_s"] = round(rate)
+    out["load_linger_ms"] = load_linger_ms(args, soak=False)
     n = max(1, int(rate * args.duration))
     results: dict[str, list[dict[str, Any]]] = {c: [] for c in contenders}
     for r in range(rounds):
@@ -890,7 +922,7 @@ async def rate_mode(setup: Setup, gen: Generator, contenders: list[str], rounds:
         out["p50_ms"], out["p99_ms"] = out["busguard_p50_ms"], out["busguard_p99_ms"]
     out["records_per_round"] = n
     out["runs"] = results
-    head = f"steady load at {rate:,.0f} records/s for {args.duration:.0f} s" + (f" (half of the measured peak {out['peak_per_s']:,}/s)" if "peak_per_s" in out else "")
+    head = f"steady load at {rate:,.0f} records/s for {args.duration:.0f} s, load producer linger {out['load_linger_ms']} ms" + (f" (half of the measured peak {out['peak_per_s']:,}/s)" if "peak_per_s" in out else "")
     return out, head + "\n" + table(rows)
 
 
@@ -906,13 +938,14 @@ async def soak_mode(setup: Setup, gen: Generator, seconds: float) -> tuple[dict[
     else:
         rate = float(args.rate) if args.rate else 500.0
     out["rate_per_s"] = round(rate)
+    out["load_linger_ms"] = load_linger_ms(args, soak=True)
     run_dir = setup.tmp / "soak"
     run_dir.mkdir()
     topics = Topics.under("soak")
     await create_topics(setup.bootstrap, topics.all(), partitions=args.partitions)
     proc, port = start_contender("busguard", setup, topics, run_dir, time.time_ns() // 1_000_000 - 60_000, soak=True)
     assert port is not None
-    producer = new_producer(setup.bootstrap, 0)
+    producer = new_producer(setup.bootstrap, load_linger_ms(args, soak=True))
     await producer.start()
     samples: list[dict[str, Any]] = []
     state = run_dir / "state.db"
@@ -980,7 +1013,7 @@ async def soak_mode(setup: Setup, gen: Generator, seconds: float) -> tuple[dict[
                 str(s["sent"]), str(s["decided"]), f"{s['broker_rss_mb']:.0f}" if s["broker_rss_mb"] else "-",
             )
         )
-    text = f"soak: {seconds:.0f} s at {rate:,.0f} records/s, retention {SOAK_RETENTION_MS / 1000:.0f} s, expire every {SOAK_EXPIRE_S} s\n" + table(rows_out)
+    text = f"soak: {seconds:.0f} s at {rate:,.0f} records/s (load producer linger {out['load_linger_ms']} ms), retention {SOAK_RETENTION_MS / 1000:.0f} s, expire every {SOAK_EXPIRE_S} s\n" + table(rows_out)
     if steady:
         rss = [s["rss_mb"] for s in steady]
         med = statistics.median(rss)
@@ -1018,7 +1051,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--duplicates", type=float, default=0.05, help="share of exact re-sends (default 0.05)")
     p.add_argument("--payload-bytes", type=int, default=300, help="JSON payload size; the receipt header adds ~390 bytes")
     p.add_argument("--partitions", type=int, default=4)
-    p.add_argument("--contenders", help=f"comma list from {', '.join(CONTENDERS)} (default: all but busguard_preload; with --preload: busguard,busguard_preload; with --rate: busguard)")
+    p.add_argument("--contenders", help=f"comma list from {', '.join(CONTENDERS)} (default: all but direct and busguard_preload; with --preload: busguard,busguard_preload; with --rate: busguard)")
     p.add_argument("--max-records", type=int, default=0, help="busguard [batch] max_records (default: the config default)")
     p.add_argument("--verify-threads", type=int, default=0, help="busguard [batch] verify_threads (default: the config default)")
     p.add_argument("--rate", help="steady-load mode: records/s, or 'auto' (half the measured busguard peak)")
@@ -1027,6 +1060,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--preload", type=int, default=0, metavar="N", help="also run busguard on a store holding N live nonces and N live tasks")
     p.add_argument("--soak", type=float, default=0, metavar="SECONDS", help="soak mode: one guard under steady load (--rate, default 500/s)")
     p.add_argument("--sample-every", type=float, default=10, help="soak sampling period in seconds (default 10)")
+    p.add_argument("--linger-ms", type=int, help="the load producer's linger_ms in --rate and --soak runs (default 5 and 100; see the module docstring)")
     p.add_argument(
         "--contender-fetch-max-wait-ms",
         type=int,
@@ -1050,7 +1084,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     elif args.preload:
         args.contender_list = ["busguard", "busguard_preload"]
     else:
-        args.contender_list = [c for c in CONTENDERS if c != "busguard_preload"]
+        args.contender_list = [c for c in CONTENDERS if c not in ("busguard_preload", "direct")]
     if "busguard_preload" in args.contender_list and not args.preload:
         p.error("--contenders busguard_preload needs --preload N")
     if args.rate and args.rate != "auto":

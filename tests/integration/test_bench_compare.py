@@ -51,6 +51,25 @@ def test_compare_smoke(tmp_path: Path) -> None:
         assert name in proc.stdout
 
 
+def test_compare_rate_with_the_broker_floor(tmp_path: Path) -> None:
+    """--rate with the `direct` contender (nothing between producer and
+    reader): the broker's own latency, beside busguard's, in one run."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "compare.py"), "--rate", "300", "--duration", "2", "--contenders", "direct,busguard"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["load_linger_ms"] == 5
+    for c in ("direct", "busguard"):
+        run = result["runs"][c][0]
+        assert run["exit"] == 0 and run["p99_ms"] >= run["p50_ms"] > 0, (c, run)
+    # every record read back, each once: the direct reader counts the inputs themselves
+    assert result["direct_per_s"] > 0 and result["p99_ms"] == result["busguard_p99_ms"]
+
+
 async def test_naive_guard_forwards_only_verified_records(broker: EmbeddedBroker, topic_factory: TopicFactory, group_id: str, tmp_path: Path) -> None:
     """The hand-written guard the benchmark compares against really verifies:
     a record whose payload was changed, or whose signature is another
