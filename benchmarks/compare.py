@@ -96,10 +96,10 @@ falls behind and refuses stale input). RSS is judged over the same window.
 The broker under steady load. tansu's memory storage keeps every produced
 batch as an object of its own, and a fetch near the end of a partition
 costs more the more batches the partition holds: fetching the newest 2 000
-single-record batches cost the broker 5, 20, 45 and 135 us per record with
-10 000, 20 000, 30 000 and 40 000 batches in the partition (measured
-1 December 2026). A load producer that sends each record as its own batch
-(linger 0) makes that cost climb within seconds at thousands of records/s,
+single-record batches cost the broker 5-10, 20, 40-45 and 135-230 us per
+record with 10 000, 20 000, 30 000 and 40 000 batches in the partition
+(benchmarks/broker_fetch_scaling.py, two runs, 1 December 2026). A load producer that sends each record as its own batch
+(linger 0) makes that cost climb within seconds at thousands of records/s
 and a 500/s soak collapse after 200-440 s (the guard's fetches, and the
 reader's, slow to ~100 records/s). So the load producer batches as a real
 client does: ``--linger-ms`` defaults to 5 in ``--rate`` runs (the Java

@@ -51,8 +51,8 @@ class Checkpointer:
     every `min_gap_s` and at least every `every_s`: right after a commit is
     when the writer is busy elsewhere (producing the batch's outputs), so a
     pass usually copies the whole WAL before the next commit, and then that
-    commit starts the WAL over from its beginning: the file stays a batch or
-    two long. PASSIVE checkpoints never wait for, or block, a reader or a
+    commit starts the WAL over from its beginning: the file stays a few
+    batches long. PASSIVE checkpoints never wait for, or block, a reader or a
     writer; frames committed while one runs are left for the next pass. The
     writer's own auto-checkpoint stays on at `BACKSTOP_PAGES` in case this
     thread falls behind. A failed pass is logged and retried on the next:
