@@ -21,13 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from busguard.wiring import init_state
 from busguard.config import load_config
 from busguard.devconfig import Topics, embedded_config
+from busguard.protocol.attestation import verify_decision_record
 from busguard.protocol.identity import agent_id_for_key, multikey_encode
 from busguard.protocol.keyfile import Identity, read_key, write_key
+from busguard.protocol.records import Decision
 from busguard.protocol.signing import public_key_from_seed
 from busguard.devtools.broker import free_port
 from busguard.runtime.topics import create_topics
@@ -294,3 +297,15 @@ def all_decided(setup: Setup, got: Collected, total: int) -> bool:
     """Every input has its audit record and its primary output."""
     primary = sum(len(got[t]) for t in (setup.downstream_handoffs, setup.downstream_acks, setup.reconciliation, setup.dead_letter))
     return len(got[setup.audit]) >= total and primary >= total
+
+
+def decisions_by_source(setup: Setup, got: Collected) -> dict[tuple[int, int], set[bytes]]:
+    """Each input's (partition, offset) -> the distinct audit records decided
+    for it, every one verified under the guard's key. Re-emissions are
+    byte-identical, so one record per input is one decision per input."""
+    decided: dict[tuple[int, int], set[bytes]] = defaultdict(set)
+    for r in got[setup.audit]:
+        verify_decision_record(r.value, list(r.headers), setup.guard.public_key)
+        d = msgspec.json.decode(r.value, type=Decision)
+        decided[(d.source.partition, d.source.offset)].add(r.value)
+    return decided

@@ -11,11 +11,11 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from busguard.protocol.records import Decision
-from busguard.protocol.attestation import verify_admitted, verify_decision_record
+from busguard.protocol.attestation import verify_admitted
 from busguard.devtools.broker import EmbeddedBroker
 from busguard.sdk.sender import SignedRecord
 
-from .guardkit import GuardProcess, Setup, all_decided, collect, collect_all, header, identity, make_setup, produce, sender
+from .guardkit import GuardProcess, Setup, all_decided, collect, collect_all, decisions_by_source, header, identity, make_setup, produce, sender
 
 
 def workload(tmp: Path, name: str = "planner", legacy_name: str = "executor", n: int = 150) -> tuple[list[SignedRecord], list[str]]:
@@ -62,11 +62,7 @@ async def committed_offsets(s: Setup, topic: str) -> int:
 
 def check_exactly_once(s: Setup, got, coords: list[tuple[int, int]], expected: list[str]) -> None:  # type: ignore[no-untyped-def]
     gk = s.guard.public_key
-    audit_by_source: dict[tuple[int, int], set[bytes]] = defaultdict(set)
-    for r in got[s.audit]:
-        verify_decision_record(r.value, list(r.headers), gk)
-        d = msgspec.json.decode(r.value, type=Decision)
-        audit_by_source[(d.source.partition, d.source.offset)].add(r.value)
+    audit_by_source = decisions_by_source(s, got)
     # every input has exactly one decision (re-emissions are byte-identical)
     assert set(audit_by_source) == set(coords)
     assert all(len(v) == 1 for v in audit_by_source.values()), "an input got two different decisions"

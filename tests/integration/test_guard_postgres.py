@@ -22,12 +22,12 @@ from pathlib import Path
 import msgspec
 
 from busguard.protocol.records import Decision
-from busguard.protocol.attestation import verify_admitted, verify_decision_record
+from busguard.protocol.attestation import verify_admitted
 from busguard.devtools.broker import EmbeddedBroker
 from busguard.sdk.sender import SignedRecord
 from tests.pgkit import EmbeddedPostgres
 
-from .guardkit import REPO, Collected, GuardProcess, Setup, all_decided, collect, header, identity, make_setup, produce, sender
+from .guardkit import REPO, Collected, GuardProcess, Setup, all_decided, collect, decisions_by_source, header, identity, make_setup, produce, sender
 
 SENDERS = [f"agent-{i}" for i in range(4)]
 
@@ -109,11 +109,7 @@ async def test_three_hosts_one_postgres_unkeyed_kill_9_and_a_database_restart(br
         assert "state database unavailable; retrying" in logs  # the restart was felt, and waited out
 
         gk = s.guard.public_key
-        decided: dict[tuple[int, int], set[bytes]] = defaultdict(set)
-        for r in got[s.audit]:
-            verify_decision_record(r.value, list(r.headers), gk)
-            d = msgspec.json.decode(r.value, type=Decision)
-            decided[(d.source.partition, d.source.offset)].add(r.value)
+        decided = decisions_by_source(s, got)
         assert set(decided) == set(coords) and len(coords) == len(records)
         assert all(len(v) == 1 for v in decided.values()), "an input got two different decisions"
         by_receipt: dict[str, list[str]] = defaultdict(list)

@@ -21,11 +21,10 @@ from pathlib import Path
 import msgspec
 
 from busguard.devtools.broker import EmbeddedBroker
-from busguard.protocol.attestation import verify_decision_record
 from busguard.protocol.records import Decision
 from busguard.sdk.sender import SignedRecord
 
-from .guardkit import Collected, GuardProcess, Setup, all_decided, collect, identity, make_setup, produce, sender
+from .guardkit import Collected, GuardProcess, Setup, all_decided, collect, decisions_by_source, identity, make_setup, produce, sender
 
 SENDERS = [f"member-{i}" for i in range(3)]
 SESSION = {"BUSGUARD_KAFKA__SESSION_TIMEOUT_MS": "20000", "BUSGUARD_KAFKA__HEARTBEAT_INTERVAL_MS": "500"}
@@ -115,11 +114,7 @@ async def test_a_static_member_killed_and_restarted_takes_its_partitions_back(br
     assert [e for e in restarted_events if e[0] == "assigned"][0] == ("assigned", held_before), restarted_events
     assert survivor_after == [], survivor_after
 
-    decided: dict[tuple[int, int], set[bytes]] = defaultdict(set)
-    for r in got[s.audit]:
-        verify_decision_record(r.value, list(r.headers), s.guard.public_key)
-        d = msgspec.json.decode(r.value, type=Decision)
-        decided[(d.source.partition, d.source.offset)].add(r.value)
+    decided = decisions_by_source(s, got)
     assert set(decided) == set(coords) and len(coords) == len(records)
     assert all(len(v) == 1 for v in decided.values()), "an input got two different decisions"
     by_receipt: dict[str, list[str]] = defaultdict(list)

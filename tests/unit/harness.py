@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import sqlite3
 from collections.abc import Sequence
+from pathlib import Path
 
 from busguard.admission.batch import Input, admit_batch
 from busguard.admission.types import AdmissionPolicy
@@ -67,3 +69,17 @@ class Harness:
 
 def sender(name: str, now: int = NOW, **kwargs: object) -> Sender:
     return Sender(seed(name), clock_ms=lambda: now, **kwargs)  # type: ignore[arg-type]
+
+
+def schema_1_file(path: Path, created_at_ms: int, decisions: Sequence[tuple[str, bytes, int]]) -> None:
+    """A SQLite file as busguard's schema 1 wrote it: meta and one row per
+    decision (key, body, expiry), for the upgrade tests."""
+    con = sqlite3.connect(path)
+    con.executescript(
+        "CREATE TABLE meta(k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID;"
+        "CREATE TABLE decisions(k TEXT PRIMARY KEY, body BLOB NOT NULL, exp INTEGER NOT NULL);"
+        f"INSERT INTO meta VALUES('created_at_ms', '{created_at_ms}'), ('schema', '1');"
+    )
+    con.executemany("INSERT INTO decisions VALUES (?, ?, ?)", decisions)
+    con.commit()
+    con.close()

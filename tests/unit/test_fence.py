@@ -17,7 +17,7 @@ from busguard.state.store import StateStore
 from busguard.state.memory import MemoryStore
 from busguard.state.sqlite import SqliteStore
 
-from .harness import NOW, Harness, agent, sender
+from .harness import NOW, Harness, agent, schema_1_file, sender
 
 A, F = 300_000, 30_000  # the default freshness bounds
 T = NOW - 10_000  # the store's trusted-from time in these tests
@@ -223,22 +223,10 @@ def test_sqlite_genesis_refuses_an_existing_store(tmp_path: Path) -> None:
 
 
 def test_sqlite_schema_1_is_upgraded_fenced_from_its_creation_with_watermarks_from_its_decisions(tmp_path: Path) -> None:
-    import sqlite3
-
     from busguard.state.sqlitedb import key
 
     db = tmp_path / "v1.db"
-    con = sqlite3.connect(db)
-    con.executescript(
-        "CREATE TABLE meta(k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID;"
-        "CREATE TABLE decisions(k TEXT PRIMARY KEY, body BLOB NOT NULL, exp INTEGER NOT NULL);"
-        f"INSERT INTO meta VALUES('created_at_ms', '{NOW - 9}'), ('schema', '1');"
-    )
-    con.executemany(
-        "INSERT INTO decisions VALUES (?, x'00', 0)", [(key("in:x", 0, 5),), (key("in:x", 0, 12),), (key("in:x", 3, 1),), (key("b", 10, 100),)]
-    )
-    con.commit()
-    con.close()
+    schema_1_file(db, NOW - 9, [(key(*k), b"\x00", 0) for k in (("in:x", 0, 5), ("in:x", 0, 12), ("in:x", 3, 1), ("b", 10, 100))])
     s = SqliteStore(db, now_ms=NOW)
     assert (s.origin, s.trusted_from, s.created_at) == ("created", NOW - 9, NOW - 9)
     assert s.partition_watermarks() == {("in:x", 0): 12, ("in:x", 3): 1, ("b", 10): 100}

@@ -29,7 +29,7 @@ from busguard.state.sqlitedb import key
 from busguard.state.store import StateStore
 from busguard.state.writes import BatchWrites, NonceRecord
 
-from .harness import NOW, Harness, agent, sender
+from .harness import NOW, Harness, agent, schema_1_file, sender
 
 RETENTION = 1_000
 
@@ -235,16 +235,8 @@ def test_a_schema_2_file_is_upgraded_in_place_its_live_decisions_kept_byte_for_b
 
 def test_a_schema_1_file_is_upgraded_through_2_to_3(tmp_path: Path) -> None:
     db = tmp_path / "v1.db"
-    con = sqlite3.connect(db)
-    con.executescript(
-        "CREATE TABLE meta(k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID;"
-        "CREATE TABLE decisions(k TEXT PRIMARY KEY, body BLOB NOT NULL, exp INTEGER NOT NULL);"
-        f"INSERT INTO meta VALUES('created_at_ms', '{NOW - 9}'), ('schema', '1');"
-    )
     d = _decision("in", 2, 40, "v1", NOW)
-    con.execute("INSERT INTO decisions VALUES (?, ?, ?)", (key("in", 2, 40), encode(d), NOW + RETENTION))
-    con.commit()
-    con.close()
+    schema_1_file(db, NOW - 9, [(key("in", 2, 40), encode(d), NOW + RETENTION)])
     s = SqliteStore(db, now_ms=NOW)
     assert (s.origin, s.trusted_from) == ("created", NOW - 9)
     assert s.partition_watermarks() == {("in", 2): 40}
