@@ -17,18 +17,20 @@ for all topics so the question auto-creates nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 
 from busguard.config import Config
 from busguard.config_checks import group_instance_id
 from busguard.runtime.outputs import producer_batch_size
 from busguard.runtime.records import consumer_options
 
-__all__ = ["group_consumer", "loop_producer", "partitions_at", "partitions_of", "producer", "reader"]
+__all__ = ["SortedRoundRobin", "group_consumer", "loop_producer", "partitions_at", "partitions_of", "producer", "reader"]
 
 _FETCH_MAX_BYTES = 52_428_800  # aiokafka's default, stated: one fetch of many partitions
 _FETCH_HEADROOM = 262_144  # record headers and batch framing beyond the largest payload
@@ -36,6 +38,25 @@ _FETCH_HEADROOM = 262_144  # record headers and batch framing beyond the largest
 
 def _client_id(cfg: Config, name: str) -> str:
     return f"{cfg.kafka.client_id}-{name}"
+
+
+class SortedRoundRobin(RoundRobinPartitionAssignor):  # type: ignore[misc]
+    """aiokafka's round-robin assignor, with the member metadata in one order.
+
+    aiokafka lists a member's topics in the order of its subscription set,
+    which Python's per-process string hashing shuffles. A static member
+    started again could then send JoinGroup metadata that differs from its
+    predecessor's only in topic order. Kafka takes changed metadata from a
+    known static member as a reason to rebalance (KIP-345), which is what static
+    membership exists to avoid. tansu puts the group back to forming and
+    then waits for a leader that never rejoins, so the member is never
+    assigned (docs/notes-broker.md). Sorted, the bytes are the same in every
+    process. The protocol name stays "roundrobin", so members running
+    aiokafka's own assignor still agree on the protocol."""
+
+    @classmethod
+    def metadata(cls, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
+        return ConsumerProtocolMemberMetadata(cls.version, sorted(topics), b"")
 
 
 def group_consumer(cfg: Config, *, group_id: str, role: str) -> AIOKafkaConsumer:
@@ -51,6 +72,7 @@ def group_consumer(cfg: Config, *, group_id: str, role: str) -> AIOKafkaConsumer
         bootstrap_servers=k.bootstrap_servers,
         group_id=group_id,
         group_instance_id=group_instance_id(cfg),
+        partition_assignment_strategy=(SortedRoundRobin,),
         client_id=_client_id(cfg, f"{role}-consumer"),
         enable_auto_commit=False,
         auto_offset_reset=k.auto_offset_reset,

@@ -4,15 +4,19 @@ consumer factory (busguard.runtime.clients) for the guard and the reconciler."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
 from busguard.config import load_config
 from busguard.config_checks import group_instance_id
 from busguard.errors import ConfigError
-from busguard.runtime.clients import group_consumer
+from busguard.runtime.clients import SortedRoundRobin, group_consumer
 
 ROUTE = '[[routes]]\nname = "handoffs"\ninputs = ["agents.handoffs"]\ndownstream = "agents.handoffs.admitted"\n'
 
@@ -83,3 +87,43 @@ async def test_the_group_consumer_is_a_static_member_under_that_id(tmp_path: Pat
         c = group_consumer(static, group_id="g", role=role)
         assert c._group_instance_id == f"guard-{socket.gethostname()}"
         assert group_consumer(dynamic, group_id="g", role=role)._group_instance_id is None
+
+
+_METADATA = """
+import sys
+from busguard.runtime.clients import SortedRoundRobin
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+topics = set(sys.argv[2:])
+assignor = SortedRoundRobin if sys.argv[1] == "sorted" else RoundRobinPartitionAssignor
+sys.stdout.write(assignor.metadata(topics).encode().hex())
+"""
+
+
+def _metadata_under_seeds(assignor: str, topics: list[str]) -> set[str]:
+    runs = (
+        subprocess.run(
+            [sys.executable, "-c", _METADATA, assignor, *topics],
+            env={**os.environ, "PYTHONHASHSEED": str(seed), "PYTHONPATH": str(Path(__file__).parents[2])},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        for seed in range(12)
+    )
+    return {r.stdout for r in runs}
+
+
+def test_join_metadata_is_the_same_bytes_in_every_process() -> None:
+    """A static member started again must send its predecessor's JoinGroup
+    metadata, or the group rebalances (and tansu never assigns it). aiokafka's
+    own assignor lists the topics in the per-process order of a set."""
+    topics = ["agents.handoffs", "agents.acks", "agents.awards"]
+    assert len(_metadata_under_seeds("aiokafka", topics)) > 1  # the hazard is real
+    assert len(_metadata_under_seeds("sorted", topics)) == 1
+    assert SortedRoundRobin.name == RoundRobinPartitionAssignor.name  # one protocol with aiokafka's members
+
+
+async def test_the_group_consumer_uses_the_sorted_assignor(tmp_path: Path) -> None:
+    cfg = load_config(_config(tmp_path, "guard-a"), env={})
+    for role in ("guard", "reconciler"):
+        assert group_consumer(cfg, group_id="g", role=role)._partition_assignment_strategy == (SortedRoundRobin,)
