@@ -647,10 +647,10 @@ async def run_stream(kind: str, setup: Setup, work: Workload, rate: float | None
     run_dir.mkdir()
     topics = Topics.under(run_dir.name)
     is_guard = kind.startswith("busguard")
-    direct = kind == "direct"
-    names = topics.all() if is_guard else [topics.handoffs, topics.acks] if direct else [topics.handoffs, topics.acks, topics.handoffs_admitted, topics.acks_admitted]
+    inputs = [topics.handoffs, topics.acks]
+    downstream = inputs if kind == "direct" else [topics.handoffs_admitted, topics.acks_admitted]
+    names = topics.all() if is_guard else sorted({*inputs, *downstream})
     await create_topics(setup.bootstrap, names, partitions=setup.args.partitions)
-    downstream = [topics.handoffs, topics.acks] if direct else [topics.handoffs_admitted, topics.acks_admitted]
     counted = [topics.audit, topics.dead_letter, topics.reconciliation] if is_guard else []
     n = len(work.items)
     if is_guard:
