@@ -42,6 +42,16 @@ Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
 #: dead-letter record (busguard.runtime.outputs) with every field at its
 #: longest, many times over.
 MIN_MAX_MESSAGE_BYTES: Final = 65_536
+#: batch.max_inflated_bytes by default: the most bytes one compressed record
+#: batch's records may inflate to before the batch is refused unread
+#: (busguard.runtime.inflate). 16 MiB: librdkafka's batches are at most 1 MB
+#: uncompressed, the Java client's 16 KiB default batch.size at ten times
+#: compression is 160 KiB; a raised batch.size at that ratio still fits.
+DEFAULT_MAX_INFLATED_BYTES: Final = 16 * 1024 * 1024
+#: Room beside the largest payload in one record batch: the receipt (4096),
+#: other headers and the record framing (the fetch headroom of
+#: busguard.runtime.clients is the same).
+INFLATED_HEADROOM: Final = 262_144
 
 
 class KafkaConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -156,6 +166,9 @@ class BatchConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     max_records: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 500
     linger_ms: NonNegative = 20
     max_payload_bytes: Annotated[int, msgspec.Meta(ge=0, le=64 * 1024 * 1024)] = 1_048_576
+    #: The most bytes a compressed batch's records may inflate to; past it the
+    #: batch is undecodable_batch, unread (docs/config.md, operations 2.1).
+    max_inflated_bytes: Annotated[int, msgspec.Meta(ge=MIN_MAX_MESSAGE_BYTES, le=1 << 30)] = DEFAULT_MAX_INFLATED_BYTES
     verify_threads: Annotated[int, msgspec.Meta(ge=1, le=64)] = 2
     revoke_budget_ms: Positive = 10_000
     #: "batch": one signature per batch over a chained Merkle tree head

@@ -72,6 +72,25 @@ def _validate_compromise(cfg: Config) -> None:
         )
 
 
+def _validate_inflated(cfg: Config) -> None:
+    # A batch holding one record at the payload limit must inflate within the
+    # bound, and so must the batches busguard itself writes (at most
+    # kafka.max_message_bytes uncompressed), which the auditor and the
+    # reconciler read back through the same bound.
+    from busguard.config import INFLATED_HEADROOM
+
+    b = cfg.batch
+    least = max(b.max_payload_bytes + INFLATED_HEADROOM, cfg.kafka.max_message_bytes)
+    if b.max_inflated_bytes < least:
+        raise ConfigError(
+            cfg.source,
+            "batch.max_inflated_bytes",
+            b.max_inflated_bytes,
+            f"at least {least}: batch.max_payload_bytes ({b.max_payload_bytes}) + {INFLATED_HEADROOM} for a record's receipt, "
+            f"headers and framing, and at least kafka.max_message_bytes ({cfg.kafka.max_message_bytes}), the largest batch busguard writes",
+        )
+
+
 def validate(cfg: Config) -> None:
     """Cross-field rules msgspec cannot express."""
     f = cfg.source
@@ -105,6 +124,7 @@ def validate(cfg: Config) -> None:
             "so an exact resend is always recognised as a duplicate",
         )
     _validate_compromise(cfg)
+    _validate_inflated(cfg)
     if not cfg.routes:
         raise ConfigError(f, "routes", [], "at least one [[routes]] table with name, inputs and downstream")
     seen_inputs: dict[str, str] = {}

@@ -88,7 +88,7 @@ def group_consumer(cfg: Config, *, group_id: str, role: str) -> AIOKafkaConsumer
         fetch_max_wait_ms=k.fetch_max_wait_ms,
         # a record the client cannot decode arrives as an Undecodable
         # placeholder instead of raising out of getmany()
-        **consumer_options(),
+        **consumer_options(cfg.batch.max_inflated_bytes),
     )
 
 
@@ -127,7 +127,7 @@ def reader(cfg: Config, *, name: str, min_partition_fetch_bytes: int = 1_048_576
         request_timeout_ms=cfg.kafka.request_timeout_ms,
         max_partition_fetch_bytes=max(min_partition_fetch_bytes, cfg.batch.max_payload_bytes + _FETCH_HEADROOM),
         fetch_max_bytes=_FETCH_MAX_BYTES,
-        **consumer_options(),
+        **consumer_options(cfg.batch.max_inflated_bytes),
         **extra,
     )
 

@@ -8,12 +8,15 @@ How, per record batch of a fetch (Kafka message format v2, KIP-98):
 
 * the batch's CRC-32C is checked (as aiokafka does with `check_crcs`); a
   mismatch makes the whole batch `undecodable_batch`;
-* the batch is decoded by aiokafka's own decoder (its C extension when
-  built), the fast path: a batch that decodes costs one offset-order check
-  per record and nothing else;
-* if that raises, a small tolerant reader (below) re-reads the batch: it
-  decompresses (none, gzip, snappy, lz4, zstd: aiokafka's codec functions),
-  walks the records by their length prefixes, and yields each good record as
+* a compressed batch is inflated here, never by aiokafka, with a bound:
+  at most `max_inflated_bytes` (`batch.max_inflated_bytes`) of records
+  (busguard.runtime.inflate); one that would inflate past it is
+  `undecodable_batch` before anything else is read from it;
+* the batch, uncompressed, is decoded by aiokafka's own decoder (its C
+  extension when built), the fast path: a batch that decodes costs one
+  offset-order check per record and nothing else;
+* if that raises, a small tolerant reader (below) re-reads the inflated
+  records: it walks them by their length prefixes, and yields each good record as
   aiokafka would, each record with a header name that is not UTF-8 as
   `undecodable_header`, each record whose fields do not parse as
   `undecodable_record`, and every offset it cannot attribute (unknown codec,
@@ -21,8 +24,9 @@ How, per record batch of a fetch (Kafka message format v2, KIP-98):
   order) as `undecodable_batch`.
 
 Control batches (transaction markers) are skipped as aiokafka skips them;
-legacy (v0/v1) message sets go through aiokafka's legacy decoder, and one
-that fails yields one `undecodable_batch` placeholder.
+legacy (v0/v1) message sets go through aiokafka's legacy decoder once the
+compressed wrapper's value is known to inflate within the bound, and one
+that fails (or would not) yields one `undecodable_batch` placeholder.
 """
 
 from __future__ import annotations
@@ -35,7 +39,9 @@ from typing import Any, Final
 import msgspec
 from aiokafka.structs import ConsumerRecord
 
+from busguard.config import DEFAULT_MAX_INFLATED_BYTES
 from busguard.protocol.reasons import Reason
+from busguard.runtime.inflate import OverLimit, legacy_wrapper_check, uncompressed_batch
 
 __all__ = ["PartitionDecoder", "Undecodable"]
 
@@ -112,20 +118,8 @@ def _bytes(buf: bytes, pos: int, end: int, what: str) -> tuple[bytes | None, int
     return buf[pos : pos + n], pos + n
 
 
-def _decompress(codec: int, body: bytes) -> bytes:
-    from aiokafka import codec as c
-
-    if codec == 0:
-        return body
-    if codec == 1:
-        return bytes(c.gzip_decode(body))
-    if codec == 2:
-        return bytes(c.snappy_decode(body))
-    if codec == 3:
-        return bytes(c.lz4_decode(body))
-    if codec == 4:
-        return bytes(c.zstd_decode(body))
-    raise _Corrupt(f"unknown compression codec id {codec}")
+def _over(codec_name: str, exc: OverLimit) -> str:
+    return f"{codec_name} {exc} (batch.max_inflated_bytes); refused before decoding, the batch is kept compressed"
 
 
 def _clip(text: str) -> str:
@@ -139,11 +133,12 @@ class PartitionDecoder:
     aiokafka's own iterator does, so a consumer that stops early resumes at
     the right place."""
 
-    def __init__(self, topic: str, partition: int, raw: bytes, fetch_offset: int) -> None:
+    def __init__(self, topic: str, partition: int, raw: bytes, fetch_offset: int, *, max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES) -> None:
         self.topic = topic
         self.partition = partition
         self.raw = raw
         self.next_fetch_offset = fetch_offset
+        self.max_inflated_bytes = max_inflated_bytes
 
     def __iter__(self) -> Iterator[ConsumerRecord | Undecodable]:
         raw = self.raw
@@ -244,6 +239,19 @@ class PartitionDecoder:
         if not crc_ok:
             yield from self._placeholders(batch, base, base, last, "CRC-32C mismatch: the batch is corrupt")
             return
+        codec = attrs & 0x07
+        plain: bytes | bytearray = batch
+        if codec:
+            name = _CODEC_NAMES.get(codec, f"id {codec}")
+            try:
+                plain = uncompressed_batch(batch, self.max_inflated_bytes)
+                parsed = DefaultRecordBatch(plain)
+            except OverLimit as exc:
+                yield from self._placeholders(batch, base, base, last, _over(name, exc))
+                return
+            except Exception as exc:  # noqa: BLE001 - a codec library's error is data here
+                yield from self._placeholders(batch, base, base, last, f"{name} records do not decompress: {type(exc).__name__}: {exc}")
+                return
         try:
             recs = list(parsed)
         except Exception:  # noqa: BLE001 - fall back to the tolerant reader below
@@ -257,7 +265,7 @@ class PartitionDecoder:
                     break
                 prev = o
         if recs is None:
-            yield from self._tolerant(batch, base, last, attrs, first_ts, max_ts, count)
+            yield from self._tolerant(batch, bytes(memoryview(plain)[_BATCH_HEADER.size :]), base, last, attrs, first_ts, max_ts, count)
         else:
             nfo = self.next_fetch_offset
             for r in recs:
@@ -267,15 +275,9 @@ class PartitionDecoder:
         self.next_fetch_offset = max(self.next_fetch_offset, last + 1)
 
     def _tolerant(
-        self, batch: bytes, base: int, last: int, attrs: int, first_ts: int, max_ts: int, count: int
+        self, batch: bytes, data: bytes, base: int, last: int, attrs: int, first_ts: int, max_ts: int, count: int
     ) -> Iterator[ConsumerRecord | Undecodable]:
-        codec = attrs & 0x07
-        try:
-            data = _decompress(codec, batch[_BATCH_HEADER.size :])
-        except Exception as exc:  # noqa: BLE001 - a codec library's error is data here
-            name = _CODEC_NAMES.get(codec, f"id {codec}")
-            yield from self._placeholders(batch, base, base, last, f"{name} records do not decompress: {type(exc).__name__}: {exc}")
-            return
+        """`data`: the batch's records section, inflated (bounded, in `_v2`)."""
         log_append = bool(attrs & _LOG_APPEND_TIME)
         sha = hashlib.sha256(batch).hexdigest()
         pos, end, prev = 0, len(data), base - 1
@@ -375,6 +377,11 @@ class PartitionDecoder:
     def _legacy(self, batch: bytes, base: int, magic: int, next_base: int | None) -> Iterator[ConsumerRecord | Undecodable]:
         from aiokafka.record.legacy_records import LegacyRecordBatch
 
+        try:
+            legacy_wrapper_check(batch, magic, self.max_inflated_bytes)
+        except OverLimit as exc:
+            yield from self._placeholders(batch, base, base, base, _over(_CODEC_NAMES[batch[17] & 0x07], exc))
+            return
         try:
             recs = list(LegacyRecordBatch(batch, magic))
             offsets = [r.offset for r in recs]

@@ -17,7 +17,11 @@ every offset gets exactly one decision and the committed position always
 moves past a bad record.
 
 The decoding itself (how, per record batch, and what each placeholder
-carries) is in busguard.runtime.decoding.
+carries) is in busguard.runtime.decoding. Compressed batches are inflated
+there with a bound (`batch.max_inflated_bytes`, carried by the consumer's
+`RawKeys`), never by aiokafka: a batch that would inflate past it is one
+more `undecodable_batch`, so a 20 KB zstd batch that inflates to hundreds of
+MB costs the process at most that bound, once.
 
 The hook: aiokafka 0.14 builds `PartitionRecords(..., key_deserializer, ...)`
 from the raw partition bytes in `aiokafka.consumer.fetcher`, with no per
@@ -25,7 +29,7 @@ consumer extension point. `install()` replaces two names in that module, once,
 for aiokafka 0.14 only: `MemoryRecords` (by a wrapper that keeps the raw
 bytes and otherwise delegates) and `PartitionRecords` (by a subclass). The
 subclass behaves exactly as aiokafka's unless the consumer's key
-deserializer is the `RAW_KEYS` sentinel, so consumers that did not opt in
+deserializer is a `RawKeys` (such as `RAW_KEYS`), so consumers that did not opt in
 (tests' readers, the SDK) see aiokafka's behaviour unchanged. Read-committed
 isolation is not supported on the tolerant path (busguard never asks for it).
 """
@@ -41,6 +45,7 @@ import aiokafka
 import msgspec
 from aiokafka.structs import ConsumerRecord
 
+from busguard.config import DEFAULT_MAX_INFLATED_BYTES
 from busguard.protocol.reasons import Reason
 from busguard.runtime.decoding import PartitionDecoder, Undecodable
 
@@ -56,6 +61,7 @@ __all__ = [
     "HEADER_ORIGINAL_HEADERS_LENGTH",
     "HEADER_ORIGINAL_HEADERS_SHA256",
     "RAW_KEYS",
+    "RawKeys",
     "PartitionDecoder",
     "Undecodable",
     "consumer_options",
@@ -78,18 +84,30 @@ FORM_BATCH: Final = "batch"
 FORM_BATCH_REF: Final = "batch-ref"
 
 
-def _raw_keys(key: bytes | None) -> bytes | None:
-    return key
+class RawKeys:
+    """The key deserializer of a tolerant consumer: keys pass unchanged, and
+    it carries the consumer's bound on inflated batches (the only per
+    consumer channel aiokafka hands `PartitionRecords`)."""
+
+    __slots__ = ("max_inflated_bytes",)
+
+    def __init__(self, max_inflated_bytes: int) -> None:
+        self.max_inflated_bytes = max_inflated_bytes
+
+    def __call__(self, key: bytes | None) -> bytes | None:
+        return key
 
 
-#: Passed as `key_deserializer`, it marks a consumer as tolerant (see module doc).
-RAW_KEYS: Final[Callable[[bytes | None], bytes | None]] = _raw_keys
+#: Passed as `key_deserializer`, it marks a consumer as tolerant with the
+#: default bound (see module doc); `consumer_options` makes one per bound.
+RAW_KEYS: Final[Callable[[bytes | None], bytes | None]] = RawKeys(DEFAULT_MAX_INFLATED_BYTES)
 
 
-def consumer_options() -> dict[str, Any]:
-    """Keyword arguments that make an `AIOKafkaConsumer` decode tolerantly."""
+def consumer_options(max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES) -> dict[str, Any]:
+    """Keyword arguments that make an `AIOKafkaConsumer` decode tolerantly,
+    inflating no compressed batch past `max_inflated_bytes`."""
     install()
-    return {"key_deserializer": RAW_KEYS}
+    return {"key_deserializer": RawKeys(max_inflated_bytes)}
 
 
 # -- preserved bytes on the dead-letter record ---------------------------------
@@ -165,9 +183,10 @@ def install() -> None:
     class TolerantPartitionRecords(original_partition):  # type: ignore[misc, valid-type]
         def __init__(self, tp: Any, records: Any, aborted: Any, fetch_offset: int, key_des: Any, value_des: Any, check_crcs: bool, isolation: Any) -> None:
             super().__init__(tp, records, aborted, fetch_offset, key_des, value_des, check_crcs, isolation)
-            if key_des is RAW_KEYS and isinstance(records, RawMemoryRecords):
+            if isinstance(key_des, RawKeys) and isinstance(records, RawMemoryRecords):
                 self._key_deserializer = None
-                self._records_iterator = self._tolerant(PartitionDecoder(tp.topic, tp.partition, records.raw, fetch_offset))
+                decoder = PartitionDecoder(tp.topic, tp.partition, records.raw, fetch_offset, max_inflated_bytes=key_des.max_inflated_bytes)
+                self._records_iterator = self._tolerant(decoder)
 
         def _tolerant(self, decoder: PartitionDecoder) -> Iterator[ConsumerRecord | Undecodable]:
             for item in decoder:
