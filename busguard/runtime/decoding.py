@@ -119,7 +119,8 @@ def _bytes(buf: bytes, pos: int, end: int, what: str) -> tuple[bytes | None, int
 
 
 def _over(codec_name: str, exc: OverLimit) -> str:
-    return f"{codec_name} {exc} (batch.max_inflated_bytes); refused before decoding, the batch is kept compressed"
+    claim = f"; its snappy length headers claim at least {exc.known}" if exc.known is not None else ""
+    return f"{codec_name} records inflate to more than {exc.limit} bytes (batch.max_inflated_bytes){claim}; refused unread, the batch is kept compressed"
 
 
 def _clip(text: str) -> str:

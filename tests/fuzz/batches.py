@@ -11,8 +11,11 @@ checks that for ordinary records it produces exactly what aiokafka's
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+import zlib
+from collections.abc import Iterator, Sequence
+from typing import Any
 
+import cramjam
 from aiokafka import codec as codecs
 from aiokafka.record.util import calc_crc32c
 
@@ -94,3 +97,104 @@ def fix_crc(raw: bytearray) -> bytes:
     if len(raw) >= 21:
         raw[17:21] = struct.pack(">I", calc_crc32c(bytes(raw[21:])))
     return bytes(raw)
+
+
+# -- bombs: small compressed batches that inflate far past any bound --------------
+
+_BOMB_CHUNK = 1 << 20
+_XERIAL_BLOCK = 32 * 1024
+
+
+def _bomb_parts(value_bytes: int, offset_delta: int) -> tuple[bytes, bytes]:
+    """The bytes around a record's `value_bytes` zero bytes of value: one
+    record, no key, no headers."""
+    after_length = b"\x00" + varint(0) + varint(offset_delta) + varint(-1) + varint(value_bytes)
+    suffix = varint(0)
+    return varint(len(after_length) + value_bytes + len(suffix)) + after_length, suffix
+
+
+def bomb_inflated_size(value_bytes: int, records: int = 1) -> int:
+    """How many bytes the records section of `bomb_batch(…, value_bytes, records)` inflates to."""
+    return sum(len(p) + value_bytes + len(s) for p, s in (_bomb_parts(value_bytes, i) for i in range(records)))
+
+
+def _stream(value_bytes: int, records: int) -> Iterator[bytes]:
+    zeros = bytes(_BOMB_CHUNK)
+    for i in range(records):
+        prefix, suffix = _bomb_parts(value_bytes, i)
+        yield prefix
+        left = value_bytes
+        while left:
+            n = min(left, _BOMB_CHUNK)
+            yield zeros[:n]
+            left -= n
+        yield suffix
+
+
+def _xerial(chunks: Iterator[bytes]) -> bytes:
+    """xerial-framed snappy (as aiokafka and the Java client write it), 32 KiB
+    blocks; identical blocks are compressed once."""
+    out = [struct.pack("!" + codecs._XERIAL_V1_FORMAT, *codecs._XERIAL_V1_HEADER)]
+    seen: dict[bytes, bytes] = {}
+    pending = bytearray()
+
+    def flush(block: bytes) -> None:
+        c = seen.get(block)
+        if c is None:
+            c = bytes(cramjam.snappy.compress_raw(block))
+            if len(seen) < 4:
+                seen[block] = c
+        out.append(struct.pack("!i", len(c)) + c)
+
+    for chunk in chunks:
+        pending += chunk
+        while len(pending) >= _XERIAL_BLOCK:
+            flush(bytes(pending[:_XERIAL_BLOCK]))
+            del pending[:_XERIAL_BLOCK]
+    if pending or len(out) == 1:
+        flush(bytes(pending))  # an empty stream still has one block: a bare header reads as raw snappy
+    return b"".join(out)
+
+
+def compress_stream(codec: int, chunks: Iterator[bytes]) -> bytes:
+    """The concatenated `chunks` compressed with `codec` as Kafka producers
+    frame it, never holding the inflated bytes whole."""
+    if codec == 1:
+        z = zlib.compressobj(9, zlib.DEFLATED, 31)
+        return b"".join([*(z.compress(c) for c in chunks), z.flush()])
+    if codec == 2:
+        return _xerial(chunks)
+    if codec in (3, 4):
+        comp: Any = cramjam.lz4.Compressor() if codec == 3 else cramjam.zstd.Compressor()
+        for c in chunks:
+            comp.compress(c)
+        return bytes(comp.finish())
+    raise ValueError(f"bomb codec must be 1-4, not {codec}")
+
+
+def bomb_batch(codec: int, value_bytes: int, *, records: int = 1, base_offset: int = 0) -> bytes:
+    """A valid batch (right CRC, count and deltas) of `records` records whose
+    values are `value_bytes` zero bytes each, compressed with `codec`: the
+    records section inflates to exactly `bomb_inflated_size(value_bytes,
+    records)` bytes."""
+    body = compress_stream(codec, _stream(value_bytes, records))
+    return batch([], payload=body, count=records, last_offset_delta=records - 1, attributes=codec, base_offset=base_offset)
+
+
+def snappy_length_lie(claimed: int = 2**32 - 1) -> bytes:
+    """A raw snappy records section whose length header claims `claimed`
+    bytes and whose data is a few literal bytes: a decoder that allocates
+    what the header says before inflating allocates `claimed` bytes."""
+    return _uvarint(claimed) + b"\x0c" + b"abcd"  # the header, then one 4-byte literal
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)

@@ -316,6 +316,8 @@ def test_a_missing_file_and_bad_toml_are_explained(tmp_path: Path) -> None:
         (ROUTE + f'[keys]\nguard_public_key = "{SMALL_ORDER}"\n', "keys.guard_public_key", SMALL_ORDER, "large prime order"),
         (ROUTE + '[keys]\nsingle_key_until = "2026-12-01T00:00:00Z"\n', "keys.single_key_until", "2026-12-01T00:00:00Z", "only with keys.single_key_audit = true"),
         (ROUTE + '[keys]\nsingle_key_audit = true\nsingle_key_until = "2026-12-01"\n', "keys.single_key_until", "2026-12-01", "an RFC 3339 UTC timestamp"),
+        (ROUTE + "[batch]\nmax_inflated_bytes = 1310719\n", "batch.max_inflated_bytes", 1310719, "at least 1310720: batch.max_payload_bytes (1048576) + 262144"),
+        (ROUTE + "[batch]\nmax_inflated_bytes = 2000000\n[kafka]\nmax_message_bytes = 4000000\n", "batch.max_inflated_bytes", 2000000, "at least 4000000"),
     ],
 )
 def test_cross_field_rules(tmp_path: Path, text: str, field: str, value: object, allowed: str) -> None:
@@ -355,6 +357,7 @@ def test_the_boundaries_of_the_cross_field_rules_are_accepted(tmp_path: Path) ->
     load(tmp_path, ROUTE + "[admission]\nnonce_retention_ms = 330001\ntask_retention_ms = 330001\n")  # task retention equal to nonce retention
     load(tmp_path, ROUTE + "[kafka]\nrebalance_timeout_ms = 10001\n")
     load(tmp_path, ROUTE + "[kafka]\nheartbeat_interval_ms = 9999\n")
+    load(tmp_path, ROUTE + "[batch]\nmax_inflated_bytes = 1310720\n")  # a payload at the limit, with its headroom
     two = ROUTE + '[[routes]]\nname = "acks"\ninputs = ["agents.acks"]\ndownstream = "agents.handoffs.admitted"\n'
     assert load(tmp_path, two).downstream_for("agents.acks") == "agents.handoffs.admitted"  # a shared downstream is fine
 
