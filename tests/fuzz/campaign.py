@@ -32,7 +32,7 @@ from aiokafka.consumer import fetcher
 from aiokafka.structs import TopicPartition
 
 from busguard.protocol.records import Decision
-from busguard.config import load_config
+from busguard.config import DEFAULT_MAX_INFLATED_BYTES, load_config
 from busguard.devconfig import Topics, embedded_config
 from busguard.protocol.envelope import HEADER_RECEIPT, HEADER_SIGNATURE, b64url_encode
 from busguard.protocol.identity import agent_id_for_key
@@ -47,7 +47,7 @@ from busguard.runtime.watched import WatchedFile
 from busguard.sdk.sender import Sender
 from busguard.state.memory import MemoryStore
 
-from .batches import CODECS, batch, fix_crc, record
+from .batches import CODECS, batch, bomb_batch, bomb_inflated_size, fix_crc, record, snappy_length_lie, with_base_offset
 
 NOW = parse_timestamp("2026-11-29T12:00:00.000Z")
 TOPIC = "fuzz.handoffs"
@@ -57,6 +57,25 @@ Rec = tuple[bytes | None, bytes | None, list[tuple[bytes, bytes | None]]]
 
 def _seed(name: str) -> bytes:
     return hashlib.sha256(b"busguard-fuzz:" + name.encode()).digest()
+
+
+#: The peak RSS growth one fetch holding a bomb may cause: the inflated
+#: records, the uncompressed batch and its parsed records (each at most the
+#: default batch.max_inflated_bytes), plus the decisions and outputs of the fetch.
+BOMB_GROWTH_BOUND = 3 * DEFAULT_MAX_INFLATED_BYTES + (16 << 20)
+
+
+def _proc_status(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def _reset_peak_rss() -> int:
+    """Resets VmHWM to the current RSS (Linux: clear_refs 5) and returns it."""
+    Path("/proc/self/clear_refs").write_text("5")
+    return _proc_status("VmRSS")
 
 
 class InvariantBroken(AssertionError):
@@ -73,6 +92,9 @@ class Stats:
     duplicates: int = 0  # offsets with more than one decision
     valid_not_admitted: int = 0
     truncated: int = 0
+    bombs: int = 0  # fetches holding a compression bomb (`Generator.bomb`)
+    bombs_over_bound: int = 0  # of those, decoded and decided with a peak RSS growth over BOMB_GROWTH_BOUND
+    bomb_peak_growth: int = 0  # the largest such growth, in bytes
     reasons: collections.Counter[str] = field(default_factory=collections.Counter)
     crash_samples: list[str] = field(default_factory=list)
 
@@ -84,6 +106,7 @@ class Batch:
     span: int  # offsets the generator meant it to cover
     pristine: bool
     valid: set[int]  # offsets of validly signed records
+    bomb: bool = False  # a compression bomb: the fetch's peak memory is measured
 
 
 class Campaign:
@@ -137,6 +160,8 @@ class Campaign:
         s.fetches += 1
         raw = b"".join(b.raw for b in batches)
         self.end = fetch_offset
+        bomb = any(b.bomb for b in batches)
+        before = _reset_peak_rss() if bomb else 0
         try:
             self._check(batches, raw, fetch_offset)
         except InvariantBroken as exc:
@@ -145,7 +170,19 @@ class Campaign:
             s.crashes += 1
             if len(s.crash_samples) < 20:
                 s.crash_samples.append(f"{type(exc).__name__}: {exc} (fetch {raw[:64].hex()}…)")
+        if bomb:
+            self._bomb_memory(before)
         return self.end
+
+    def _bomb_memory(self, before: int) -> None:
+        s = self.stats
+        s.bombs += 1
+        growth = _proc_status("VmHWM") - before
+        s.bomb_peak_growth = max(s.bomb_peak_growth, growth)
+        if growth > BOMB_GROWTH_BOUND:
+            s.bombs_over_bound += 1
+            if len(s.crash_samples) < 20:
+                s.crash_samples.append(f"bomb fetch grew the peak RSS by {growth} bytes (bound {BOMB_GROWTH_BOUND})")
 
     def _check(self, batches: Sequence[Batch], raw: bytes, fetch_offset: int) -> None:
         s = self.stats
@@ -382,10 +419,42 @@ class Generator:
         junk = self._bytes(rng.randrange(1, 400))
         return batch([], base_offset=base, codec=rng.randrange(8), payload=junk, count=len(recs), last_offset_delta=len(recs) - 1, attributes=rng.randrange(8))
 
+    # -- bombs -----------------------------------------------------------
+
+    #: What a bomb's records inflate to, around the default bound.
+    BOMB_SIZES = (DEFAULT_MAX_INFLATED_BYTES - 64, DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_INFLATED_BYTES + 1, 4 * DEFAULT_MAX_INFLATED_BYTES, 256 << 20)
+    BOMB_RATE = 0.01  # per fetch
+    _bombs: dict[tuple[int, int, int], bytes] = {}
+
+    def bomb(self, base: int) -> Batch:
+        """A valid batch that inflates to one of BOMB_SIZES (built once per
+        shape, then moved to `base`), or a snappy section whose length
+        header lies: under the bound it decodes (its zero-filled values are
+        `oversized`), over it every offset is `undecodable_batch`."""
+        rng = self.rng
+        codec = rng.choice([1, 2, 3, 4])
+        if codec == 2 and rng.random() < 0.3:
+            raw = batch([], payload=snappy_length_lie(rng.choice([DEFAULT_MAX_INFLATED_BYTES + 1, 2**32 - 1])), count=1, last_offset_delta=0, attributes=2, base_offset=base)
+            return Batch(raw, base, 1, True, set(), bomb=True)
+        inflated = rng.choice(self.BOMB_SIZES[:4] if codec == 2 else self.BOMB_SIZES)  # snappy at most ~21:1: keep its batches fetch-sized
+        records = rng.choice([1, 1, 3])
+        value = max(0, inflated // records - 16)
+        while bomb_inflated_size(value + 1, records) <= inflated:
+            value += 1
+        key = (codec, value, records)
+        if key not in self._bombs:
+            self._bombs[key] = bomb_batch(codec, value, records=records)
+        self.c.stats.records += records
+        return Batch(with_base_offset(self._bombs[key], base), base, records, True, set(), bomb=True)
+
     def fetch(self, base: int) -> tuple[list[Batch], int, int]:
         """Batches at `base` onward, the fetch offset, and the next free base."""
         rng = self.rng
         batches = []
+        if rng.random() < self.BOMB_RATE:
+            b = self.bomb(base)
+            batches.append(b)
+            base += b.span
         for _ in range(rng.choice([1, 1, 2, 3, 5])):
             b = self.batch(base)
             batches.append(b)

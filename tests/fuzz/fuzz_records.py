@@ -6,10 +6,13 @@ NUL bytes, integer edges in sequences, timestamps at the grammar's edges —
 packs them into Kafka v2 record batches in every codec, mutates about half of
 the batches (bit flips with and without a fixed CRC, truncation, unknown
 codec ids, corrupt compressed frames, out-of-order offsets, wrong counts,
-control bits, junk), and runs each fetch through aiokafka's fetcher decode
+control bits, junk), adds a compression bomb (gzip, snappy, lz4, zstd:
+at, just past and far past batch.max_inflated_bytes; snappy length
+headers that lie) to about one fetch in 300, and runs each fetch through aiokafka's fetcher decode
 path with busguard's tolerant hook and the guard's whole decide step
 (tests/fuzz/campaign.py). Prints its figures as JSON; exits 1 on any crash,
-missing or duplicate decision, or valid record not admitted.
+missing or duplicate decision, valid record not admitted, or bomb fetch whose
+peak memory growth (VmHWM, reset before it) passed its bound.
 
     .venv/bin/python -m tests.fuzz.fuzz_records --records 1000000 [--seed 1]
 """
@@ -59,11 +62,14 @@ def main(argv: list[str] | None = None) -> int:
         "duplicate_decisions": s.duplicates,
         "valid_not_admitted": s.valid_not_admitted,
         "fetches_stopped_at_cap": s.truncated,
+        "bomb_fetches": s.bombs,
+        "bomb_fetches_over_memory_bound": s.bombs_over_bound,
+        "bomb_peak_rss_growth_mib": round(s.bomb_peak_growth / 2**20, 1),
         "by_reason": dict(s.reasons.most_common()),
         "samples": s.crash_samples[:20],
     }
     print(json.dumps(report, indent=2))
-    bad = s.crashes or s.missing or s.duplicates or s.valid_not_admitted or s.crash_samples
+    bad = s.crashes or s.missing or s.duplicates or s.valid_not_admitted or s.bombs_over_bound or s.crash_samples
     return 1 if bad else 0
 
 
