@@ -26,16 +26,7 @@ _HEADER = struct.Struct(">qiibIhiqqqhii")
 
 def varint(value: int) -> bytes:
     """Zigzag varint, as Kafka records use (values beyond 64 bits allowed, for edge tests)."""
-    v = (value << 1) ^ (value >> 63) if -(2**63) <= value < 2**63 else value << 1
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+    return _uvarint((value << 1) ^ (value >> 63) if -(2**63) <= value < 2**63 else value << 1)
 
 
 def _field(data: bytes | None) -> bytes:
@@ -189,6 +180,7 @@ def snappy_length_lie(claimed: int = 2**32 - 1) -> bytes:
 
 
 def _uvarint(value: int) -> bytes:
+    """Unsigned LEB128 varint (snappy's length header; Kafka's, zigzagged)."""
     out = bytearray()
     while True:
         b = value & 0x7F

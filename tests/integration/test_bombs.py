@@ -62,14 +62,21 @@ def _bomb_decisions(s: Setup, got: object) -> dict[int, Decision]:
     return {d.source.offset: d for d in facts if d.reason == "undecodable_batch"}
 
 
-async def test_bombs_in_every_codec_into_a_running_guard_and_a_restarted_one(broker: EmbeddedBroker, tmp_path: Path) -> None:
-    s = await make_setup(tmp_path, broker.bootstrap, partitions=1)
+async def warm_guard(s: Setup) -> GuardProcess:
+    """A running guard (bounded as ENV says) that has decided one valid record."""
     planner, to = sender("planner"), identity("executor").agent_id
     guard = GuardProcess(s, env=ENV)
     guard.wait_ready()
+    await produce(s.bootstrap, s.handoffs, [planner.sign(kind="handoff", task_id="warm", receiver=to, payload=b"w")], key=b"planner")
+    await collect(s.bootstrap, [s.audit], lambda c: len(c[s.audit]) >= 1)
+    return guard
+
+
+async def test_bombs_in_every_codec_into_a_running_guard_and_a_restarted_one(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    s = await make_setup(tmp_path, broker.bootstrap, partitions=1)
+    planner, to = sender("planner"), identity("executor").agent_id
+    guard = await warm_guard(s)
     try:
-        await produce(s.bootstrap, s.handoffs, [planner.sign(kind="handoff", task_id="warm", receiver=to, payload=b"w")], key=b"planner")
-        await collect(s.bootstrap, [s.audit], lambda c: len(c[s.audit]) >= 1)
         base = peak_rss(guard.proc.pid)
         await asyncio.to_thread(send_bombs, s.bootstrap, s.handoffs)
         await produce(s.bootstrap, s.handoffs, [planner.sign(kind="handoff", task_id="after", receiver=to, payload=b"a")], key=b"planner")
@@ -142,14 +149,8 @@ async def test_bombs_on_the_reconcilers_topic(broker: EmbeddedBroker, tmp_path: 
 
 async def test_bombs_on_the_audit_topic_are_reported_by_busguard_audit(broker: EmbeddedBroker, tmp_path: Path) -> None:
     s = await make_setup(tmp_path, broker.bootstrap, partitions=1)
-    planner, to = sender("planner"), identity("executor").agent_id
-    guard = GuardProcess(s, env=ENV)
-    guard.wait_ready()
-    try:
-        await produce(s.bootstrap, s.handoffs, [planner.sign(kind="handoff", task_id="t", receiver=to, payload=b"w")], key=b"planner")
-        await collect(s.bootstrap, [s.audit], lambda c: len(c[s.audit]) >= 1)
-    finally:
-        assert guard.terminate() == 0, guard.tail()
+    guard = await warm_guard(s)
+    assert guard.terminate() == 0, guard.tail()
 
     async def audit_peak() -> tuple[int, str]:
         """`busguard audit`'s VmHWM, read until it exits (its last 1.5 s are idle)."""
