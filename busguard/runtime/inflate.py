@@ -16,21 +16,20 @@ Per codec, with the library aiokafka itself uses (cramjam):
   and skipping zero padding between members, as `gzip.GzipFile` (aiokafka's
   `gzip_decode`) reads a stream, so both agree on what the bytes inflate to.
 * lz4 (frame), zstd: `decompress_into` a fixed buffer, which stops
-  writing when the buffer is full ("failed to write whole buffer"). A first
-  buffer sized from the compressed length serves ordinary batches cheaply; a
-  batch that fills it is retried once into an anonymous mapping of `limit`
-  bytes, whose untouched pages cost no memory.
+  writing when the buffer is full ("failed to write whole buffer"). The
+  first buffer is the zstd frame's declared content size (librdkafka writes
+  it), else sized from the compressed length; a batch that fills it is
+  retried into one eight times larger, up to `limit`. The work is at most a
+  small multiple of what the batch inflates to, or of `limit`.
 * snappy, raw or xerial-framed (as aiokafka's `snappy_decode` detects it):
   every raw block states its uncompressed length in a varint header, so the
   total is known, and checked, before anything is inflated.
 
-At most `len(prefix) + limit` bytes are held for the output, plus one copy
-of it when the mapping is used.
+At most `len(prefix) + limit` bytes are held for the output.
 """
 
 from __future__ import annotations
 
-import mmap
 import struct
 import zlib
 from typing import Final, Protocol
@@ -45,6 +44,7 @@ __all__ = ["OverLimit", "inflate", "legacy_wrapper_check", "uncompressed_batch"]
 #: 2-10 times, so they fit the first time.
 _FIRST_RATIO: Final = 16
 _FIRST_MIN: Final = 65_536
+_GROWTH: Final = 8  # each retry's buffer: so many times the last, up to the limit
 _FULL: Final = "failed to write whole buffer"
 _XERIAL_HEADER: Final = 16
 
@@ -79,20 +79,35 @@ def inflate(codec: int, body: bytes | memoryview, limit: int, prefix: bytes = b"
     if codec == 2:
         return _snappy(body, limit, prefix)
     stream = _STREAMS[codec]
-    first = min(limit, max(_FIRST_MIN, _FIRST_RATIO * len(body)))
-    try:
-        return _into_bytearray(stream, body, prefix, first)
-    except cramjam.DecompressionError as exc:
-        if str(exc) != _FULL:
-            raise
-        if first >= limit:
-            raise OverLimit(limit) from None
-    try:
-        return _into_mapping(stream, body, prefix, limit)
-    except cramjam.DecompressionError as exc:
-        if str(exc) == _FULL:
-            raise OverLimit(limit) from None
-        raise
+    declared = _zstd_content_size(body) if codec == 4 else None
+    size = min(limit, declared if declared else max(_FIRST_MIN, _FIRST_RATIO * len(body)))
+    while True:
+        try:
+            return _into_bytearray(stream, body, prefix, size)
+        except cramjam.DecompressionError as exc:
+            if str(exc) != _FULL:
+                raise
+            if size >= limit:
+                raise OverLimit(limit) from None
+            size = min(limit, size * _GROWTH)
+
+
+def _zstd_content_size(body: bytes | memoryview) -> int | None:
+    """The first zstd frame's declared content size (RFC 8878 3.1.1.1), if
+    it has one: librdkafka declares it. Only a first guess; the bound is
+    enforced by the buffer whatever the frame says."""
+    if len(body) < 6 or bytes(body[:4]) != b"\x28\xb5\x2f\xfd":
+        return None
+    fhd = body[4]
+    single, fcs_flag = (fhd >> 5) & 1, fhd >> 6
+    size = (1, 2, 4, 8)[fcs_flag] if fcs_flag else single
+    if not size:
+        return None
+    at = 5 + (0 if single else 1) + (0, 1, 2, 4)[fhd & 3]
+    if len(body) < at + size:
+        return None
+    value = int.from_bytes(bytes(body[at : at + size]), "little")
+    return value + 256 if size == 2 else value
 
 
 def _into_bytearray(stream: _Into, body: bytes | memoryview, prefix: bytes, size: int) -> bytearray:
@@ -103,17 +118,6 @@ def _into_bytearray(stream: _Into, body: bytes | memoryview, prefix: bytes, size
         n = stream.decompress_into(body, tail)
     del out[p + n :]
     return out
-
-
-def _into_mapping(stream: _Into, body: bytes | memoryview, prefix: bytes, limit: int) -> bytearray:
-    p = len(prefix)
-    with mmap.mmap(-1, p + limit) as m:
-        m[:p] = prefix
-        with memoryview(m) as view:
-            with view[p:] as tail:
-                n = stream.decompress_into(body, tail)
-            with view[: p + n] as used:
-                return bytearray(used)
 
 
 def _snappy(body: bytes | memoryview, limit: int, prefix: bytes) -> bytearray:
