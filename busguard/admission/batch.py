@@ -173,11 +173,18 @@ def check_batch(
     # Only records of kinds with a policy pay for the test.
     stateful = policy_kinds()
     context = PolicyContext(registry, now_ms, policy.policy_settings)
-    prepared = {
-        id(c): prepare(c.envelope, context)
-        for c in candidates
-        if c.envelope.receipt.kind in stateful and keys_by_candidate[id(c)] is not None and not _intercepted(c)
-    }
+    prepared: dict[int, Prepared] = {}
+    # Copies of one signed record in a batch are parsed once (parse is pure,
+    # and the payload is bound to the receipt by its payload_hash): a replay
+    # flood costs one parse per batch, not one per copy.
+    once: dict[tuple[str, bytes], Prepared] = {}
+    for c in candidates:
+        if c.envelope.receipt.kind in stateful and keys_by_candidate[id(c)] is not None and not _intercepted(c):
+            env = c.envelope
+            p = once.get((env.receipt_id, env.signature))
+            if p is None:
+                p = once[(env.receipt_id, env.signature)] = prepare(env, context)
+            prepared[id(c)] = p
     return Checked(inputs, digests, checked, keys_by_candidate, prepared, keys_for(inputs, candidates, prepared.values()))
 
 

@@ -22,8 +22,8 @@ read from it is either committed or not emitted at all.
 
 Pipelining: while a batch goes through steps 1-3, the loop already polls the
 next one and, for a stage that `Prepares`, runs its stateless half (the
-guard's prechecks and signature checks: nothing read from or written to the
-state, nothing emitted). Steps 1-3 stay strictly one batch after another, so
+guard's prechecks, signature checks and policy parsing: nothing read from
+or written to the state, nothing emitted). Steps 1-3 stay strictly one batch after another, so
 the commit order and the crash protocol are as above. A batch read ahead
 belongs to the assignment it was polled under: if a rebalance happened since
 (`generation` moved), it is dropped unprocessed. That loses nothing: aiokafka

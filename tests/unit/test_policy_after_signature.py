@@ -5,7 +5,8 @@ but only for records whose signature verified: a record refused by any
 stateless check (bad signature, stale or future timestamp, unknown sender or
 key, malformed receipt, payload hash, wrong receiver) or by its kind's
 interceptors costs no policy work, and its policy keys never reach the
-store's snapshot load (nor, on PostgreSQL, its advisory locks).
+store's snapshot load (nor, on PostgreSQL, its advisory locks). Copies of
+one authentic record in a batch are parsed once.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def hostile_batch(kind: str) -> tuple[list[tuple[bytes | None, list[tuple[str, b
     stranger = sender("stranger").sign(kind=kind, task_id="t-stranger", receiver=TO, payload=claim("stranger"))
     no_key = sender("planner", key_id="not-registered").sign(kind=kind, task_id="t-no-key", receiver=TO, payload=claim("no-key"))
     bad_hash = signed("bad-hash")
-    items = [
+    items: list[tuple[bytes | None, list[tuple[str, bytes]]]] = [
         (good.value, good.headers),
         _forged_signature(signed("forged"), signed("donor")),
         (stale.value, stale.headers),
@@ -127,7 +128,7 @@ def test_records_refused_before_or_at_the_signature_cost_no_policy_work_and_load
     policy_type: type[CountingProbe], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     probe = policy_type()
-    monkeypatch.setitem(KINDS, "probe", msgspec.structs.replace(PROBE, policy=probe))  # type: ignore[index]
+    monkeypatch.setitem(KINDS, "probe", msgspec.structs.replace(PROBE, policy=probe))
     h = Harness()
     store = RecordingStore(created_at=NOW - 3_600_000)
     items, reasons = hostile_batch("probe")
@@ -146,7 +147,7 @@ def test_a_record_its_kinds_interceptor_refuses_is_not_parsed_and_gets_the_inter
         return refuse if b"vetoed" in envelope.payload else None
 
     spec = KindSpec(kind="probe", interceptors=(veto,), policy=probe, reasons=PROBE.reasons, routes=PROBE.routes)
-    monkeypatch.setitem(KINDS, "probe", spec)  # type: ignore[index]
+    monkeypatch.setitem(KINDS, "probe", spec)
     h = Harness()
     store = RecordingStore(created_at=NOW - 3_600_000)
     s = sender("planner")
@@ -158,15 +159,28 @@ def test_a_record_its_kinds_interceptor_refuses_is_not_parsed_and_gets_the_inter
     assert store.loaded[0].policy == {("probe", "fine")}
 
 
-def test_an_authentic_record_is_still_parsed_when_the_stateful_core_then_refuses_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The policy steps run before the transaction: a replay of an authentic
-    record is parsed (and its keys loaded), then refused by the core, and its
-    policy's decide never runs (docs/protocol.md 7.1)."""
-    probe = CountingProbe()
-    monkeypatch.setitem(KINDS, "probe", msgspec.structs.replace(PROBE, policy=probe))  # type: ignore[index]
+def test_copies_of_an_authentic_record_are_parsed_once_per_batch_and_refused_by_the_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The policy steps run before the transaction, so they cannot know a
+    replay: an authentic record is parsed (and its keys loaded) even when
+    the core then refuses it, and its policy's decide never runs for the
+    refused copies (docs/protocol.md 7.1). Copies in one batch share one
+    parse; a later batch parses its copy again."""
+    decided: list[str] = []
+
+    class Deciding(CountingProbe):
+        def decide(self, parsed: Claim, view: Any, now_ms: int) -> Any:
+            decided.append(parsed.slot)
+            return super().decide(parsed, view, now_ms)
+
+    probe = Deciding()
+    monkeypatch.setitem(KINDS, "probe", msgspec.structs.replace(PROBE, policy=probe))
     h = Harness()
     store = RecordingStore(created_at=NOW - 3_600_000)
     rec = sender("planner").sign(kind="probe", task_id="t1", receiver=TO, payload=claim("s1"))
-    first, again = admit([(rec.value, rec.headers), (rec.value, rec.headers)], store, h)
-    assert (first.reason, again.reason) == (Reason.ADMITTED, Reason.EXACT_DUPLICATE)
-    assert probe.parsed == [claim("s1")] * 2
+    copies = admit([(rec.value, rec.headers)] * 50, store, h)
+    assert [d.reason for d in copies] == [Reason.ADMITTED] + [Reason.EXACT_DUPLICATE] * 49
+    assert probe.parsed == [claim("s1")] and probe.keyed == ["s1"] and decided == ["s1"]
+    inputs = [Input(Coordinates(topic="agents.in", partition=0, offset=50), rec.value, rec.headers)]
+    (later,) = admit_batch(inputs, store=store, registry=h.registry, now_ms=NOW, policy=h.policy)
+    assert later.reason == Reason.EXACT_DUPLICATE
+    assert probe.parsed == [claim("s1")] * 2 and decided == ["s1"]
