@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
+import psycopg
 import pytest
 
 from busguard.admission.batch import Input, admit_batch
@@ -26,8 +27,10 @@ from busguard.protocol.records import Coordinates, Decision
 from busguard.sdk.sender import SignedRecord
 from busguard.state.keys import KeySet, PolicyKey
 from busguard.state.memory import MemoryStore
+from busguard.state.postgres import PostgresStore
 from busguard.state.snapshot import Snapshot
 from busguard.state.writes import BatchWrites
+from tests.pgkit import EmbeddedPostgres
 from tests.unit.harness import NOW, Harness, agent, sender
 from tests.unit.probe_policy import PROBE, Claim, ProbePolicy
 
@@ -184,3 +187,32 @@ def test_copies_of_an_authentic_record_are_parsed_once_per_batch_and_refused_by_
     (later,) = admit_batch(inputs, store=store, registry=h.registry, now_ms=NOW, policy=h.policy)
     assert later.reason == Reason.EXACT_DUPLICATE
     assert probe.parsed == [claim("s1")] * 2 and decided == ["s1"]
+
+
+def test_forged_records_take_no_advisory_lock_on_postgres(monkeypatch: pytest.MonkeyPatch, postgres: EmbeddedPostgres, pg_schema: str) -> None:
+    """PostgreSQL locks each policy key a batch loads (state/postgres.py): 30
+    forged records naming 30 slots take no lock; the one authentic record
+    its one. Counted inside the batch's transaction, from another session."""
+    monkeypatch.setitem(KINDS, "probe", msgspec.structs.replace(PROBE, policy=CountingProbe()))
+    s = sender("planner")
+    donor = s.sign(kind="ack", task_id="donor", receiver=TO, payload=b"{}")
+    good = s.sign(kind="probe", task_id="t-good", receiver=TO, payload=claim("good"))
+    items: list[tuple[bytes | None, list[tuple[str, bytes]]]] = [(good.value, good.headers)]
+    items += [_forged_signature(s.sign(kind="probe", task_id=f"t-{i}", receiver=TO, payload=claim(f"forged-{i}")), donor) for i in range(30)]
+    inputs = [Input(Coordinates(topic="agents.in", partition=0, offset=o), v, hd) for o, (v, hd) in enumerate(items)]
+    held: list[int] = []
+    h = Harness()
+    store = PostgresStore(postgres.dsn, now_ms=NOW - 3_600_000, schema=pg_schema)
+    try:
+        with psycopg.connect(postgres.dsn, autocommit=True) as other:
+
+            def count_locks() -> None:
+                row = other.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted").fetchone()
+                assert row is not None
+                held.append(int(row[0]))
+
+            decisions = admit_batch(inputs, store=store, registry=h.registry, now_ms=NOW, policy=h.policy, after_decide=count_locks)
+    finally:
+        store.close()
+    assert [d.reason for d in decisions] == [Reason.ADMITTED] + [Reason.BAD_SIGNATURE] * 30
+    assert held == [1]
