@@ -36,10 +36,9 @@ from benchmarks.taint_replay import largest_under  # noqa: E402
 from busguard.admission.batch import Input, admit_batch  # noqa: E402
 from busguard.admission.types import AdmissionPolicy  # noqa: E402
 from busguard.policies.taint.replay import KIND, MAX_NODES, encode_request  # noqa: E402
-from busguard.protocol.envelope import HEADER_SIGNATURE  # noqa: E402
 from busguard.protocol.records import Coordinates, Decision  # noqa: E402
 from busguard.state.memory import MemoryStore  # noqa: E402
-from tests.unit.harness import NOW, agent, registry, sender  # noqa: E402
+from tests.unit.harness import NOW, agent, forged, registry, sender  # noqa: E402
 from tests.unit.taint_build import chain_trace  # noqa: E402
 
 MAX_PAYLOAD = 64 * 1024 * 1024
@@ -51,8 +50,7 @@ def records(kind: str, task_id: str, payload: bytes) -> tuple[Item, Item]:
     """(forged, signed): the forged one carries a valid signature of another receipt."""
     s = sender("planner")
     rec = s.sign(kind=kind, task_id=task_id, receiver=TO, payload=payload)
-    donor = dict(s.sign(kind="ack", task_id="donor", receiver=TO, payload=b"{}").headers)[HEADER_SIGNATURE]
-    return (rec.value, [(n, donor if n == HEADER_SIGNATURE else v) for n, v in rec.headers]), (rec.value, rec.headers)
+    return forged(rec, s.sign(kind="ack", task_id="donor", receiver=TO, payload=b"{}")), (rec.value, rec.headers)
 
 
 def admit(item: Item) -> Decision:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from busguard.devtools.broker import EmbeddedBroker
 from busguard.policies.taint.replay import KIND, encode_request
-from busguard.protocol.envelope import HEADER_SIGNATURE
 from busguard.runtime.topics import create_topics
+from tests.unit.harness import forged
 from tests.unit.taint_build import chain_trace
 
 from .guardkit import Collected, GuardProcess, collect, header, identity, make_setup, produce, sender
@@ -33,15 +33,11 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def forged(kind: str, tag: str, payload: bytes, n: int) -> list[tuple[bytes | None, list[tuple[str, bytes]]]]:
+def forge(kind: str, tag: str, payload: bytes, n: int) -> list[tuple[bytes | None, list[tuple[str, bytes]]]]:
     """`n` records of a registered agent, each under a valid signature of another receipt."""
     s, to = sender("planner"), identity("executor").agent_id
-    donor = dict(s.sign(kind="ack", task_id="donor", receiver=to, payload=b"{}").headers)[HEADER_SIGNATURE]
-    out: list[tuple[bytes | None, list[tuple[str, bytes]]]] = []
-    for i in range(n):
-        rec = s.sign(kind=kind, task_id=f"{tag}-{i}", receiver=to, payload=payload)
-        out.append((rec.value, [(k, donor if k == HEADER_SIGNATURE else v) for k, v in rec.headers]))
-    return out
+    donor = s.sign(kind="ack", task_id="donor", receiver=to, payload=b"{}")
+    return [forged(s.sign(kind=kind, task_id=f"{tag}-{i}", receiver=to, payload=payload), donor) for i in range(n)]
 
 
 async def test_forged_taint_requests_are_bad_signature_and_cost_what_forged_handoffs_cost(broker: EmbeddedBroker, tmp_path: Path) -> None:
@@ -57,7 +53,7 @@ async def test_forged_taint_requests_are_bad_signature_and_cost_what_forged_hand
     pid = guard.proc.pid
 
     async def phase(topic: str, kind: str, tag: str, n: int, before: int) -> Collected:
-        await produce(s.bootstrap, topic, forged(kind, tag, payload, n))
+        await produce(s.bootstrap, topic, forge(kind, tag, payload, n))
         return await collect(s.bootstrap, [s.dead_letter, s.audit], lambda c: len(c[s.audit]) >= before + n and len(c[s.dead_letter]) >= before + n, timeout=180)
 
     try:

@@ -22,12 +22,11 @@ import pytest
 from busguard.admission.batch import Input, admit_batch
 from busguard.admission.types import AdmissionPolicy
 from busguard.policies.taint import replay
-from busguard.protocol.envelope import HEADER_SIGNATURE
 from busguard.protocol.reasons import Reason
 from busguard.protocol.records import Coordinates, Decision
 from busguard.sdk.sender import SignedRecord
 from busguard.state.memory import MemoryStore
-from tests.unit.harness import NOW, agent, registry, sender
+from tests.unit.harness import NOW, agent, forged, registry, sender
 from tests.unit.taint_build import chain_trace, incident
 
 TO = agent("executor")
@@ -50,11 +49,8 @@ class Calls:
         return wrapper
 
 
-def forged(record: SignedRecord) -> tuple[bytes, list[tuple[str, bytes]]]:
-    """The record with a valid signature of another receipt by the same sender."""
-    donor = sender("planner").sign(kind="ack", task_id="donor", receiver=TO, payload=b"{}")
-    sig = dict(donor.headers)[HEADER_SIGNATURE]
-    return record.value, [(n, sig if n == HEADER_SIGNATURE else v) for n, v in record.headers]
+def forge(record: SignedRecord) -> tuple[bytes, list[tuple[str, bytes]]]:
+    return forged(record, sender("planner").sign(kind="ack", task_id="donor", receiver=TO, payload=b"{}"))
 
 
 def admit_counted(item: tuple[bytes, list[tuple[str, bytes]]]) -> tuple[Decision, int]:
@@ -81,9 +77,9 @@ def test_a_forged_request_at_the_node_and_edge_caps_costs_what_a_forged_handoff_
     assert len(payload) > 30_000_000  # the caps' 100 000 nodes and 399 990 edges
     calls = Calls(monkeypatch)
     s = sender("planner")
-    admit_counted(forged(s.sign(kind="ack", task_id="warm-up", receiver=TO, payload=b"{}")))  # fills the principal cache
-    taint, taint_calls = admit_counted(forged(s.sign(kind=replay.KIND, task_id="t-taint", receiver=TO, payload=payload)))
-    handoff, handoff_calls = admit_counted(forged(s.sign(kind="handoff", task_id="t-handoff", receiver=TO, payload=payload)))
+    admit_counted(forge(s.sign(kind="ack", task_id="warm-up", receiver=TO, payload=b"{}")))  # fills the principal cache
+    taint, taint_calls = admit_counted(forge(s.sign(kind=replay.KIND, task_id="t-taint", receiver=TO, payload=payload)))
+    handoff, handoff_calls = admit_counted(forge(s.sign(kind="handoff", task_id="t-handoff", receiver=TO, payload=payload)))
     assert (taint.reason, handoff.reason) == (Reason.BAD_SIGNATURE, Reason.BAD_SIGNATURE)
     assert calls.n == {}  # the validator never ran
     # The one extra step: the test of whether its signature verified, made

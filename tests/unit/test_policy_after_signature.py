@@ -31,7 +31,7 @@ from busguard.state.postgres import PostgresStore
 from busguard.state.snapshot import Snapshot
 from busguard.state.writes import BatchWrites
 from tests.pgkit import EmbeddedPostgres
-from tests.unit.harness import NOW, Harness, agent, sender
+from tests.unit.harness import NOW, Harness, agent, forged, sender
 from tests.unit.probe_policy import PROBE, Claim, ProbePolicy
 
 TO = agent("executor")
@@ -76,12 +76,6 @@ def claim(slot: str) -> bytes:
     return msgspec.json.encode({"slot": slot, "claim": "alice"})
 
 
-def _forged_signature(record: SignedRecord, other: SignedRecord) -> tuple[bytes, list[tuple[str, bytes]]]:
-    """`record`'s receipt under `other`'s (valid, but not its) signature."""
-    sig = dict(other.headers)[HEADER_SIGNATURE]
-    return record.value, [(n, sig if n == HEADER_SIGNATURE else v) for n, v in record.headers]
-
-
 def hostile_batch(kind: str) -> tuple[list[tuple[bytes | None, list[tuple[str, bytes]]]], list[Reason]]:
     """One good record (slot "good") and one of every stateless refusal, each
     naming its own slot; with the reasons the core must give them."""
@@ -98,7 +92,7 @@ def hostile_batch(kind: str) -> tuple[list[tuple[bytes | None, list[tuple[str, b
     bad_hash = signed("bad-hash")
     items: list[tuple[bytes | None, list[tuple[str, bytes]]]] = [
         (good.value, good.headers),
-        _forged_signature(signed("forged"), signed("donor")),
+        forged(signed("forged"), signed("donor")),
         (stale.value, stale.headers),
         (ahead.value, ahead.headers),
         (stranger.value, stranger.headers),
@@ -198,7 +192,7 @@ def test_forged_records_take_no_advisory_lock_on_postgres(monkeypatch: pytest.Mo
     donor = s.sign(kind="ack", task_id="donor", receiver=TO, payload=b"{}")
     good = s.sign(kind="probe", task_id="t-good", receiver=TO, payload=claim("good"))
     items: list[tuple[bytes | None, list[tuple[str, bytes]]]] = [(good.value, good.headers)]
-    items += [_forged_signature(s.sign(kind="probe", task_id=f"t-{i}", receiver=TO, payload=claim(f"forged-{i}")), donor) for i in range(30)]
+    items += [forged(s.sign(kind="probe", task_id=f"t-{i}", receiver=TO, payload=claim(f"forged-{i}")), donor) for i in range(30)]
     inputs = [Input(Coordinates(topic="agents.in", partition=0, offset=o), v, hd) for o, (v, hd) in enumerate(items)]
     held: list[int] = []
     h = Harness()
