@@ -190,7 +190,8 @@ def check_batch(
 
 def _intercepted(c: Candidate) -> bool:
     """Whether the kind's stateless interceptors refuse the record; `decide`
-    then refuses it with the same objection before its policy would run."""
+    then refuses it with the same objection before its policy would run.
+    (So they run twice for a kind with both; no built-in kind has both.)"""
     return bool(KINDS[c.envelope.receipt.kind].interceptors) and run_policies(c.envelope) is not None
 
 
