@@ -3,7 +3,8 @@ rebalances the others.
 
 Three `busguard run` processes on one PostgreSQL state, each a static member
 (kafka.group_instance_id) with busguard's default session (10 s) and heartbeat (3 s).
-One of them is killed with SIGKILL and started again at once, six times, while
+One of them is killed with SIGKILL and started again, six times (at once, or
+2.5 s later: well within the session), while
 a trickle of signed records reaches every input partition. Counted from the
 guards' own logs ("partitions assigned" / "partitions revoked"):
 
@@ -38,7 +39,9 @@ from tests.pgkit import EmbeddedPostgres
 
 from .guardkit import GuardProcess, Setup, all_decided, assignment_events, collect, decisions_by_source, distinct_sources, held, identity, make_setup, sender, until
 
-RESTARTS = 6
+#: seconds from each kill to the restart: at once, or after a supervisor's pause
+#: that is still well within the session
+RESTART_DELAYS = [0.0, 2.5] * 3
 PARTITIONS = 4
 #: busguard's defaults, which docs/operations.md recommends for static members on
 #: tansu (the embedded config's 3000/300 is too short for a static group there)
@@ -113,10 +116,11 @@ async def test_a_static_guard_killed_six_times_never_rebalances_the_others(broke
             await until(lambda: all(_decided(g) > 0 for g in guards), "every guard deciding")
             survivors_from = [len(assignment_events(guards[0])), len(assignment_events(guards[2]))]
             loop_started = time.time()
-            for _ in range(RESTARTS):
+            for delay in RESTART_DELAYS:
                 before = held(guards[1])
                 retired.append((guards[1], time.time()))
                 guards[1].kill9()
+                await asyncio.sleep(delay)
                 guards[1] = _guard(s, "guard-1")
                 await until(lambda: held(guards[1]) != [], "the restarted member's assignment")
                 await until(lambda: _decided(guards[1]) > 0, "the restarted member deciding")
@@ -136,7 +140,7 @@ async def test_a_static_guard_killed_six_times_never_rebalances_the_others(broke
         assert codes == [0, 0, 0], "\n\n".join(g.tail() for g in guards)
 
     gaps = _ownerless(events, loop_started, loop_ended)
-    print(f"\nspans without an owner during {RESTARTS} restarts, s: {dict(sorted(gaps.items()))}")
+    print(f"\nspans without an owner during {len(RESTART_DELAYS)} restarts, s: {dict(sorted(gaps.items()))}")
     revocations = sum(kind == "revoked" for ev in survivor_events for _, kind, _ in ev)
     assert survivor_events == [[], []], f"{revocations} survivor revocations: {survivor_events}"
     for before, successor in restarted:
