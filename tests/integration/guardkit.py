@@ -213,6 +213,14 @@ class GuardProcess:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=2) as r:
             return str(r.read().decode())
 
+    def decided(self) -> float:
+        """busguard_decisions_total summed over its labels (0 while the ops port is not up)."""
+        try:
+            text = self.metrics()
+        except OSError:
+            return 0.0
+        return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("busguard_decisions_total{"))
+
 
 async def produce(bootstrap: str, topic: str, records: Sequence[SignedRecord | tuple[bytes | None, list[tuple[str, bytes]]]], key: bytes | None = b"k") -> list[tuple[int, int]]:
     """Produce in order; returns (partition, offset) per record. One key => one partition => order kept."""
