@@ -59,6 +59,7 @@ from busguard.runtime.faults import Faults
 from busguard.runtime.ops import Liveness, Metrics, OpsServer
 from busguard.runtime.clients import group_consumer, loop_producer
 from busguard.runtime.outputs import Output
+from busguard.runtime.rejoin import SessionBridge
 
 log = structlog.get_logger(__name__)
 
@@ -203,7 +204,14 @@ class BatchLoop:
             return
         try:
             consumer.subscribe(self.topics, listener=_Revocations(self))
-            if not await until_stopped(consumer.start(), self._stop):
+            # a static member's session would expire during tansu's held join (busguard.runtime.rejoin)
+            bridge = SessionBridge(self.cfg, group_id=self.group_id, role=self.role)
+            bridge.start()
+            try:
+                joined = await until_stopped(consumer.start(), self._stop)
+            finally:
+                await bridge.done()
+            if not joined:
                 log.warning("stop requested while joining the consumer group; exiting without a batch", role=self.role, group=self.group_id)
                 await consumer.stop()
                 return
