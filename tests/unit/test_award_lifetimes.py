@@ -40,13 +40,13 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-def call(net: Net, who: str, call_id: str = "c1", deadline_ms: int = NOW + 8 * DAY, awarder: str | None = None) -> Outcome | Reason:
+def call(net: Net, who: str, call_id: str = "c1", deadline_ms: int = NOW + 8 * DAY, awarder: str | None = None) -> str:
     p = CallPayload(awarder=agent(who) if awarder is None else awarder, task_class="t", task="x", requires_check=True, award_deadline=format_timestamp(deadline_ms))
     d = net.send(who, "cnet.call", call_id, p)
     return d.reason if d.outcome != Outcome.FORWARD else d.outcome
 
 
-def bid(net: Net, who: str, bid_id: str, call_id: str = "c1", deadline_ms: int = NOW + HOUR, cost: int = 1) -> Outcome | Reason:
+def bid(net: Net, who: str, bid_id: str, call_id: str = "c1", deadline_ms: int = NOW + HOUR, cost: int = 1) -> str:
     d = net.send(who, "cnet.bid", bid_id, BidPayload(call=call_id, cost=cost, deadline=format_timestamp(deadline_ms), receipt=TEMPLATE))
     return d.reason if d.outcome != Outcome.FORWARD else d.outcome
 

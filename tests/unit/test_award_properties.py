@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from busguard.policies.award.canonicalizers import BUILTIN
 from busguard.policies.award import rows
+from busguard.policies.award.limits import AwardConfig
 from busguard.policies.award.policy import AwardPolicy
 from busguard.policies.award.registry import VerificationConfig, VerifierConfig, build_registry
 from busguard.policies.award.wire import AwardPayload, BidPayload, CallPayload, ReceiptTemplate
@@ -129,7 +130,7 @@ def test_no_row_is_overwritten_and_a_call_holds_at_most_one_award_ever(ops: list
     call row is awarded twice, and no row lives past 2 x horizon + 7 days of
     its call (the task index is not modelled: the policy must hold alone)."""
     policy, view = AwardPolicy(REGISTRY), Expiring()
-    horizon = policy.limits.deadline_horizon_ms
+    horizon = AwardConfig().deadline_horizon_ms  # the default the policy holds
     awards: dict[tuple[str, int], int] = {}  # (call, the call row's creation time) -> admitted awards
     born: dict[str, int] = {}
     for kind, who, call, bid_id, advance, ahead in ops:
