@@ -67,6 +67,10 @@ NAMESPACE: Final = rows.NAMESPACE
 NAMESPACES: Final = rows.NAMESPACES
 REBID_ROUTE: Final = "rebid"
 RETENTION_MS: Final = rows.RETENTION_MS
+#: The ranked bids an award reads (for its rebid notice): its first 8, the
+#: awarder's top choices. With the winner and the call, at most 10 rows, and
+#: so 10 row locks on PostgreSQL, per award record.
+NOTICE_BIDS: Final = 8
 
 DEFAULT_REGISTRY: Final = VerificationRegistry(
     canonicalizers=MappingProxyType(dict(BUILTIN)), verifiers=MappingProxyType({}), best_effort_task_classes=frozenset()
@@ -150,9 +154,9 @@ class AwardPolicy:
     def keys(self, parsed: Parsed) -> Iterable[PolicyKey]:
         call, p = parsed.call, parsed.payload
         if isinstance(p, BidPayload):
-            return (rows.call_key(call), rows.bid_key(call, parsed.envelope.receipt.task_id), rows.bidder_key(call, parsed.principal))
+            return (rows.call_key(call), rows.bidder_key(call, parsed.principal))
         if isinstance(p, AwardPayload):
-            return (rows.call_key(call), *(rows.bid_key(call, b) for b in dict.fromkeys((p.winner, *p.ranked))))
+            return (rows.call_key(call), *(rows.bid_key(call, b) for b in _read(p)))
         return (rows.call_key(call),)
 
     def decide(self, parsed: Parsed, view: PolicyView, now_ms: int) -> PolicyOutcome:
@@ -202,17 +206,17 @@ class AwardPolicy:
         too_far = self._too_far(f"bid {bid_id!r}: deadline", deadline, now_ms)
         if too_far is not None:
             return PolicyOutcome(objection=too_far)
-        if _find(view, call, bid_id, state) is not None:
+        if _holds(state, bid_id):
             return PolicyOutcome(objection=_reject(Reason.AWARD_BID_EXISTS, f"call {call!r} already holds a bid {bid_id!r}"))
         legacy_counts = Counter(b.principal for b in state.legacy)
         mine = legacy_counts[parsed.principal] + _count(view, call, parsed.principal)
         if mine >= self.limits.max_bids_per_bidder:
             return PolicyOutcome(objection=_reject(Reason.AWARD_BIDDER_LIMIT, f"{parsed.envelope.receipt.sender!r} already holds {mine} bids on call {call!r}; at most {self.limits.max_bids_per_bidder} (award.max_bids_per_bidder)"))
-        if row.bids >= MAX_BIDS:
+        if len(row.bid_ids) >= MAX_BIDS:
             return PolicyOutcome(objection=_reject(Reason.AWARD_TOO_MANY_BIDS, f"call {call!r} already holds {MAX_BIDS} bids"))
         t = p.receipt
         bid = BidRow(bid_id, parsed.envelope.receipt.sender, parsed.principal, p.cost, deadline, t.canonicalizer_id, t.commits, t.verifier_manifest)
-        new = msgspec.structs.replace(row, bids=row.bids + 1)
+        new = msgspec.structs.replace(row, bid_ids=(*row.bid_ids, rows.bid_digest(bid_id)))
         writes = [_write(rows.call_key(call), new, new, now_ms), _write(rows.bid_key(call, bid_id), bid, new, now_ms)]
         legacy_counts[parsed.principal] = mine + 1
         writes += [_write(rows.bidder_key(call, who), rows.Count(n), new, now_ms) for who, n in sorted(legacy_counts.items())]
@@ -222,10 +226,10 @@ class AwardPolicy:
         return PolicyOutcome(writes=tuple(writes), annotations=notes)
 
     def _award(self, parsed: Parsed, p: AwardPayload, state: _Call, view: PolicyView, now_ms: int) -> PolicyOutcome:
-        named = {b: found for b in dict.fromkeys((*p.ranked, p.winner)) if (found := _find(view, parsed.call, b, state)) is not None}
-        objection = self._award_objection(parsed, p, state.row, named, now_ms)
+        named = {b: found for b in _read(p) if (found := _find(view, parsed.call, b, state)) is not None}
+        objection = self._award_objection(parsed, p, state, named, now_ms)
         if objection is not None:
-            return self._refused(parsed, p, state.row, tuple(named.values()), objection)
+            return self._refused(parsed, p, state.row, tuple(named[b] for b in _notice_order(p) if b in named), objection)
         winner = named[p.winner]
         award = AwardRow(p.winner, p.mode, p.verifier, p.risk_price)
         new = msgspec.structs.replace(state.row, awarded=AwardedRow(award, winner), expires_ms=max(state.row.expires_ms, winner.deadline_ms + RETENTION_MS))
@@ -238,15 +242,15 @@ class AwardPolicy:
             notes |= {"downgrade": "best_effort", "risk_price": str(p.risk_price), "cost": str(winner.cost)}
         return PolicyOutcome(writes=(_write(rows.call_key(parsed.call), new, new, now_ms),), annotations=notes)
 
-    def _award_objection(self, parsed: Parsed, p: AwardPayload, row: CallRow, named: Mapping[str, BidRow], now_ms: int) -> Objection | None:
-        call = parsed.call
+    def _award_objection(self, parsed: Parsed, p: AwardPayload, state: _Call, named: Mapping[str, BidRow], now_ms: int) -> Objection | None:
+        call, row = parsed.call, state.row
         if parsed.principal != row.principal:
             return _reject(Reason.AWARD_WRONG_PARTY, f"call {call!r} belongs to awarder {row.awarder!r}, not {parsed.envelope.receipt.sender!r}")
         if row.awarded is not None:
             return _reject(Reason.AWARD_ALREADY_AWARDED, f"call {call!r} was already awarded to bid {row.awarded.award.winner!r}: one award per call")
         if now_ms > row.award_deadline_ms:
             return _reject(Reason.AWARD_CLOSED, f"call {call!r}: its award deadline has passed")
-        unknown = [b for b in (p.winner, *p.ranked) if b not in named]
+        unknown = [b for b in (p.winner, *p.ranked) if not _holds(state, b) or (b == p.winner and b not in named)]
         if unknown:
             return _reject(Reason.AWARD_UNKNOWN_BID, f"call {call!r} has no admitted bid {unknown[0]!r}")
         if p.winner not in p.ranked:
@@ -274,7 +278,7 @@ class AwardPolicy:
 
     def _refused(self, parsed: Parsed, p: AwardPayload, row: CallRow | None, named: tuple[BidRow, ...], objection: Objection) -> PolicyOutcome:
         """A refused award: its reject-and-rebid notice to the awarder, listing
-        which of the bids the award named (ranked, then the winner) could be awarded here."""
+        which of the bids it ranked first (NOTICE_BIDS), then its winner, could be awarded here."""
         awardable = () if row is None else tuple(self._awardable(named, row))
         notice = RebidNotice(
             call=parsed.call,
@@ -353,6 +357,19 @@ class AwardPolicy:
 
 def _state(decoded: CallRow | Legacy) -> _Call:
     return _Call(decoded.row, decoded.bids, True) if isinstance(decoded, Legacy) else _Call(decoded)
+
+
+def _read(p: AwardPayload) -> Iterable[str]:
+    """The bid rows an award reads: its winner and its first NOTICE_BIDS ranked bids."""
+    return dict.fromkeys((p.winner, *p.ranked[:NOTICE_BIDS]))
+
+
+def _notice_order(p: AwardPayload) -> Iterable[str]:
+    return dict.fromkeys((*p.ranked[:NOTICE_BIDS], p.winner))
+
+
+def _holds(state: _Call, bid: str) -> bool:
+    return state.row.holds(bid)  # a legacy row's digests are computed from its inline bids (rows.decode_call)
 
 
 def _find(view: PolicyView, call: str, bid: str, state: _Call) -> BidRow | None:

@@ -3,9 +3,11 @@
 Three kinds of row, each small and each written only when its own content
 changes, so no record rewrites a row that grows with other parties' input:
 
-- the call row, key (`cnet`, call id): the call, its bid count, a fixed
-  expiry (`expires_ms`) and, once admitted, its award with a copy of the
-  winning bid (so a result needs this one row);
+- the call row, key (`cnet`, call id): the call, a 16-byte digest of each
+  admitted bid's id (so an award checks every bid it ranks, and a bid its
+  own uniqueness, without reading other parties' rows: one row lock, not
+  65), a fixed expiry (`expires_ms`) and, once admitted, its award with a
+  copy of the winning bid (so a result needs this one row);
 - a bid row, key (`cnet.bid`, <call>/<bid>): one admitted bid;
 - a bidder row, key (`cnet.bidder`, <call>/<bidder principal>): how many
   bids that bidder holds on the call (the per-bidder limit).
@@ -17,14 +19,16 @@ admitted and only moved once, by the award, to the winner's delivery
 deadline plus the retention; every deadline is at most the configured
 horizon ahead of the guard's clock, so no sender picks a row's lifetime.
 
-Rows written before this layout (one row per call holding every bid inline,
-wire.CallRow of busguard <= 0.x) are read through `LegacyCallRow` and
-migrated by the first record that writes the call (policy.py).
+Rows written before this layout (one row per call holding every bid
+inline) are read through `LegacyCallRow` and migrated by the first bid that
+writes the call (policy.py).
 """
 
 from __future__ import annotations
 
 from typing import Final
+
+import hashlib
 
 import msgspec
 
@@ -75,8 +79,11 @@ class CallRow(msgspec.Struct, frozen=True, array_like=True, tag=2):
     requires_check: bool
     award_deadline_ms: int
     expires_ms: int
-    bids: int = 0
+    bid_ids: tuple[bytes, ...] = ()  # bid_digest of each admitted bid, in admission order
     awarded: AwardedRow | None = None
+
+    def holds(self, bid: str) -> bool:
+        return bid_digest(bid) in self.bid_ids
 
 
 class LegacyCallRow(msgspec.Struct, frozen=True, array_like=True):
@@ -115,6 +122,11 @@ def encode(row: CallRow | BidRow | Count) -> bytes:
     return _encode(row)
 
 
+def bid_digest(bid: str) -> bytes:
+    """16 bytes of SHA-256: a second bid id with another's digest is a 2^128 search."""
+    return hashlib.sha256(bid.encode("utf-8", "surrogatepass")).digest()[:16]
+
+
 def call_key(call: str) -> PolicyKey:
     return (NAMESPACE, call)
 
@@ -139,7 +151,7 @@ def decode_call(raw: bytes) -> CallRow | Legacy:
         awarded = AwardedRow(old.award, winner)
     deadlines = (old.award_deadline_ms, *([awarded.bid.deadline_ms] if awarded else [b.deadline_ms for b in old.bids]))
     expires = max(deadlines) + RETENTION_MS  # the old rule; the stored TTL still bounds the row itself
-    row = CallRow(old.awarder, old.principal, old.task_class, old.requires_check, old.award_deadline_ms, expires, len(old.bids), awarded)
+    row = CallRow(old.awarder, old.principal, old.task_class, old.requires_check, old.award_deadline_ms, expires, tuple(bid_digest(b.bid) for b in old.bids), awarded)
     return Legacy(row, old.bids)
 
 
