@@ -21,10 +21,12 @@ With `--state`, instead, what the policy keeps and where its time goes:
   inside the batch's state transaction (the SQLite write lock, or
   PostgreSQL's advisory lock on the call's row), `parse` before it. Timed
   per step for a wrong-root result of a jcs-sha256 output of about 1 MiB
-  (median of `--repeats`, CPU time of this thread).
+  (median of `--repeats`, CPU time of this thread); and the same resends
+  through admission on a real SQLite store, wall time of `check_batch`
+  (no lock) and of `admit_checked` (the `BEGIN IMMEDIATE` transaction).
 
-Only the policy seam (parse, keys, decide) is used, so the same script
-measures any version of the policy.
+Only the policy seam (parse, keys, decide) and admission's entry points are
+used, so the same script measures any version of the policy.
 
     .venv/bin/python benchmarks/award_cost.py --state [--repeats 5]
 """
@@ -36,6 +38,7 @@ import base64
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -126,6 +129,48 @@ def settlement(policy: AwardPolicy, repeats: int) -> dict[str, object]:
     return {"output_bytes": len(output), "parse_us_outside_lock": round(statistics.median(parse_us)), "decide_us_inside_lock": round(statistics.median(decide_us), 1)}
 
 
+def in_store(repeats: int) -> dict[str, object]:
+    """The same 1 MiB wrong-root result through admission on a SQLite store:
+    `check_batch` (signature, parse: no lock) and `admit_checked` (one
+    `BEGIN IMMEDIATE` ... `COMMIT`: the write lock, held throughout), wall
+    time per batch of one record, median of `repeats` resends."""
+    from busguard.admission.batch import Input, admit_checked, check_batch
+    from busguard.admission.types import AdmissionPolicy
+    from busguard.protocol.records import Coordinates
+    from busguard.state.sqlite import SqliteStore
+    from tests.unit.harness import registry, sender
+
+    names = ("awarder", "bidder-b")
+    a, b = (sender(n, now=NOW) for n in names)
+    keys, policy = registry(*names), AdmissionPolicy()
+    output = json.dumps([{"id": i, "v": "x" * 40, "n": i * 7} for i in range(15_000)]).encode()
+    template = {"canonicalizer_id": "jcs-sha256", "commits": "output"}
+    setup = [
+        a.sign(kind="cnet.call", task_id="c", receiver="guard", payload=msgspec.json.encode({"awarder": a.agent_id, "task_class": "t", "task": "x", "requires_check": True, "award_deadline": DEADLINE})),
+        b.sign(kind="cnet.bid", task_id="bid0", receiver="guard", payload=msgspec.json.encode({"call": "c", "cost": 1, "deadline": DEADLINE, "receipt": template})),
+        a.sign(kind="cnet.award", task_id="c", receiver="guard", payload=msgspec.json.encode({"winner": "bid0", "ranked": ["bid0"], "mode": "verified"})),
+    ]
+    wrong = [b.sign(kind="cnet.result", task_id="c", receiver="guard", payload=msgspec.json.encode({"state_root": f"{i:064x}", "output": base64.urlsafe_b64encode(output).rstrip(b"=").decode()})) for i in range(repeats)]
+    outside, inside = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SqliteStore(Path(tmp) / "state.db", now_ms=NOW - 3_600_000, genesis=True, synchronous="NORMAL")
+        for offset, record in enumerate([*setup, *wrong]):
+            batch = [Input(Coordinates(topic="in", partition=0, offset=offset), record.value, record.headers)]
+            t0 = time.perf_counter_ns()
+            checked = check_batch(batch, registry=keys, now_ms=NOW, policy=policy, max_payload_bytes=4 << 20)
+            t1 = time.perf_counter_ns()
+            (d,) = admit_checked(checked, store=store, now_ms=NOW, policy=policy)
+            t2 = time.perf_counter_ns()
+            if offset >= len(setup):
+                assert d.reason == "settlement_mismatch", d.detail
+                outside.append((t1 - t0) / 1000)
+                inside.append((t2 - t1) / 1000)
+            else:
+                assert d.reason == "admitted", d.detail
+        store.close()
+    return {"check_batch_us_no_lock": round(statistics.median(outside)), "admit_checked_us_write_lock_held": round(statistics.median(inside))}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=5000)
@@ -135,7 +180,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.state:
         awarder = Sender(b"a" * 32, clock_ms=lambda: NOW)
-        print(json.dumps({"bids": bids(AwardPolicy(), View(), awarder), "settlement_1mib": settlement(AwardPolicy(), args.repeats)}))
+        report = {"bids": bids(AwardPolicy(), View(), awarder), "settlement_1mib": settlement(AwardPolicy(), args.repeats), "sqlite_1mib_result": in_store(args.repeats)}
+        print(json.dumps(report))
         return
     a, b = Sender(b"a" * 32, clock_ms=lambda: NOW), Sender(b"b" * 32, clock_ms=lambda: NOW)
     policy, view = AwardPolicy(), View()
