@@ -29,7 +29,6 @@ the default limits (the sections' defaults).
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
@@ -38,10 +37,11 @@ from typing import Final
 import msgspec
 
 from busguard.policies.award import rows
-from busguard.policies.award.canonicalizers import BUILTIN, MalformedOutput
+from busguard.policies.award.canonicalizers import BUILTIN
 from busguard.policies.award.limits import DEFAULT_LIMITS, MAX_BIDS, AwardConfig
 from busguard.policies.award.registry import VerificationRegistry
 from busguard.policies.award.rows import AwardedRow, AwardRow, BidRow, CallRow, Legacy
+from busguard.policies.award.settle import Recomputed, recompute, settle
 from busguard.policies.award.wire import (
     AwardPayload,
     Awardable,
@@ -50,17 +50,15 @@ from busguard.policies.award.wire import (
     Payload,
     RebidNotice,
     ResultPayload,
-    attestation_input,
     decode_payload,
     delivered,
     notice_encode,
 )
 from busguard.policies.seam import Objection, PolicyKey, PolicyOutcome, PolicyView, PolicyWrite
-from busguard.protocol.envelope import Envelope, b64url_decode_strict
+from busguard.protocol.envelope import Envelope
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.reasons import Outcome, Reason
 from busguard.protocol.records import Notice
-from busguard.protocol.signing import verify_signature
 from busguard.protocol.timestamps import parse_timestamp
 
 NAMESPACE: Final = rows.NAMESPACE
@@ -75,14 +73,6 @@ NOTICE_BIDS: Final = 8
 DEFAULT_REGISTRY: Final = VerificationRegistry(
     canonicalizers=MappingProxyType(dict(BUILTIN)), verifiers=MappingProxyType({}), best_effort_task_classes=frozenset()
 )
-
-
-class Recomputed(msgspec.Struct, frozen=True):
-    """A result's delivered bytes as parse saw them: the root under each
-    canonicalizer held here (or the problem it found) and their SHA-256."""
-
-    roots: Mapping[str, str | MalformedOutput]
-    sha256: str
 
 
 class Parsed(msgspec.Struct, frozen=True):
@@ -139,17 +129,8 @@ class AwardPolicy:
             except ValueError as exc:
                 return _reject(Reason.MALFORMED_TIMESTAMP, f"{r.kind} payload: {name}: {exc}")
         call = payload.call if isinstance(payload, BidPayload) else r.task_id
-        recomputed = self._recompute(delivered(payload)) if isinstance(payload, ResultPayload) else None
+        recomputed = recompute(self.registry, delivered(payload)) if isinstance(payload, ResultPayload) else None
         return Parsed(envelope, principal, call, payload, recomputed)
-
-    def _recompute(self, data: bytes) -> Recomputed:
-        roots: dict[str, str | MalformedOutput] = {}
-        for cid, canonicalizer in self.registry.canonicalizers.items():
-            try:
-                roots[cid] = canonicalizer.root(data)
-            except MalformedOutput as exc:
-                roots[cid] = exc
-        return Recomputed(MappingProxyType(roots), hashlib.sha256(data).hexdigest())
 
     def keys(self, parsed: Parsed) -> Iterable[PolicyKey]:
         call, p = parsed.call, parsed.payload
@@ -172,7 +153,8 @@ class AwardPolicy:
             return self._bid(parsed, p, state, view, now_ms)
         if isinstance(p, AwardPayload):
             return self._award(parsed, p, state, view, now_ms)
-        return self._settle(parsed, p, state.row)
+        assert parsed.recomputed is not None  # parse recomputed every result's roots
+        return settle(self.registry, parsed.call, parsed.principal, parsed.envelope.receipt.sender, p, state.row, parsed.recomputed)
 
     # ---------------------------------------------------------------- kinds
 
@@ -291,50 +273,6 @@ class AwardPolicy:
         notes = {"call": parsed.call, "winner": p.winner, "mode": p.mode, "awardable": ",".join(a.bid for a in awardable)}
         return PolicyOutcome(objection=objection, annotations=notes, notices=(Notice(route=REBID_ROUTE, key=parsed.call.encode(), value=notice_encode(notice)),))
 
-    def _settle(self, parsed: Parsed, p: ResultPayload, row: CallRow) -> PolicyOutcome:
-        if row.awarded is None:
-            return PolicyOutcome(objection=_reject(Reason.SETTLEMENT_NO_AWARD, f"call {parsed.call!r} has no admitted award to settle"))
-        award, winner = row.awarded.award, row.awarded.bid
-        if parsed.principal != winner.principal:
-            return PolicyOutcome(objection=_reject(Reason.AWARD_WRONG_PARTY, f"call {parsed.call!r} was awarded to {winner.bidder!r}, not {parsed.envelope.receipt.sender!r}"))
-        if (p.output if winner.commits == "output" else p.trace) is None:
-            return PolicyOutcome(objection=_reject(Reason.MALFORMED_FIELD, f"cnet.result payload: the winning bid commits its root over its {winner.commits}; send {winner.commits}"))
-        assert parsed.recomputed is not None
-        notes = {"call": parsed.call, "winner": award.winner, "mode": award.mode, "attributed_to": winner.bidder, "committed_root": p.state_root}
-        if award.mode == "best_effort":
-            return PolicyOutcome(annotations={**notes, "settlement": "unverified", "verification": "unverified"})
-        if award.mode == "delegated":
-            return self._delegated(parsed, p, winner, award, parsed.recomputed.sha256, notes)
-        cid = winner.canonicalizer_id
-        root = parsed.recomputed.roots.get(cid) if self.registry.recompute(cid) is not None else None
-        if root is None:
-            return _escalate(Reason.SETTLEMENT_UNRECOMPUTABLE, f"canonicalizer {cid!r} is no longer registered here", notes)
-        if isinstance(root, MalformedOutput):
-            return _escalate(Reason.SETTLEMENT_UNRECOMPUTABLE, f"{winner.bidder!r} delivered {winner.commits} {cid} cannot read: {root}", {**notes, "problem": root.problem})
-        if root != p.state_root:
-            detail = f"{winner.bidder!r} committed state_root {p.state_root} but {winner.commits} recomputes under {cid} to {root}"
-            return _escalate(Reason.SETTLEMENT_MISMATCH, detail, {**notes, "recomputed_root": root})
-        return PolicyOutcome(annotations={**notes, "recomputed_root": root, "settlement": "settled", "verification": "recomputed"})
-
-    def _delegated(self, parsed: Parsed, p: ResultPayload, winner: BidRow, award: AwardRow, sha256: str, notes: dict[str, str]) -> PolicyOutcome:
-        verifier = self.registry.delegation(award.verifier or "", winner.canonicalizer_id)
-        if verifier is None:
-            return _escalate(Reason.SETTLEMENT_BAD_ATTESTATION, f"verifier manifest {award.verifier!r} is no longer trust-delegated here", notes)
-        notes = {**notes, "verifier": verifier.agent_id}
-        if p.attestation is None:
-            return _escalate(Reason.SETTLEMENT_BAD_ATTESTATION, f"a delegated award settles only on an attestation by {verifier.agent_id!r}; none sent", notes)
-        message = attestation_input(
-            verifier_manifest=verifier.manifest,
-            call=parsed.call,
-            bid=winner.bid,
-            canonicalizer_id=winner.canonicalizer_id,
-            state_root=p.state_root,
-            output_sha256=sha256,
-        )
-        if message is None or not verify_signature(verifier.public_key, message, b64url_decode_strict(p.attestation, 64)):
-            return _escalate(Reason.SETTLEMENT_BAD_ATTESTATION, f"the attestation does not verify with {verifier.agent_id!r}'s registered key over this call, bid, root and output", notes)
-        return PolicyOutcome(annotations={**notes, "settlement": "settled", "verification": "delegated"})
-
     # ---------------------------------------------------------------- modes
 
     def _mode(self, bid: BidRow, row: CallRow) -> tuple[str, str | None] | None:
@@ -396,10 +334,6 @@ def _stamps(p: Payload) -> tuple[tuple[str, str], ...]:
 def _write(key: PolicyKey, value: CallRow | BidRow | rows.Count, call: CallRow, now_ms: int) -> PolicyWrite:
     """Every row of a call expires with the call row (its `expires_ms`)."""
     return PolicyWrite(key, rows.encode(value), ttl_ms=max(call.expires_ms - now_ms, 1))
-
-
-def _escalate(reason: Reason, detail: str, notes: dict[str, str]) -> PolicyOutcome:
-    return PolicyOutcome(objection=Objection(Outcome.ESCALATE, reason, detail), annotations={**notes, "settlement": "escalated"})
 
 
 POLICY: Final = AwardPolicy()
