@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from busguard.devtools.broker import EmbeddedBroker
 from busguard.policies.award.canonicalizers import JcsSha256
@@ -23,6 +26,8 @@ from busguard.policies.award.wire import AwardPayload, BidPayload, CallPayload, 
 from busguard.protocol.records import Decision
 from busguard.protocol.timestamps import format_timestamp
 from busguard.sdk.sender import Sender, SignedRecord
+
+from tests.pgkit import EmbeddedPostgres
 
 from .guardkit import GuardProcess, Setup, collect, make_setup, produce, sender
 
@@ -69,8 +74,24 @@ async def decide(s: Setup, records: list[SignedRecord], seen: int = 0) -> list[t
 FWD = ("forward", "admitted")
 
 
-async def test_a_call_cannot_be_hijacked_or_awarded_twice_after_its_task_entries_expired(broker: EmbeddedBroker, tmp_path: Path) -> None:
-    s = await make_setup(tmp_path, broker.bootstrap, agents=AGENTS)
+@contextlib.contextmanager
+def state_backend(backend: str) -> Iterator[dict[str, object] | None]:
+    """The [state] table for `backend`: SQLite (the default) or an embedded PostgreSQL."""
+    if backend == "sqlite":
+        yield None
+        return
+    with EmbeddedPostgres() as pg:
+        yield {"backend": "postgres", "dsn": pg.dsn, "schema": "award"}
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_call_cannot_be_hijacked_or_awarded_twice_after_its_task_entries_expired(broker: EmbeddedBroker, tmp_path: Path, backend: str) -> None:
+    with state_backend(backend) as state:
+        s = await make_setup(tmp_path, broker.bootstrap, agents=AGENTS, state=state)
+        await hijack_after_expiry(s)
+
+
+async def hijack_after_expiry(s: Setup) -> None:
     guard = GuardProcess(s, env=SHORT_TASKS)
     guard.wait_ready()
     a, b, c = sender("awarder"), sender("bidder-b"), sender("bidder-c")
