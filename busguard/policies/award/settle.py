@@ -87,14 +87,8 @@ def _delegated(registry: VerificationRegistry, call: str, p: ResultPayload, winn
     notes = {**notes, "verifier": verifier.agent_id}
     if p.attestation is None:
         return _escalate(Reason.SETTLEMENT_BAD_ATTESTATION, f"a delegated award settles only on an attestation by {verifier.agent_id!r}; none sent", notes)
-    message = attestation_input(
-        verifier_manifest=verifier.manifest,
-        call=call,
-        bid=winner.bid,
-        canonicalizer_id=winner.canonicalizer_id,
-        state_root=p.state_root,
-        output_sha256=sha256,
-    )
+    fields = {"verifier_manifest": verifier.manifest, "call": call, "bid": winner.bid, "canonicalizer_id": winner.canonicalizer_id}
+    message = attestation_input(**fields, state_root=p.state_root, output_sha256=sha256)
     if message is None or not verify_signature(verifier.public_key, message, b64url_decode_strict(p.attestation, 64)):
         return _escalate(Reason.SETTLEMENT_BAD_ATTESTATION, f"the attestation does not verify with {verifier.agent_id!r}'s registered key over this call, bid, root and output", notes)
     return PolicyOutcome(annotations={**notes, "settlement": "settled", "verification": "delegated"})
