@@ -25,6 +25,7 @@ from busguard.admission.types import AdmissionPolicy
 from busguard.errors import ConfigError, read_toml
 from busguard.policies import KINDS
 from busguard.policies.compromise.policy import CompromiseSettings
+from busguard.policies.award.limits import AwardConfig
 from busguard.policies.award.registry import VerificationConfig, VerificationRegistry, build_registry
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.timestamps import parse_timestamp
@@ -201,6 +202,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
     reconcile: ReconcileConfig = ReconcileConfig()
     compromise: CompromiseConfig = CompromiseConfig()
     verification: VerificationConfig = VerificationConfig()
+    award: AwardConfig = AwardConfig()
     source: str = ""  # the file this was loaded from; set by load_config
 
     @property

@@ -84,6 +84,9 @@ class CallReport(msgspec.Struct, kw_only=True):
     awarder: str | None  # the call's signer (principal); None if the call itself is not in the log
     bids: int  # admitted bids
     refused_awards: list[str]  # reason codes of refused awards, in log order (each sent a rebid notice)
+    #: awards the core escalated (a second award under the call id while its
+    #: task entry lived: task_conflict, ambiguous_retransmission), "<reason> from <agent id>", in log order
+    escalated_awards: list[str] = []
     winner: str | None = None  # the awarded bid id
     awarded_to: str | None = None  # the winning bidder's agent id
     mode: str | None = None  # verified, delegated, best_effort

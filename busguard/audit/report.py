@@ -75,7 +75,8 @@ def _call_row(c: CallReport) -> list[str]:
         mode += f" (risk priced {c.risk_price})"
     settlement = c.settlement + "".join(f"; {e}" for e in c.escalations)
     awarded = f"{_clip(c.awarded_to, 28)} ({c.winner})" if c.awarded_to else "-"
-    return [_clip(c.call, MAX_TASK_ID), str(c.bids), ", ".join(c.refused_awards) or "-", awarded, mode, settlement]
+    refused = [*c.refused_awards, *(f"escalated {e}" for e in c.escalated_awards)]
+    return [_clip(c.call, MAX_TASK_ID), str(c.bids), ", ".join(refused) or "-", awarded, mode, settlement]
 
 
 def _pending_row(p: PendingEscalation) -> list[str]:
