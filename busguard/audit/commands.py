@@ -192,13 +192,14 @@ class EscalationFacts(msgspec.Struct, kw_only=True):
     """`busguard escalations show`: everything the log says about one escalation."""
 
     escalation_id: str
-    status: str  # pending | held | resolved | not_an_escalation | forged
+    status: str  # pending | held | resolved | not_an_escalation | forged | foreign (another deployment's: `foreign` says why)
     verified: bool
     escalation: Decision
     receipt: str | None  # base64 of the escalated receipt's bytes
     prior_receipt: str | None  # base64 of the task witness's receipt bytes
     resolutions: list[ShownResolution]
     conflicting_records: int = 0  # more than one distinct record under this id (a violation)
+    foreign: str | None = None  # why the escalation is not this deployment's (busguard.audit.deployment)
 
 
 class ShownResolution(msgspec.Struct, kw_only=True):
@@ -222,8 +223,11 @@ def show_escalation(
     d = verified[0] if verified else found.decisions[0][0]
     finals = [r for r, ok in found.resolutions if ok and r.stage == "final"]
     helds = [r for r, ok in found.resolutions if ok and r.stage == "held"]
+    foreign = deployment_of(cfg).source_problem(d.decision_id, d.source) if verified else None
     if not verified:
         status = "forged"
+    elif foreign is not None:
+        status = "foreign"
     elif d.outcome != "escalate":
         status = "not_an_escalation"
     else:
@@ -241,6 +245,7 @@ def show_escalation(
         prior_receipt=as_b64(d.prior.receipt) if d.prior is not None else None,
         resolutions=[ShownResolution(verified=ok, resolution=r) for r, ok in found.resolutions],
         conflicting_records=len(verified) - 1 if len(verified) > 1 else 0,
+        foreign=foreign,
     )
 
 

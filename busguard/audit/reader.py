@@ -250,6 +250,13 @@ def apply_audit(ledger: Ledger, checked: CheckedAudit, at: tuple[int, int] | Non
         ledger.add_decision(checked.value or b"", rec, checked.verified, checked.why, checked.sealed_by, at)
 
 
+def apply_forwarded(ledger: Ledger, checked: CheckedForward, at: tuple[int, int] | None = None) -> None:
+    """Feed one checked downstream record (and the head it verified under)."""
+    ledger.add_forwarded(checked.topic, checked.decision_id, checked.ok, checked.decision_sha256, checked.source, at)
+    if checked.opened is not None:
+        note_head(ledger, checked.opened, leaf=False)
+
+
 class SealCache:
     """Digests of seals verified in this run, oldest forgotten first. Written
     only from the event loop's thread; read from workers."""
@@ -376,9 +383,7 @@ async def read_log(
                 seals.add(checked.seal)
             apply_audit(ledger, checked, r.at)
         for r, f in zip(forwards, await in_threads(lambda r: check_forwarded(r.topic, r.value, r.headers, guard_public_key, seals, heads), forwards), strict=True):
-            ledger.add_forwarded(f.topic, f.decision_id, f.ok, f.decision_sha256, f.source, r.at)
-            if f.opened is not None:
-                note_head(ledger, f.opened, leaf=False)
+            apply_forwarded(ledger, f, r.at)
 
     try:
         return await scan(cfg, [audit, *downstream], offsets, idle_ms, handle, progress, required=audit)
