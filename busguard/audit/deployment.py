@@ -54,7 +54,13 @@ class Deployment(msgspec.Struct, frozen=True, kw_only=True):
 
     def source_problem(self, did: str, source: Coordinates) -> str | None:
         """Why a decision id read from `source` is not this deployment's, or None."""
+        if source.topic in self.inputs and 0 <= source.offset < 1 << 64:
+            for ns in self.namespaces:  # the common case allocates nothing the collector tracks
+                if did == decision_id(ns, source):
+                    return None
         problems = [self._topic_problem(source.topic)]
+        if not 0 <= source.offset < 1 << 64:
+            return "; ".join(p for p in [*problems, f"its source offset {source.offset} is not a Kafka offset"] if p)
         expected = [decision_id(ns, source) for ns in self.namespaces]
         if did not in expected:
             want = " or ".join(f"{e} (namespace {ns!r})" for e, ns in zip(expected, self.namespaces, strict=True))

@@ -239,3 +239,19 @@ def test_the_namespace_defaults_to_the_group_id_as_the_guard_derives_it() -> Non
     own = Decision(decision_id=decision_id("guards-a", Coordinates(topic=A_IN, partition=2, offset=9)), outcome="reject", reason="bad_signature", source=Coordinates(topic=A_IN, partition=2, offset=9), decided_at=1)
     assert dep.source_problem(own.decision_id, own.source) is None
     assert dep.source_problem(decision_id("busguard", own.source), own.source) is not None
+
+
+def test_a_sealed_decision_no_guard_could_derive_is_a_finding_not_a_crash() -> None:
+    """Ids and coordinates are recomputed from what a record says: whatever
+    it says (an offset out of range, an id of any length), the result is a
+    finding."""
+    from .test_audit_lineage import audit_record
+
+    weird = [
+        Decision(decision_id="x", outcome="reject", reason="bad_signature", source=Coordinates(topic=A_IN, partition=0, offset=-1), decided_at=1),
+        Decision(decision_id="", outcome="reject", reason="bad_signature", source=Coordinates(topic=A_IN, partition=-3, offset=1 << 70), decided_at=1),
+        Decision(decision_id="y" * 40, outcome="reject", reason="bad_signature", source=Coordinates(topic=A_IN, partition=1, offset=5), decided_at=1),
+    ]
+    r = report([(TOPICS.audit, *audit_record(d)) for d in weird])
+    assert codes(r) == ["foreign_decision"] * 3 and r.summary.decisions == 0
+    assert sum("is not a Kafka offset" in v.detail for v in r.violations) == 2
