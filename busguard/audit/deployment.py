@@ -184,6 +184,8 @@ def _split_forwards(
             own[topic] = seen
         else:
             alien.append((topic, seen, why))
+            if seen.unattested:  # a copy with no valid attestation stays a violation of its own
+                own[topic] = type(seen)(unattested=True)
     return own, alien
 
 

@@ -255,3 +255,12 @@ def test_a_sealed_decision_no_guard_could_derive_is_a_finding_not_a_crash() -> N
     r = report([(TOPICS.audit, *audit_record(d)) for d in weird])
     assert codes(r) == ["foreign_decision"] * 3 and r.summary.decisions == 0
     assert sum("is not a Kafka offset" in v.detail for v in r.violations) == 2
+
+
+def test_an_unattested_copy_next_to_a_foreign_forward_is_still_reported(tmp_path: Path) -> None:
+    a, b = two(tmp_path)
+    _, value, headers = b.downstream[0]
+    stripped = [(k, v) for k, v in headers if k != "busguard-attestation"]
+    r = report([*a.log(), (A_DOWN, value, headers), (A_DOWN, value, stripped)])
+    assert sorted(set(codes(r))) == ["foreign_chain", "foreign_forward", "forwarded_unattested"]
+    assert counts(r) == counts(report(a.log()))
