@@ -180,6 +180,16 @@ class ReconcileConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, 
     auto_resolve_retransmissions: bool = True
 
 
+class AuditConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """What else `busguard audit` accepts as this deployment's own
+    (busguard.audit.deployment): a log outlives routes and namespaces."""
+
+    #: decision-id namespaces the deployment used before its current one
+    former_namespaces: list[str] = []
+    #: input topics of routes it no longer has
+    former_inputs: list[str] = []
+
+
 class CompromiseConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     """Seed 004's session handoffs (busguard/policies/compromise/policy.py)."""
 
@@ -200,6 +210,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
     log: LogConfig = LogConfig()
     ops: OpsConfig = OpsConfig()
     reconcile: ReconcileConfig = ReconcileConfig()
+    audit: AuditConfig = AuditConfig()
     compromise: CompromiseConfig = CompromiseConfig()
     verification: VerificationConfig = VerificationConfig()
     award: AwardConfig = AwardConfig()

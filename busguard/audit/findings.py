@@ -23,6 +23,7 @@ class Summary(msgspec.Struct, kw_only=True):
     pending: int  # escalations without a final resolution
     violations: int
     single_key: int = 0  # resolutions accepted only under keys.single_key_audit (guard-sealed, or the operator's name unproven)
+    foreign: int = 0  # distinct sealed audit records of another deployment (counted in `records` only; each a violation)
 
 
 class EscalationStatus(msgspec.Struct, kw_only=True):

@@ -109,6 +109,8 @@ def render_table(report: AuditReport) -> str:
         f"forwarded {s.forwarded}  duplicates {s.duplicates}  escalations {s.escalations}  pending {s.pending}",
         "",
     ]
+    if s.foreign:
+        lines[-1:-1] = [f"{s.foreign} record(s) of another deployment excluded (foreign_* violations)"]
     if s.single_key:
         lines[-1:-1] = [f"note: {s.single_key} resolution(s) accepted only under keys.single_key_audit (sealed with the guard key, or an operator's name not proven)"]
     if report.tasks:
