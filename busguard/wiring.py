@@ -114,6 +114,7 @@ def open_guard_store(cfg: Config, at_ms: int, *, genesis: bool = False) -> State
         dsn=st.dsn,
         schema=st.schema,
         retry_s=st.retry_s,
+        max_policy_locks=st.max_policy_locks,
         checkpoint_every_s=1.0,  # SQLite: no batch's commit pays for a checkpoint (state/sqlitedb.py)
     )
     try:

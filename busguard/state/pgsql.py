@@ -244,12 +244,8 @@ LOAD_NONCES: Final = "SELECT k FROM nonces WHERE k = ANY(%b::bytea[]) AND exp > 
 LOAD_WINDOWS: Final = "SELECT k, top, bitmap, ver FROM windows WHERE k = ANY(%b::bytea[]) AND exp > %s"
 LOAD_TASKS: Final = "SELECT body FROM tasks WHERE k = ANY(%b::bytea[]) AND exp > %s"
 LOAD_POLICY: Final = "SELECT k, body FROM policy WHERE k = ANY(%b::bytea[]) AND exp > %s"
-# Policy rows are read-modify-write with reads that need not be written, so
-# they are not covered by conditional writes: a batch locks the policy keys
-# it reads (transaction-scoped advisory locks, taken in one statement in
-# sorted order) before reading them. Only records of kinds with a stateful
-# policy have such keys, a handful per batch.
-LOCK_KEYS: Final = "SELECT count(pg_advisory_xact_lock(k)) FROM unnest(%b::bigint[]) AS k"
+# Policy rows are read-modify-write and locked, not conditionally written:
+# state/pglocks.py.
 
 # Statements run in this table order with keys sorted, so two transactions
 # that both wait on each other's uncommitted rows cannot happen (no deadlock).
