@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
 
 import msgspec
 
@@ -21,7 +20,7 @@ from busguard.state.store import StateStore
 from busguard.state.memory import MemoryStore
 from busguard.state.sqlite import SqliteStore
 
-from .harness import NOW, Harness, agent, schema_1_file, sender
+from .harness import NOW, Harness, Rec, agent, schema_1_file, sender
 
 A, F = 300_000, 30_000  # the default freshness bounds
 T = NOW - 10_000  # the store's trusted-from time in these tests
@@ -305,17 +304,6 @@ def test_the_guard_hook_rearms_exactly_when_the_store_is_behind(tmp_path: Path, 
     assert sample("busguard_store_fence_end_ms") == (NOW + 5 + F + A + 1 if rearms else 0)
 
 
-class _Record(NamedTuple):
-    """What the guard's `prepare` reads of a consumer record."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes
-    headers: list[tuple[str, bytes]]
-
-
 def test_a_rearm_before_a_batch_is_at_that_batch_s_clock_reading(tmp_path: Path) -> None:
     """Issue 19 item 10. The loop prepares a batch (its clock reading D, its
     decisions' decided_at), then runs the store-behind hook, then decides. The
@@ -336,8 +324,8 @@ def test_a_rearm_before_a_batch_is_at_that_batch_s_clock_reading(tmp_path: Path)
     guard.clock_ms = tick
     offsets = iter(range(100))
 
-    def records(*recs: object) -> list[_Record]:
-        return [_Record("in", 0, next(offsets), None, r.value, list(r.headers)) for r in recs]  # type: ignore[attr-defined]
+    def records(*recs: object) -> list[Rec]:
+        return [Rec("in", 0, next(offsets), None, r.value, list(r.headers)) for r in recs]  # type: ignore[attr-defined]
 
     async def run() -> tuple[list[Decision], list[Decision]]:
         ready = await guard.prepare(records(_handoff("first", now=clock["now"])))

@@ -5,7 +5,8 @@ The scheme (state/pglocks.py) as a pure rule, then against a real server
 second connection while that transaction is open, for plain key sets and for
 500 session handoffs with distinct receivers, sessions and vouchers (forged
 and authentic); and two batches that share a policy row still serialise in
-every combination of the two lock modes."""
+every combination of the two lock modes (the row-row case is the lost-update
+test tests/unit/test_state_postgres.py had before the bound)."""
 
 from __future__ import annotations
 
