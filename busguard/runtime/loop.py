@@ -64,8 +64,12 @@ from busguard.runtime.rejoin import SessionBridge
 log = structlog.get_logger(__name__)
 
 #: Called with {(topic, partition): committed offset or None} for partitions
-#: new to this process (None for the whole map: the broker would not say).
-BeforeFirst = Callable[[Mapping[tuple[str, int], int | None] | None], Awaitable[None]]
+#: new to this process (None for the whole map: the broker would not say),
+#: and the batch about to be processed as the stage's `prepare` made it (None
+#: for a stage that does not prepare): what the hook does belongs to that
+#: batch, at the clock reading it is judged at (the guard re-arms its fence
+#: at that reading, docs/protocol.md 6.4).
+BeforeFirst = Callable[[Mapping[tuple[str, int], int | None] | None, Any], Awaitable[None]]
 
 
 class Stage(Protocol):
@@ -279,7 +283,7 @@ class BatchLoop:
         if self.before_first is not None:
             assigned = consumer.assignment()
             if not self.checked.issuperset(assigned) or not self.checked.issuperset(batch):
-                await self._first_batch_of(sorted(assigned.union(batch) - self.checked), consumer)
+                await self._first_batch_of(sorted(assigned.union(batch) - self.checked), consumer, polled.prepared)
         # 1. decide and persist (the stage's transaction)
         if self.prepares is not None:
             outputs = await self.prepares.process_prepared(polled.prepared)
@@ -308,7 +312,7 @@ class BatchLoop:
         self.metrics.batch_seconds.observe(done - started)
         self.metrics.batch_records.observe(len(records))
 
-    async def _first_batch_of(self, tps: list[TopicPartition], consumer: AIOKafkaConsumer) -> None:
+    async def _first_batch_of(self, tps: list[TopicPartition], consumer: AIOKafkaConsumer, prepared: Any) -> None:
         """The group's committed offsets for partitions new to this process, to
         the stage's hook; None if the broker would not say (aiokafka retries
         retriable errors itself), which the hook must treat as the worst case."""
@@ -320,7 +324,7 @@ class BatchLoop:
         except KafkaError as exc:
             log.warning("committed offsets unreadable for newly assigned partitions", partitions=_names(set(tps)), error=str(exc))
             committed = None
-        await self.before_first(committed)
+        await self.before_first(committed, prepared)
         self.checked.update(tps)
 
     async def _publish(self, producer: AIOKafkaProducer, outputs: Sequence[Output]) -> None:

@@ -7,6 +7,7 @@ import itertools
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from busguard.admission.batch import Input, admit_batch
 from busguard.admission.types import AdmissionPolicy
@@ -37,6 +38,17 @@ def registry(*names: str, named: dict[str, tuple[KeyWindow, ...]] | None = None)
     agents = {canonical_principal(agent(n)): (KeyWindow(key_id=agent(n)[6:], public_key=public_key_from_seed(seed(n))),) for n in names}
     agents.update(named or {})
     return KeyRegistry(agents)
+
+
+class Rec(NamedTuple):
+    """What the guard's `prepare` reads of a consumer record (aiokafka's ConsumerRecord, in part)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    headers: list[tuple[str, bytes]]
 
 
 class Harness:
