@@ -186,7 +186,8 @@ def test_copies_of_an_authentic_record_are_parsed_once_per_batch_and_refused_by_
 def test_forged_records_take_no_advisory_lock_on_postgres(monkeypatch: pytest.MonkeyPatch, postgres: EmbeddedPostgres, pg_schema: str) -> None:
     """PostgreSQL locks each policy key a batch loads (state/postgres.py): 30
     forged records naming 30 slots take no lock; the one authentic record
-    its one. Counted inside the batch's transaction, from another session."""
+    its one, under the schema's shared lock (state/pglocks.py). Counted
+    inside the batch's transaction, from another session."""
     monkeypatch.setitem(KINDS, "probe", msgspec.structs.replace(PROBE, policy=CountingProbe()))
     s = sender("planner")
     donor = s.sign(kind="ack", task_id="donor", receiver=TO, payload=b"{}")
@@ -209,4 +210,4 @@ def test_forged_records_take_no_advisory_lock_on_postgres(monkeypatch: pytest.Mo
     finally:
         store.close()
     assert [d.reason for d in decisions] == [Reason.ADMITTED] + [Reason.BAD_SIGNATURE] * 30
-    assert held == [1]
+    assert held == [2]  # the schema lock (shared) + the authentic record's row
