@@ -45,6 +45,7 @@ class DecisionFact(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     prior_receipt_id: str | None = None
     decided_at: int | None = None
     annotations: dict[str, str] | None = None  # a kind policy's (the per-call award report reads them)
+    last_offset: int | None = None  # a span decision's last input offset (busguard.audit.coverage)
 
 
 class ResolutionFact(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
@@ -167,6 +168,7 @@ class Ledger(msgspec.Struct, kw_only=True):
             prior_receipt_id=prior.receipt_id if prior is not None else None,
             decided_at=decision.decided_at,
             annotations=decision.annotations,
+            last_offset=decision.last_offset,
         )
         _keep(self.decisions, self.decision_variants, decision.decision_id, sha, fact)
 

@@ -44,6 +44,8 @@ docs/design.md, "The auditor's invariants"):
 | `chain_gap` | 6 | a chain's heads skip a seq (or do not start at 0): heads, and their records, were removed |
 | `chain_broken` | 6 | a head's `prev` is not the SHA-256 of the chain's previous head |
 | `leaf_missing` | 6 | a head's tree has leaves no audit record in the log proves: records were removed |
+| `offsets_overlap` | 7 | two decision ids cover one input offset (a span decision's range overlaps another decision; busguard.audit.coverage) |
+| `offsets_undecided` | 7 | input offsets between decided ones that no decision covers |
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from typing import Final
 import msgspec
 
 from busguard.audit.awards import call_reports
+from busguard.audit.coverage import coverage
 from busguard.audit.findings import (
     AuditReport,
     ChainReport,
@@ -93,6 +96,8 @@ INVARIANTS: Final[dict[str, int]] = {
     "chain_gap": 6,
     "chain_broken": 6,
     "leaf_missing": 6,
+    "offsets_overlap": 7,
+    "offsets_undecided": 7,
 }
 #: leaf indices a `leaf_missing` detail lists before "…"
 _SHOWN: Final = 8
@@ -171,6 +176,9 @@ class _Judge:
         self._bad_records()
         self._conflicts()
         chains = self._chains()
+        inputs, gaps = coverage(led.decisions.values())
+        for g in gaps:
+            self.flag(g.code, g.detail, decision_id=g.decision_id)
         self.violations.sort(key=lambda v: (INVARIANTS.get(v.invariant, 9), v.invariant, v.kind or "", v.task_id or "", v.decision_id or "", v.detail))
         decisions = led.decisions.values()
         summary = Summary(
@@ -186,7 +194,7 @@ class _Judge:
             single_key=self.single_key,
         )
         calls = call_reports(decisions)
-        return AuditReport(ok=not self.violations, summary=summary, tasks=tasks, pending=pending, violations=self.violations, calls=calls, chains=chains)
+        return AuditReport(ok=not self.violations, summary=summary, tasks=tasks, pending=pending, violations=self.violations, calls=calls, chains=chains, inputs=inputs)
 
     # invariant 1 (and the table)
     def _task(
