@@ -440,7 +440,7 @@ class Generator:
         if rng.random() < 0.7:
             return Batch(claimed_span(n, base_offset=base, crc=rng.randrange(2**32)), base, n, False, set())
         recs = [record(0, None, b"v", [])]
-        return Batch(batch(recs, base_offset=base, last_offset_delta=n - 1, count=rng.choice([1, 2, n])), base, n, False, set())
+        return Batch(batch(recs, base_offset=base, last_offset_delta=n - 1, count=rng.choice([1, 2, min(n, 2**31 - 1)])), base, n, False, set())
 
     def fetch(self, base: int) -> tuple[list[Batch], int, int]:
         """Batches at `base` onward, the fetch offset, and the next free base."""
