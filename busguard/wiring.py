@@ -188,7 +188,7 @@ def build_guard(
     from busguard.policies.award.policy import configure as configure_award
     from busguard.runtime.guard import Guard
 
-    configure_award(cfg.verification_registry())  # the award policy's registry (docs/verification-registry.md)
+    configure_award(cfg.verification_registry(), cfg.award)  # the award policy's registry (docs/verification-registry.md) and [award] limits
     return Guard(cfg, keys=keys.registry, identity=keys.identity, store=store, faults=faults, metrics=metrics, clock_ms=clock_ms)
 
 

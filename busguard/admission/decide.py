@@ -10,8 +10,10 @@ batch the expensive middle one across threads:
 2. `verify`    — the Ed25519 check (~58 µs, releases the GIL).
 3. `decide`    — store warming, nonce, session window, task index.
 
-Checks run cheapest first, and nothing is recorded for a record whose
-signature did not verify, so a forger cannot burn nonces or claim task ids.
+Between 2 and 3, for records whose signature verified, a kind's policy
+parses (admission/policystep.py `prepare`). Checks run cheapest first, and
+nothing is recorded or parsed for a record whose signature did not verify,
+so a forger cannot burn nonces, claim task ids or make a policy work.
 """
 
 from __future__ import annotations

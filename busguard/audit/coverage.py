@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 import msgspec
 
-from busguard.audit.ledger import DecisionFact
+if TYPE_CHECKING:  # the report's types (findings) import this module, and the ledger imports them
+    from busguard.audit.ledger import DecisionFact
 
 #: how many gaps or overlaps of one partition a finding lists before "…"
 SHOWN: Final = 8

@@ -24,6 +24,7 @@ class Summary(msgspec.Struct, kw_only=True):
     pending: int  # escalations without a final resolution
     violations: int
     single_key: int = 0  # resolutions accepted only under keys.single_key_audit (guard-sealed, or the operator's name unproven)
+    foreign: int = 0  # distinct sealed audit records of another deployment (counted in `records` only; each a violation)
 
 
 class EscalationStatus(msgspec.Struct, kw_only=True):
@@ -85,6 +86,9 @@ class CallReport(msgspec.Struct, kw_only=True):
     awarder: str | None  # the call's signer (principal); None if the call itself is not in the log
     bids: int  # admitted bids
     refused_awards: list[str]  # reason codes of refused awards, in log order (each sent a rebid notice)
+    #: awards the core escalated (a second award under the call id while its
+    #: task entry lived: task_conflict, ambiguous_retransmission), "<reason> from <agent id>", in log order
+    escalated_awards: list[str] = []
     winner: str | None = None  # the awarded bid id
     awarded_to: str | None = None  # the winning bidder's agent id
     mode: str | None = None  # verified, delegated, best_effort

@@ -1,8 +1,9 @@
 """`busguard run`: admission as a stage of the shared batch loop (runtime/loop.py).
 
 Per batch: precheck and verify signatures across a thread pool (PyNaCl
-releases the GIL) in `prepare`, which the loop runs while the batch before
-is still being produced and committed (it reads no state); then, in
+releases the GIL), then the policies' parse and keys for the records that
+verified, in `prepare`, which the loop runs while the batch before is still
+being produced and committed (it reads no state); then, in
 `process_prepared`, decide and persist in one state transaction, seal, and
 hand the outputs to the loop to produce and commit.
 
@@ -332,8 +333,10 @@ class Guard(SealingStage):
     # -- Stage ---------------------------------------------------------------
 
     async def prepare(self, records: Sequence[Any]) -> Ready:
-        """The stateless half of a batch: prechecks and signatures. Reads no
-        state and persists nothing, so the loop may run it ahead (runtime/loop.py)."""
+        """The stateless half of a batch: prechecks, signatures, and the
+        policies' parse and keys for the records whose signature verified.
+        Reads no state and persists nothing, so the loop may run it ahead
+        (runtime/loop.py)."""
         max_payload = self.cfg.batch.max_payload_bytes
         inputs = [
             Input(Coordinates(topic=r.topic, partition=r.partition, offset=r.offset), r.value, list(r.headers), r.key)

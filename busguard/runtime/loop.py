@@ -22,8 +22,8 @@ read from it is either committed or not emitted at all.
 
 Pipelining: while a batch goes through steps 1-3, the loop already polls the
 next one and, for a stage that `Prepares`, runs its stateless half (the
-guard's prechecks and signature checks: nothing read from or written to the
-state, nothing emitted). Steps 1-3 stay strictly one batch after another, so
+guard's prechecks, signature checks and policy parsing: nothing read from
+or written to the state, nothing emitted). Steps 1-3 stay strictly one batch after another, so
 the commit order and the crash protocol are as above. A batch read ahead
 belongs to the assignment it was polled under: if a rebalance happened since
 (`generation` moved), it is dropped unprocessed. That loses nothing: aiokafka
@@ -60,6 +60,7 @@ from busguard.runtime.ops import Liveness, Metrics, OpsServer
 from busguard.runtime.clients import group_consumer, loop_producer
 from busguard.runtime.outputs import Output
 from busguard.runtime.records import next_offset
+from busguard.runtime.rejoin import SessionBridge
 
 log = structlog.get_logger(__name__)
 
@@ -204,7 +205,14 @@ class BatchLoop:
             return
         try:
             consumer.subscribe(self.topics, listener=_Revocations(self))
-            if not await until_stopped(consumer.start(), self._stop):
+            # a static member's session would expire during tansu's held join (busguard.runtime.rejoin)
+            bridge = SessionBridge(self.cfg, group_id=self.group_id, role=self.role)
+            bridge.start()
+            try:
+                joined = await until_stopped(consumer.start(), self._stop)
+            finally:
+                await bridge.done()
+            if not joined:
                 log.warning("stop requested while joining the consumer group; exiting without a batch", role=self.role, group=self.group_id)
                 await consumer.stop()
                 return

@@ -44,7 +44,9 @@ batch takes a transaction-scoped advisory lock on each policy key it reads
 touching one of those keys waits until it commits: two-phase locking for
 policy rows, conditional writes for the rest. A policy key written unread
 is locked when written. Only records of kinds with a stateful policy have
-policy keys, a handful per batch, so the lock table is no concern.
+policy keys, and only once their signature verified (admission/batch.py
+`check_batch`: a forged record adds no key and takes no lock), a handful per
+batch, so the lock table is no concern.
 
 So each committed batch is equivalent to running it alone at its commit
 point, which is the guarantee SQLite's `BEGIN IMMEDIATE` gives on one host.

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from busguard.admission.batch import Input, admit_batch
 from busguard.admission.types import AdmissionPolicy
+from busguard.protocol.envelope import HEADER_SIGNATURE
 from busguard.protocol.records import Coordinates, Decision
 from busguard.protocol.identity import agent_id_for_key
 from busguard.protocol.keys import KeyRegistry, KeyWindow
@@ -65,6 +66,13 @@ class Harness:
 
     def one(self, record: SignedRecord, offset: int | None = None) -> Decision:
         return self.feed(record, offset=offset)[0]
+
+
+def forged(record: SignedRecord, donor: SignedRecord) -> tuple[bytes, list[tuple[str, bytes]]]:
+    """`record` under `donor`'s signature: a valid signature by the same
+    sender over another receipt, what a writer without the key can send."""
+    sig = dict(donor.headers)[HEADER_SIGNATURE]
+    return record.value, [(n, sig if n == HEADER_SIGNATURE else v) for n, v in record.headers]
 
 
 def sender(name: str, now: int = NOW, **kwargs: object) -> Sender:

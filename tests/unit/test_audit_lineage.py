@@ -584,7 +584,7 @@ def test_table_and_json_rendering(world: World) -> None:
     assert f"{world.retx.receipt_id[:12]}->{world.first.receipt_id[:12]}" in table
     data = json.loads(render_json(report))
     assert set(data) == {"ok", "summary", "tasks", "pending", "violations", "inputs"}
-    assert set(data["summary"]) == {"records", "decisions", "resolutions", "tasks", "forwarded", "duplicates", "escalations", "pending", "violations", "single_key"}
+    assert set(data["summary"]) == {"records", "decisions", "resolutions", "tasks", "forwarded", "duplicates", "escalations", "pending", "violations", "single_key", "foreign"}
     assert world.esc.decision_id in render_pending(report.pending)
     bad = feed(world.ledger(), audit_record(harness(100).one(handoff(sender("planner"))), seed=OTHER_SEED)).report()
     assert "VIOLATION" in render_table(bad) and "[forged_record]" in render_table(bad)
