@@ -89,6 +89,8 @@ class Input(NamedTuple):
     #: (reason, detail) when the client could not decode the record
     #: (busguard.runtime.records): rejected as such, never prechecked.
     undecodable: tuple[Reason, str] | None = None
+    #: the last offset an undecodable span covers (None: `source` alone)
+    last_offset: int | None = None
 
 
 def same_record(earlier: Decision, digest: str, receipt_id: str | None) -> bool:
@@ -161,7 +163,7 @@ def check_batch(
     checked = [
         precheck(i.source, i.value, i.headers, registry, now_ms, policy, max_payload_bytes, served.get(i.source.topic), digest)
         if i.undecodable is None
-        else undecodable(i.source, now_ms, policy, *i.undecodable, digest)
+        else undecodable(i.source, now_ms, policy, *i.undecodable, digest, i.last_offset)
         for i, digest in zip(inputs, digests, strict=True)
     ]
     candidates = [c for c in checked if isinstance(c, Candidate)]

@@ -7,6 +7,7 @@ from typing import Literal
 
 import msgspec
 
+from busguard.audit.coverage import InputCoverage
 from busguard.protocol.records import Coordinates
 
 EscalationState = Literal["pending", "held", "resolved"]
@@ -123,3 +124,4 @@ class AuditReport(msgspec.Struct, kw_only=True, omit_defaults=True):  # calls an
     violations: list[Violation]
     calls: list[CallReport] = []  # contract-net calls (busguard.audit.awards)
     chains: list[ChainReport] = []  # batch-seal chains (docs/protocol.md 12.6), by guard and chain
+    inputs: list[InputCoverage] = []  # per input partition, the offsets its decisions cover (busguard.audit.coverage)

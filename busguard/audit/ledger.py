@@ -49,6 +49,7 @@ class DecisionFact(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     decided_at: int | None = None
     annotations: dict[str, str] | None = None  # a kind policy's (the per-call award report reads them)
     at: At | None = None  # the first copy's place on the audit topic (findings name it)
+    last_offset: int | None = None  # a span decision's last input offset (busguard.audit.coverage)
 
 
 class ResolutionFact(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
@@ -184,6 +185,7 @@ class Ledger(msgspec.Struct, kw_only=True):
             decided_at=decision.decided_at,
             annotations=decision.annotations,
             at=at,
+            last_offset=decision.last_offset,
         )
         _keep(self.decisions, self.decision_variants, decision.decision_id, sha, fact)
 

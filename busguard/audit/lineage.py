@@ -48,6 +48,8 @@ docs/design.md, "The auditor's invariants"):
 | `foreign_resolution` | 7 | a sealed resolution not made from this deployment's reconciliation topic, or of another deployment's escalation: excluded |
 | `foreign_forward` | 7 | a downstream record attesting another deployment's decision: excluded |
 | `foreign_chain` | 7 | tree heads that prove only another deployment's records: excluded before the chain checks |
+| `offsets_overlap` | 8 | two decision ids cover one input offset (a span decision's range overlaps another decision; busguard.audit.coverage) |
+| `offsets_undecided` | 8 | input offsets between decided ones that no decision covers |
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ import msgspec
 
 from busguard.audit.awards import call_reports
 from busguard.audit.deployment import bind
+from busguard.audit.coverage import coverage
 from busguard.audit.findings import (
     AuditReport,
     ChainReport,
@@ -102,6 +105,8 @@ INVARIANTS: Final[dict[str, int]] = {
     "foreign_resolution": 7,
     "foreign_forward": 7,
     "foreign_chain": 7,
+    "offsets_overlap": 8,
+    "offsets_undecided": 8,
 }
 #: leaf indices a `leaf_missing` detail lists before "…"
 _SHOWN: Final = 8
@@ -187,6 +192,9 @@ class _Judge:
         self._bad_records()
         self._conflicts()
         chains = self._chains()
+        inputs, gaps = coverage(led.decisions.values())
+        for g in gaps:
+            self.flag(g.code, g.detail, decision_id=g.decision_id)
         self.violations.sort(key=lambda v: (INVARIANTS.get(v.invariant, 9), v.invariant, v.kind or "", v.task_id or "", v.decision_id or "", v.detail))
         decisions = led.decisions.values()
         summary = Summary(
@@ -203,7 +211,7 @@ class _Judge:
             foreign=self.foreign,
         )
         calls = call_reports(decisions)
-        return AuditReport(ok=not self.violations, summary=summary, tasks=tasks, pending=pending, violations=self.violations, calls=calls, chains=chains)
+        return AuditReport(ok=not self.violations, summary=summary, tasks=tasks, pending=pending, violations=self.violations, calls=calls, chains=chains, inputs=inputs)
 
     # invariant 1 (and the table)
     def _task(

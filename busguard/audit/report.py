@@ -129,6 +129,12 @@ def render_table(report: AuditReport) -> str:
             ["GUARD", "CHAIN", "HEADS", "RECORDS", "TIP SEQ", "TIP SHA-256"],
             [[_clip(c.guard, 30), c.chain, str(c.heads), str(c.leaves), str(c.tip_seq), c.tip_sha256] for c in report.chains],
         )
+    if report.inputs:
+        lines += ["", f"input partitions ({len(report.inputs)}; the offsets their decisions cover):"]
+        lines += _table(
+            ["TOPIC", "PARTITION", "FIRST", "LAST", "OFFSETS", "DECISIONS", "SPANS", "UNDECIDED", "OVERLAPPING"],
+            [[_clip(c.topic, 40), *map(str, (c.partition, c.first, c.last, c.offsets, c.decisions, c.spans, c.undecided, c.overlapping))] for c in report.inputs],
+        )
     if report.violations:
         lines += ["", f"violations ({len(report.violations)}):"]
         for v in report.violations:

@@ -378,7 +378,8 @@ class Guard(SealingStage):
         """A placeholder's input carries its preserved bytes (runtime/records.py)
         as the value and headers its dead-letter record will hold."""
         _, value, headers = preserved(r, max_payload)
-        return Input(Coordinates(topic=r.topic, partition=r.partition, offset=r.offset), value, headers, undecodable=(Reason(r.reason), r.detail))
+        source = Coordinates(topic=r.topic, partition=r.partition, offset=r.offset)
+        return Input(source, value, headers, undecodable=(Reason(r.reason), r.detail), last_offset=r.last_offset)
 
     def _account(self, decisions: Sequence[Decision]) -> None:
         # one metric update per (outcome, reason) per batch, not per record

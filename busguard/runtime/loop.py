@@ -59,6 +59,7 @@ from busguard.runtime.faults import Faults
 from busguard.runtime.ops import Liveness, Metrics, OpsServer
 from busguard.runtime.clients import group_consumer, loop_producer
 from busguard.runtime.outputs import Output
+from busguard.runtime.records import next_offset
 from busguard.runtime.rejoin import SessionBridge
 
 log = structlog.get_logger(__name__)
@@ -296,7 +297,8 @@ class BatchLoop:
         self.faults.reached("produced")
         committed = time.perf_counter()
         # 3. commit offsets: only now is every output of this batch durable
-        offsets = {tp: recs[-1].offset + 1 for tp, recs in batch.items() if recs}
+        # past the whole span of an undecodable batch's one decision (runtime/decoding.py)
+        offsets = {tp: next_offset(recs[-1]) for tp, recs in batch.items() if recs}
         try:
             await consumer.commit(offsets)
         except (CommitFailedError, IllegalStateError) as exc:

@@ -6,10 +6,12 @@ NUL bytes, integer edges in sequences, timestamps at the grammar's edges —
 packs them into Kafka v2 record batches in every codec, mutates about half of
 the batches (bit flips with and without a fixed CRC, truncation, unknown
 codec ids, corrupt compressed frames, out-of-order offsets, wrong counts,
-control bits, junk), and runs each fetch through aiokafka's fetcher decode
+control bits, junk), adds batches whose header claims up to 2^31 offsets
+(issue 19), and runs each fetch through aiokafka's fetcher decode
 path with busguard's tolerant hook and the guard's whole decide step
 (tests/fuzz/campaign.py). Prints its figures as JSON; exits 1 on any crash,
-missing or duplicate decision, or valid record not admitted.
+missing or duplicate decision, valid record not admitted, or input whose
+outputs pass the per-input bound.
 
     .venv/bin/python -m tests.fuzz.fuzz_records --records 1000000 [--seed 1]
 """
@@ -59,11 +61,16 @@ def main(argv: list[str] | None = None) -> int:
         "duplicate_decisions": s.duplicates,
         "valid_not_admitted": s.valid_not_admitted,
         "fetches_stopped_at_cap": s.truncated,
+        "offsets_passed_over": s.passed_over,
+        "span_decisions": s.spans,
+        "span_offsets": s.span_offsets,
+        "max_output_bytes_per_input": s.max_output_bytes,
+        "inputs_over_output_bound": s.oversized_outputs,
         "by_reason": dict(s.reasons.most_common()),
         "samples": s.crash_samples[:20],
     }
     print(json.dumps(report, indent=2))
-    bad = s.crashes or s.missing or s.duplicates or s.valid_not_admitted or s.crash_samples
+    bad = s.crashes or s.missing or s.duplicates or s.oversized_outputs or s.valid_not_admitted or s.crash_samples
     return 1 if bad else 0
 
 
