@@ -70,14 +70,6 @@ def _events(p: GuardProcess, after: float) -> list[tuple[float, str, list[str]]]
     return out
 
 
-def _decided(p: GuardProcess) -> float:
-    try:
-        text = p.metrics()
-    except OSError:
-        return 0.0
-    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("busguard_decisions_total{"))
-
-
 async def _trickle(s: Setup, stop: asyncio.Event) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=s.bootstrap, enable_idempotence=False, acks="all", linger_ms=0)
     await producer.start()
@@ -104,7 +96,7 @@ async def _until(pred: Any, timeout: float, what: str) -> None:
 async def _settled(procs: list[GuardProcess], quiet_s: float = 2.0, timeout: float = 120) -> None:
     """Every guard has decided something and no assignment changed for `quiet_s`."""
     start = time.time()
-    await _until(lambda: all(_decided(p) > 0 for p in procs), timeout, "every guard decides")
+    await _until(lambda: all(p.decided() > 0 for p in procs), timeout, "every guard decides")
     while True:
         last = max((t for p in procs for t, _, _ in _events(p, start)), default=start)
         if time.time() - last >= quiet_s:
@@ -139,7 +131,7 @@ async def one(broker: EmbeddedBroker, tmp: Path, name: str, *, guards: int, stat
         procs[victim].kill9()
         procs[victim] = GuardProcess(s, env=env(victim))
         started = time.monotonic()
-        await _until(lambda: _decided(procs[victim]) > 0, 120, "the restarted guard decides")
+        await _until(lambda: procs[victim].decided() > 0, 120, "the restarted guard decides")
         ready_s = time.monotonic() - started
         result = {"ready_s": ready_s}
         if guards > 1:

@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -41,17 +41,9 @@ from busguard.runtime.outputs import Output, record_size  # noqa: E402
 from busguard.runtime.watched import WatchedFile  # noqa: E402
 from busguard.sdk.sender import Sender  # noqa: E402
 from busguard.state.sqlite import SqliteStore  # noqa: E402
+from tests.unit.harness import Rec  # noqa: E402
 
 PROOF = ("busguard-decision-id", "busguard-attestation", "busguard-seal", "busguard-tree-head", "busguard-head-seal", "busguard-inclusion")
-
-
-class Rec(NamedTuple):
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes
-    headers: list[tuple[str, bytes]]
 
 
 def records(n: int) -> tuple[list[Rec], list[str]]:

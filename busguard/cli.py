@@ -11,7 +11,7 @@ from typing import Any
 
 from busguard.commands.admin import cmd_check_config, cmd_keygen, cmd_resolve, cmd_send, cmd_state_init, cmd_state_show
 from busguard.commands.services import cmd_broker, cmd_demo, cmd_reconcile, cmd_run
-from busguard.errors import ConfigError
+from busguard.errors import ConfigError, StoreUnreachable
 from busguard.policies import kind_names
 
 __all__ = ["build_parser", "main"]
@@ -199,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"busguard: config error: {exc}", file=sys.stderr)
         return 2
+    except StoreUnreachable as exc:
+        print(f"busguard: state store unreachable: {exc}", file=sys.stderr)
+        return StoreUnreachable.EXIT_STATUS
     except KeyboardInterrupt:
         return 130
 

@@ -25,6 +25,7 @@ from busguard.admission.types import AdmissionPolicy
 from busguard.errors import ConfigError, read_toml
 from busguard.policies import KINDS
 from busguard.policies.compromise.policy import CompromiseSettings
+from busguard.policies.award.limits import AwardConfig
 from busguard.policies.award.registry import VerificationConfig, VerificationRegistry, build_registry
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.timestamps import parse_timestamp
@@ -131,6 +132,8 @@ class StateConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     schema: str = "busguard"
     #: How long a batch waits for an unreachable database before the guard stops.
     retry_s: Annotated[float, msgspec.Meta(gt=0, le=86_400)] = 120.0
+    #: PostgreSQL: the most advisory locks a batch holds on policy rows (state/pglocks.py).
+    max_policy_locks: Annotated[int, msgspec.Meta(ge=2, le=4096)] = 64
 
 
 class KeysConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -192,6 +195,16 @@ class ReconcileConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, 
     auto_resolve_retransmissions: bool = True
 
 
+class AuditConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """What else `busguard audit` accepts as this deployment's own
+    (busguard.audit.deployment): a log outlives routes and namespaces."""
+
+    #: decision-id namespaces the deployment used before its current one
+    former_namespaces: list[str] = []
+    #: input topics of routes it no longer has
+    former_inputs: list[str] = []
+
+
 class CompromiseConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     """Seed 004's session handoffs (busguard/policies/compromise/policy.py)."""
 
@@ -212,8 +225,10 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
     log: LogConfig = LogConfig()
     ops: OpsConfig = OpsConfig()
     reconcile: ReconcileConfig = ReconcileConfig()
+    audit: AuditConfig = AuditConfig()
     compromise: CompromiseConfig = CompromiseConfig()
     verification: VerificationConfig = VerificationConfig()
+    award: AwardConfig = AwardConfig()
     source: str = ""  # the file this was loaded from; set by load_config
 
     @property

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -21,6 +21,29 @@ class ExplainedError(ValueError):
         where = f"{file}: {field}" if field else file
         shown = "" if value is None else f" = {value!r}"
         super().__init__(f"{where}{shown}: {allowed}")
+
+
+class StoreUnreachable(ExplainedError):
+    """The state store could not be reached or opened: PostgreSQL did not
+    answer for `state.retry_s`, or the SQLite file cannot be created or
+    written. Not a bug and not bad input, so one line naming the setting, its
+    value (a DSN with its password redacted) and what to do, and exit status
+    `EXIT_STATUS`, which a supervisor can tell from a config error (2)."""
+
+    EXIT_STATUS: ClassVar[int] = 3
+
+    @classmethod
+    def postgres(cls, file: str, dsn_redacted: str, problem: str, retry_s: float) -> StoreUnreachable:
+        return cls(
+            file,
+            "state.dsn",
+            dsn_redacted,
+            f"{problem} (waited state.retry_s = {retry_s:g} s); start PostgreSQL there or correct state.dsn, then start busguard again",
+        )
+
+    @classmethod
+    def unwritable(cls, file: str, field: str, path: str, problem: str) -> StoreUnreachable:
+        return cls(file, field, path, f"{problem}; a file in a directory this user can create and write, or correct {field}")
 
 
 class ConfigError(ExplainedError):

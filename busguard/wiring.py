@@ -16,12 +16,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 import structlog
 
 from busguard.config import Config
-from busguard.errors import ConfigError
+from busguard.errors import ConfigError, StoreUnreachable
 
 if TYPE_CHECKING:
     from busguard.protocol.keyfile import Identity
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from busguard.state.store import StateStore
 
 log = structlog.get_logger("busguard.wiring")
+T = TypeVar("T")
 
 
 def now_ms() -> int:
@@ -114,10 +115,11 @@ def open_guard_store(cfg: Config, at_ms: int, *, genesis: bool = False) -> State
         dsn=st.dsn,
         schema=st.schema,
         retry_s=st.retry_s,
+        max_policy_locks=st.max_policy_locks,
         checkpoint_every_s=1.0,  # SQLite: no batch's commit pays for a checkpoint (state/sqlitedb.py)
     )
     try:
-        store = open_store(st.backend, options)
+        store = reachable(cfg, "state.path", lambda: open_store(st.backend, options))
     except ImportError as exc:  # the backend's driver is an optional extra
         raise ConfigError(cfg.source, "state.backend", st.backend, f"its driver installed: pip install 'busguard[{st.backend}]' ({exc})") from None
     if store.created and not genesis:
@@ -132,6 +134,29 @@ def open_guard_store(cfg: Config, at_ms: int, *, genesis: bool = False) -> State
             trusted_from_ms=store.trusted_from,
         )
     return store
+
+
+def reachable(cfg: Config, path_field: str, opener: Callable[[], T]) -> T:
+    """`opener()`, with a store that cannot be reached or opened turned into
+    one StoreUnreachable line (exit status 3, docs/operations.md "Outages")
+    instead of a traceback: PostgreSQL unreachable for `state.retry_s`; a
+    SQLite file (at `path_field`) whose directory cannot be created or whose
+    file cannot be opened for writing. FileExistsError is `state init`'s
+    refusal of an existing store, not an outage: it passes through."""
+    import sqlite3
+
+    from busguard.state.pgsql import StateUnavailable, redact
+
+    try:
+        return opener()
+    except StateUnavailable as exc:
+        raise StoreUnreachable.postgres(cfg.source, redact(cfg.state.dsn), f"no answer to {exc.what!r}: {exc.error}", cfg.state.retry_s) from None
+    except FileExistsError:
+        raise
+    except (OSError, sqlite3.OperationalError) as exc:
+        path = cfg.path(cfg.reconcile.state_path if path_field == "reconcile.state_path" else cfg.state.path)
+        problem = f"cannot create or open it for writing ({type(exc).__name__}: {exc})"
+        raise StoreUnreachable.unwritable(cfg.source, path_field, str(path), " ".join(problem.split())) from None
 
 
 def open_guard(cfg: Config) -> tuple[GuardKeys, StateStore]:
@@ -172,8 +197,8 @@ def open_reconcile_store(cfg: Config) -> ReconcileState:
     if cfg.state.backend == "postgres":
         from busguard.reconcile.store import PgReconcileStore
 
-        return PgReconcileStore(cfg.state.dsn, schema=cfg.state.schema, retry_s=cfg.state.retry_s)
-    return ReconcileStore(cfg.path(cfg.reconcile.state_path), synchronous=cfg.state.synchronous.upper())
+        return reachable(cfg, "state.dsn", lambda: PgReconcileStore(cfg.state.dsn, schema=cfg.state.schema, retry_s=cfg.state.retry_s))
+    return reachable(cfg, "reconcile.state_path", lambda: ReconcileStore(cfg.path(cfg.reconcile.state_path), synchronous=cfg.state.synchronous.upper()))
 
 
 def build_guard(
@@ -188,7 +213,7 @@ def build_guard(
     from busguard.policies.award.policy import configure as configure_award
     from busguard.runtime.guard import Guard
 
-    configure_award(cfg.verification_registry())  # the award policy's registry (docs/verification-registry.md)
+    configure_award(cfg.verification_registry(), cfg.award)  # the award policy's registry (docs/verification-registry.md) and [award] limits
     return Guard(cfg, keys=keys.registry, identity=keys.identity, store=store, faults=faults, metrics=metrics, clock_ms=clock_ms)
 
 

@@ -10,8 +10,10 @@ batch the expensive middle one across threads:
 2. `verify`    — the Ed25519 check (~58 µs, releases the GIL).
 3. `decide`    — store warming, nonce, session window, task index.
 
-Checks run cheapest first, and nothing is recorded for a record whose
-signature did not verify, so a forger cannot burn nonces or claim task ids.
+Between 2 and 3, for records whose signature verified, a kind's policy
+parses (admission/policystep.py `prepare`). Checks run cheapest first, and
+nothing is recorded or parsed for a record whose signature did not verify,
+so a forger cannot burn nonces, claim task ids or make a policy work.
 """
 
 from __future__ import annotations
@@ -140,10 +142,17 @@ def precheck(
     return _decision(decision_id(policy.namespace, source), source, now_ms, Outcome.REJECT, reason, detail, env, principal, record=record_sha256)
 
 
-def undecodable(source: Coordinates, now_ms: int, policy: AdmissionPolicy, reason: Reason, detail: str, record_sha256: str | None = None) -> Decision:
+def undecodable(
+    source: Coordinates, now_ms: int, policy: AdmissionPolicy, reason: Reason, detail: str, record_sha256: str | None = None, last_offset: int | None = None
+) -> Decision:
     """The reject decision for a record the Kafka client could not decode
-    (busguard.runtime.records): there is no receipt to look at."""
-    return _decision(decision_id(policy.namespace, source), source, now_ms, Outcome.REJECT, reason, detail, record=record_sha256)
+    (busguard.runtime.records): there is no receipt to look at. With
+    `last_offset`, one span decision for every offset from `source` to it
+    (docs/protocol.md 2.1), its id that of its first offset."""
+    did = decision_id(policy.namespace, source)
+    if last_offset is None:
+        return _decision(did, source, now_ms, Outcome.REJECT, reason, detail, record=record_sha256)
+    return Decision(did, Outcome.REJECT, reason, source, now_ms, detail, record_sha256=record_sha256, last_offset=last_offset)
 
 
 _Refusal = tuple[Reason, str, Envelope | None, str | None]

@@ -1,8 +1,12 @@
 """Running a kind's stateful policy inside admission (busguard.policies.seam).
 
 Two halves, because the state a policy reads must be known before the
-batch's transaction opens: `prepare` (parse and keys, per candidate, before
-the transaction) and `run` (decide, inside it, against the batch's view).
+batch's transaction opens: `prepare` (parse and keys, before the
+transaction) and `run` (decide, inside it, against the batch's view).
+`admission.batch.check_batch` calls `prepare` only for candidates whose
+signature verified and whose kind's interceptors did not object, so a
+forged record costs no policy work and adds no key to the snapshot load;
+`decide` calls `run` only for a record the core would forward.
 A policy that breaks the seam's rules (reads a key it did not name, writes
 or names a namespace its kind does not own, emits to a route its kind does
 not declare, objects with a forward) is a bug in the policy, not bad input:
@@ -41,7 +45,10 @@ def policy_kinds() -> frozenset[str]:
 
 
 def prepare(envelope: Envelope, context: PolicyContext | None = None) -> Prepared:
-    """Parse and keys for a record of a kind with a policy (`policy_kinds`)."""
+    """Parse and keys for a record of a kind with a policy (`policy_kinds`).
+
+    Call it only for an authentic record (its signature verified): the work
+    a policy does here is bounded by the payload, not by who sent it."""
     spec = KINDS[envelope.receipt.kind]
     if spec.policy is None:
         raise PolicyContractError(f"kind {spec.kind!r} has no policy")

@@ -41,6 +41,8 @@ def _report(call: str, facts: list[DecisionFact]) -> CallReport:
             r.delegated_to, r.risk_price = a.get("delegated_to"), a.get("risk_price")
         elif f.kind == KIND_AWARD and f.outcome == "reject":
             r.refused_awards.append(f.reason)
+        elif f.kind == KIND_AWARD and f.outcome == "escalate":
+            r.escalated_awards.append(f"{f.reason} from {f.principal}")
         elif f.kind == KIND_RESULT and f.outcome == "forward":
             settled = a.get("settlement", "settled")
         elif f.kind == KIND_RESULT and f.outcome == "escalate":

@@ -25,6 +25,7 @@ import msgspec
 from aiokafka.errors import KafkaError
 
 from busguard.protocol.records import Decision
+from busguard.audit.deployment import Deployment
 from busguard.audit.lineage import AuditReport, Ledger
 from busguard.audit.reader import AuditReadError, Offsets, find_escalation, read_log
 from busguard.audit.report import progress_bar, render_json, render_pending, render_table
@@ -55,6 +56,21 @@ class Checkpoint(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 # -- in-process API -------------------------------------------------------------
 
 
+def deployment_of(cfg: Config) -> Deployment:
+    """The deployment an audit is bound to: the namespace its guards derive
+    decision ids from (`admission.namespace`, else `kafka.group_id`, as
+    `busguard run` does), its routes' input topics, its reconciliation
+    topic, and what `[audit]` adds (docs/operations.md section 9)."""
+    current = cfg.policy().namespace
+    namespaces = [current, *(n for n in dict.fromkeys(cfg.audit.former_namespaces) if n != current)]
+    return Deployment(
+        namespaces=namespaces,
+        inputs=sorted({*cfg.input_topics, *cfg.audit.former_inputs}),
+        reconciliation=cfg.topics.reconciliation,
+        audit=cfg.topics.audit,
+    )
+
+
 def new_ledger(cfg: Config, operators: Operators | None = None) -> Ledger:
     """`operators`: who may resolve under which name (default: `keys.operators`, if set)."""
     if operators is None and cfg.keys.operators is not None:
@@ -65,6 +81,7 @@ def new_ledger(cfg: Config, operators: Operators | None = None) -> Ledger:
         operators=operators.by_name() if operators is not None else {},
         single_key_audit=cfg.keys.single_key_audit,
         single_key_until=cfg.keys.single_key_until_ms,
+        deployment=deployment_of(cfg),
     )
 
 
@@ -150,6 +167,7 @@ def run_audit(
     ledger = cp.ledger if cp is not None else fresh
     ledger.nonce_scope, ledger.routes, ledger.operators = fresh.nonce_scope, fresh.routes, fresh.operators
     ledger.single_key_audit, ledger.single_key_until = fresh.single_key_audit, fresh.single_key_until
+    ledger.deployment = fresh.deployment
     bar = progress_bar("audit") if progress else None
     try:
         offsets = _run(lambda: read_log(cfg, guard_public_key, ledger, cp.offsets if cp is not None else None, idle_ms, bar, reconciler_public_key))
@@ -174,13 +192,14 @@ class EscalationFacts(msgspec.Struct, kw_only=True):
     """`busguard escalations show`: everything the log says about one escalation."""
 
     escalation_id: str
-    status: str  # pending | held | resolved | not_an_escalation | forged
+    status: str  # pending | held | resolved | not_an_escalation | forged | foreign (another deployment's: `foreign` says why)
     verified: bool
     escalation: Decision
     receipt: str | None  # base64 of the escalated receipt's bytes
     prior_receipt: str | None  # base64 of the task witness's receipt bytes
     resolutions: list[ShownResolution]
     conflicting_records: int = 0  # more than one distinct record under this id (a violation)
+    foreign: str | None = None  # why the escalation is not this deployment's (busguard.audit.deployment)
 
 
 class ShownResolution(msgspec.Struct, kw_only=True):
@@ -204,8 +223,11 @@ def show_escalation(
     d = verified[0] if verified else found.decisions[0][0]
     finals = [r for r, ok in found.resolutions if ok and r.stage == "final"]
     helds = [r for r, ok in found.resolutions if ok and r.stage == "held"]
+    foreign = deployment_of(cfg).source_problem(d.decision_id, d.source) if verified else None
     if not verified:
         status = "forged"
+    elif foreign is not None:
+        status = "foreign"
     elif d.outcome != "escalate":
         status = "not_an_escalation"
     else:
@@ -223,6 +245,7 @@ def show_escalation(
         prior_receipt=as_b64(d.prior.receipt) if d.prior is not None else None,
         resolutions=[ShownResolution(verified=ok, resolution=r) for r, ok in found.resolutions],
         conflicting_records=len(verified) - 1 if len(verified) > 1 else 0,
+        foreign=foreign,
     )
 
 

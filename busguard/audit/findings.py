@@ -7,6 +7,7 @@ from typing import Literal
 
 import msgspec
 
+from busguard.audit.coverage import InputCoverage
 from busguard.protocol.records import Coordinates
 
 EscalationState = Literal["pending", "held", "resolved"]
@@ -23,6 +24,7 @@ class Summary(msgspec.Struct, kw_only=True):
     pending: int  # escalations without a final resolution
     violations: int
     single_key: int = 0  # resolutions accepted only under keys.single_key_audit (guard-sealed, or the operator's name unproven)
+    foreign: int = 0  # distinct sealed audit records of another deployment (counted in `records` only; each a violation)
 
 
 class EscalationStatus(msgspec.Struct, kw_only=True):
@@ -84,6 +86,9 @@ class CallReport(msgspec.Struct, kw_only=True):
     awarder: str | None  # the call's signer (principal); None if the call itself is not in the log
     bids: int  # admitted bids
     refused_awards: list[str]  # reason codes of refused awards, in log order (each sent a rebid notice)
+    #: awards the core escalated (a second award under the call id while its
+    #: task entry lived: task_conflict, ambiguous_retransmission), "<reason> from <agent id>", in log order
+    escalated_awards: list[str] = []
     winner: str | None = None  # the awarded bid id
     awarded_to: str | None = None  # the winning bidder's agent id
     mode: str | None = None  # verified, delegated, best_effort
@@ -119,3 +124,4 @@ class AuditReport(msgspec.Struct, kw_only=True, omit_defaults=True):  # calls an
     violations: list[Violation]
     calls: list[CallReport] = []  # contract-net calls (busguard.audit.awards)
     chains: list[ChainReport] = []  # batch-seal chains (docs/protocol.md 12.6), by guard and chain
+    inputs: list[InputCoverage] = []  # per input partition, the offsets its decisions cover (busguard.audit.coverage)

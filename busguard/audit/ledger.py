@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypeVar
 
 import msgspec
 
+from busguard.audit.deployment import Deployment
 from busguard.protocol.records import Coordinates, Decision, Resolution, SignedCommand, Stage
 
 if TYPE_CHECKING:
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
 LEDGER_VERSION: Final = 1
 #: Whose key verified an audit record's seal (busguard.audit.reader).
 Sealer = Literal["guard", "reconciler"]
+#: Where a record was read in the log: (partition, offset) of its topic.
+At = tuple[int, int]
 
 
 def sha256_hex(data: bytes) -> str:
@@ -45,6 +48,8 @@ class DecisionFact(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     prior_receipt_id: str | None = None
     decided_at: int | None = None
     annotations: dict[str, str] | None = None  # a kind policy's (the per-call award report reads them)
+    at: At | None = None  # the first copy's place on the audit topic (findings name it)
+    last_offset: int | None = None  # a span decision's last input offset (busguard.audit.coverage)
 
 
 class ResolutionFact(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
@@ -62,6 +67,8 @@ class ResolutionFact(msgspec.Struct, frozen=True, kw_only=True, array_like=True)
     note: str = ""
     sealed_by: Sealer = "reconciler"
     command: SignedCommand | None = None
+    source: Coordinates | None = None  # the reconciliation record it was made from
+    at: At | None = None
 
 
 class BadRecord(msgspec.Struct, kw_only=True, array_like=True):
@@ -78,6 +85,8 @@ class Downstream(msgspec.Struct, kw_only=True, array_like=True):
     attested: bool = False  # at least one copy verified
     unattested: bool = False  # at least one copy did not
     decision_sha256: list[str] = msgspec.field(default_factory=list)
+    source: Coordinates | None = None  # the input record an attested copy names
+    at: At | None = None  # the first attested copy's place on the topic
 
 
 class HeadFact(msgspec.Struct, kw_only=True, array_like=True):
@@ -89,6 +98,9 @@ class HeadFact(msgspec.Struct, kw_only=True, array_like=True):
     size: int
     sealed_at: int
     seen: bytes = b""
+    #: (source topic, partition, decision-id prefix) of the records seen
+    #: under it: whose deployment it is (busguard.audit.deployment)
+    proves: list[tuple[str, int, str]] = msgspec.field(default_factory=list)
 
     def see(self, index: int) -> None:
         bits = bytearray(self.seen.ljust((self.size + 7) // 8, b"\x00"))
@@ -118,7 +130,11 @@ class Ledger(msgspec.Struct, kw_only=True):
     multikeys (the operators file), to prove `by: operator:<name>`.
     `single_key_audit` / `single_key_until` (epoch ms) are the `[keys]`
     settings of a one-key deployment, or of one that moved to separate keys
-    at `single_key_until`. These five follow the current config on every run.
+    at `single_key_until`. `deployment` is what binds the log to one
+    deployment (busguard.audit.deployment): its namespace, input topics and
+    reconciliation topic; None judges the records as if they were all its
+    own (the other invariants alone: `run_audit` always sets it). These six
+    follow the current config on every run.
     """
 
     v: int = LEDGER_VERSION
@@ -127,6 +143,7 @@ class Ledger(msgspec.Struct, kw_only=True):
     operators: dict[str, str] = msgspec.field(default_factory=dict)
     single_key_audit: bool = False
     single_key_until: int | None = None
+    deployment: Deployment | None = None
     decisions: dict[str, DecisionFact] = msgspec.field(default_factory=dict)
     decision_variants: dict[str, list[str]] = msgspec.field(default_factory=dict)
     resolutions: dict[str, ResolutionFact] = msgspec.field(default_factory=dict)
@@ -140,7 +157,7 @@ class Ledger(msgspec.Struct, kw_only=True):
 
     # -- feeding ------------------------------------------------------------
 
-    def add_decision(self, raw_value: bytes, decision: Decision, verified: bool, why: str = "", sealed_by: Sealer = "guard") -> None:
+    def add_decision(self, raw_value: bytes, decision: Decision, verified: bool, why: str = "", sealed_by: Sealer = "guard", at: At | None = None) -> None:
         """One audit record holding a guard decision; `verified` = its seal
         verified (with `sealed_by`'s key) and is bound to these bytes
         (`verify_decision_record`). Only the guard decides."""
@@ -167,10 +184,12 @@ class Ledger(msgspec.Struct, kw_only=True):
             prior_receipt_id=prior.receipt_id if prior is not None else None,
             decided_at=decision.decided_at,
             annotations=decision.annotations,
+            at=at,
+            last_offset=decision.last_offset,
         )
         _keep(self.decisions, self.decision_variants, decision.decision_id, sha, fact)
 
-    def add_resolution(self, raw_value: bytes, resolution: Resolution, verified: bool, why: str = "", sealed_by: Sealer = "reconciler") -> None:
+    def add_resolution(self, raw_value: bytes, resolution: Resolution, verified: bool, why: str = "", sealed_by: Sealer = "reconciler", at: At | None = None) -> None:
         """One audit record holding a reconciliation `Resolution`, sealed
         (when `verified`) with `sealed_by`'s key: whether the guard's may
         seal it is judged in `report()`, which knows its escalation."""
@@ -194,6 +213,8 @@ class Ledger(msgspec.Struct, kw_only=True):
             note=r.note,
             sealed_by=sealed_by,
             command=r.command,
+            source=r.source,
+            at=at,
         )
         _keep(self.resolutions, self.resolution_variants, r.resolution_id, sha, fact)
 
@@ -201,23 +222,34 @@ class Ledger(msgspec.Struct, kw_only=True):
         """An audit record that is not a decision or a resolution (or has no value)."""
         self._bad(sha256_hex(raw_value or b""), verified, None, why)
 
-    def add_forwarded(self, topic: str, decision_id: str, attestation_ok: bool, decision_sha256: str | None = None) -> None:
+    def add_forwarded(
+        self, topic: str, decision_id: str, attestation_ok: bool, decision_sha256: str | None = None, source: Coordinates | None = None, at: At | None = None
+    ) -> None:
         """One record on a downstream topic. `decision_id` is its
         `busguard-decision-id` header ('' when absent); `attestation_ok` that
         `verify_admitted` passed for it (and named that decision id);
-        `decision_sha256` the attested SHA-256 of its audit record, if known."""
+        `decision_sha256` the attested SHA-256 of its audit record, if known;
+        `source` the input record its attestation names; `at` its place."""
         seen = self.forwarded.setdefault(decision_id, {}).setdefault(topic, Downstream())
         if attestation_ok:
             seen.attested = True
+            if source is not None and (seen.source is None or _coords(source) < _coords(seen.source)):
+                seen.source = source
+            if at is not None and (seen.at is None or at < seen.at):
+                seen.at = at
             if decision_sha256 is not None and decision_sha256 not in seen.decision_sha256:
                 seen.decision_sha256.append(decision_sha256)
                 seen.decision_sha256.sort()
         else:
             seen.unattested = True
 
-    def add_head(self, guard: str, chain: str, seq: int, sha: str, prev: str | None, size: int, sealed_at: int, leaf: int | None = None) -> HeadFact:
+    def add_head(
+        self, guard: str, chain: str, seq: int, sha: str, prev: str | None, size: int, sealed_at: int, leaf: int | None = None, proves: tuple[str, int, str] | None = None
+    ) -> HeadFact:
         """A tree head whose seal verified with the guard key, seen on a
-        record; `leaf` is the index that record's (audit) proof put it at."""
+        record; `leaf` is the index that record's (audit) proof put it at,
+        `proves` its attestation's source topic, partition and decision-id
+        prefix (a batch holds few partitions, so the list stays short)."""
         facts = self.chains.setdefault(f"{guard} {chain}", ChainFacts(guard=guard, chain=chain))
         found = facts.heads.setdefault(seq, [])
         head = next((h for h in found if h.sha256 == sha), None)
@@ -227,6 +259,9 @@ class Ledger(msgspec.Struct, kw_only=True):
             found.sort(key=lambda h: h.sha256)
         if leaf is not None and 0 <= leaf < size:
             head.see(leaf)
+        if proves is not None and proves not in head.proves:
+            head.proves.append(proves)
+            head.proves.sort()
         return head
 
     def add_bad_inclusion(self, raw_value: bytes | None, claimed: str | None, why: str) -> None:
@@ -257,6 +292,10 @@ class Ledger(msgspec.Struct, kw_only=True):
 F = TypeVar("F", DecisionFact, ResolutionFact)
 
 
+def _coords(c: Coordinates) -> tuple[str, int, int]:
+    return (c.topic, c.partition, c.offset)
+
+
 def _keep(facts: dict[str, F], variants: dict[str, list[str]], key: str, sha: str, fact: F) -> None:
     """Store one fact per id: identical copies count once; of different ones
     (a violation) the smallest SHA-256 is kept, whatever the arrival order."""
@@ -265,6 +304,8 @@ def _keep(facts: dict[str, F], variants: dict[str, list[str]], key: str, sha: st
         facts[key] = fact
         return
     if current.sha256 == sha:
+        if fact.at is not None and (current.at is None or fact.at < current.at):
+            facts[key] = msgspec.structs.replace(current, at=fact.at)  # the first copy's place, whatever the arrival order
         return
     known = set(variants.get(key, [current.sha256]))
     known.add(sha)

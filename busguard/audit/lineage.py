@@ -44,6 +44,12 @@ docs/design.md, "The auditor's invariants"):
 | `chain_gap` | 6 | a chain's heads skip a seq (or do not start at 0): heads, and their records, were removed |
 | `chain_broken` | 6 | a head's `prev` is not the SHA-256 of the chain's previous head |
 | `leaf_missing` | 6 | a head's tree has leaves no audit record in the log proves: records were removed |
+| `foreign_decision` | 7 | a sealed decision whose source topic is not an input of this deployment, or whose id is not derived from its namespace: excluded |
+| `foreign_resolution` | 7 | a sealed resolution not made from this deployment's reconciliation topic, or of another deployment's escalation: excluded |
+| `foreign_forward` | 7 | a downstream record attesting another deployment's decision: excluded |
+| `foreign_chain` | 7 | tree heads that prove only another deployment's records: excluded before the chain checks |
+| `offsets_overlap` | 8 | two decision ids cover one input offset (a span decision's range overlaps another decision; busguard.audit.coverage) |
+| `offsets_undecided` | 8 | input offsets between decided ones that no decision covers |
 """
 
 from __future__ import annotations
@@ -54,6 +60,8 @@ from typing import Final
 import msgspec
 
 from busguard.audit.awards import call_reports
+from busguard.audit.deployment import bind
+from busguard.audit.coverage import coverage
 from busguard.audit.findings import (
     AuditReport,
     ChainReport,
@@ -93,6 +101,12 @@ INVARIANTS: Final[dict[str, int]] = {
     "chain_gap": 6,
     "chain_broken": 6,
     "leaf_missing": 6,
+    "foreign_decision": 7,
+    "foreign_resolution": 7,
+    "foreign_forward": 7,
+    "foreign_chain": 7,
+    "offsets_overlap": 8,
+    "offsets_undecided": 8,
 }
 #: leaf indices a `leaf_missing` detail lists before "…"
 _SHOWN: Final = 8
@@ -150,9 +164,16 @@ class _Judge:
     """One pass over the ledger's facts; every list it emits is sorted."""
 
     def __init__(self, ledger: Ledger) -> None:
+        """Only the deployment's own records are judged; the rest are
+        findings before the other checks start (busguard.audit.deployment)."""
         self.led = ledger
         self.violations: list[Violation] = []
         self.single_key = 0
+        self.foreign = 0
+        if ledger.deployment is not None:
+            bound = bind(ledger, ledger.deployment)
+            self.led, self.foreign = bound.own, bound.foreign_records
+            self.violations += bound.findings
 
     def flag(self, code: str, detail: str, *, task: tuple[str | None, str | None] = (None, None), decision_id: str | None = None) -> None:
         self.violations.append(Violation(invariant=code, detail=detail, kind=task[0], task_id=task[1], decision_id=decision_id))
@@ -171,10 +192,13 @@ class _Judge:
         self._bad_records()
         self._conflicts()
         chains = self._chains()
+        inputs, gaps = coverage(led.decisions.values())
+        for g in gaps:
+            self.flag(g.code, g.detail, decision_id=g.decision_id)
         self.violations.sort(key=lambda v: (INVARIANTS.get(v.invariant, 9), v.invariant, v.kind or "", v.task_id or "", v.decision_id or "", v.detail))
         decisions = led.decisions.values()
         summary = Summary(
-            records=_distinct(led.decisions, led.decision_variants) + _distinct(led.resolutions, led.resolution_variants) + len(led.bad_records),
+            records=_distinct(led.decisions, led.decision_variants) + _distinct(led.resolutions, led.resolution_variants) + len(led.bad_records) + self.foreign,
             decisions=len(led.decisions),
             resolutions=len(led.resolutions),
             tasks=len(tasks),
@@ -184,9 +208,10 @@ class _Judge:
             pending=len(pending),
             violations=len(self.violations),
             single_key=self.single_key,
+            foreign=self.foreign,
         )
         calls = call_reports(decisions)
-        return AuditReport(ok=not self.violations, summary=summary, tasks=tasks, pending=pending, violations=self.violations, calls=calls, chains=chains)
+        return AuditReport(ok=not self.violations, summary=summary, tasks=tasks, pending=pending, violations=self.violations, calls=calls, chains=chains, inputs=inputs)
 
     # invariant 1 (and the table)
     def _task(

@@ -24,6 +24,7 @@ import msgspec
 from aiokafka import TopicPartition
 
 from busguard.protocol.records import Decision
+from busguard.audit.deployment import PREFIX_CHARS
 from busguard.audit.lineage import Ledger, Sealer
 from busguard.config import Config
 from busguard.protocol.attestation import (
@@ -43,7 +44,7 @@ from busguard.protocol.attestation import (
 )
 from busguard.protocol.treehead import HEADER_HEAD_SEAL, HEADER_INCLUSION, HEADER_TREE_HEAD, head_digest
 from busguard.protocol.reasons import Reason
-from busguard.protocol.records import AuditRecord, Resolution, audit_decoder
+from busguard.protocol.records import AuditRecord, Coordinates, Resolution, audit_decoder
 from busguard.runtime.clients import partitions_of, reader
 from busguard.runtime.records import Undecodable
 
@@ -72,17 +73,24 @@ class RawRecord(NamedTuple):
     #: why the Kafka client could not decode it (busguard.runtime.records);
     #: busguard never writes such a record, so it is foreign to the log
     undecodable: str | None = None
+    partition: int = -1
+    offset: int = -1
+
+    @property
+    def at(self) -> tuple[int, int] | None:
+        """Where it was read (findings name it), if known."""
+        return (self.partition, self.offset) if self.partition >= 0 else None
 
 
 def _raw(topic: str, r: Any) -> RawRecord:
     if type(r) is not Undecodable:
-        return RawRecord(topic, r.value, _headers(r))
+        return RawRecord(topic, r.value, _headers(r), None, r.partition, r.offset)
     # No seal can be read from it: it is reported as a forged (unsealed)
     # record, identified by its preserved bytes (or, for the offsets of an
     # undecodable batch that do not carry its bytes, by its coordinates).
     ident = r.raw if r.carrier or r.reason != Reason.UNDECODABLE_BATCH else None
     value = ident if ident is not None else f"{r.topic}/{r.partition}/{r.offset}".encode()
-    return RawRecord(topic, value, [], f"{r.reason} at {r.topic}/{r.partition}/{r.offset}: {r.detail}")
+    return RawRecord(topic, value, [], f"{r.reason} at {r.topic}/{r.partition}/{r.offset}: {r.detail}", r.partition, r.offset)
 
 
 # -- per-record checks (run in worker threads; pure apart from the crypto) ------
@@ -112,6 +120,7 @@ class CheckedForward(NamedTuple):
     ok: bool
     decision_sha256: str | None
     opened: Opened | None = None  # batch-sealed and verified: its head
+    source: Coordinates | None = None  # the input record the verified attestation names
 
 
 
@@ -207,17 +216,21 @@ def check_forwarded(
             att = check_admitted(opened.attestation, body, headers)
     except (AttestationError, msgspec.MsgspecError):
         return CheckedForward(topic, did, False, None)
-    return CheckedForward(topic, did, bool(did) and att.decision_id == did, att.decision_sha256, opened if opened is not None and opened.head is not None else None)
+    ok = bool(did) and att.decision_id == did
+    return CheckedForward(topic, did, ok, att.decision_sha256, opened if opened is not None and opened.head is not None else None, att.source if ok else None)
 
 
 def note_head(ledger: Ledger, opened: Opened, leaf: bool) -> None:
-    """Record a verified head (and, from an audit record, its leaf) in the ledger."""
-    head, raw = opened.head, opened.head_raw
+    """Record a verified head (and, from an audit record, its leaf) in the
+    ledger, with the source of the record it proves (whose head it is)."""
+    head, raw, att = opened.head, opened.head_raw, opened.attestation
     if head is not None and raw is not None:
-        ledger.add_head(head.guard, head.chain, head.seq, head_digest(raw), head.prev, head.size, head.sealed_at, opened.index if leaf else None)
+        proves = (att.source.topic, att.source.partition, att.decision_id[:PREFIX_CHARS])
+        ledger.add_head(head.guard, head.chain, head.seq, head_digest(raw), head.prev, head.size, head.sealed_at, opened.index if leaf else None, proves)
 
 
-def apply_audit(ledger: Ledger, checked: CheckedAudit) -> None:
+def apply_audit(ledger: Ledger, checked: CheckedAudit, at: tuple[int, int] | None = None) -> None:
+    """Feed one checked audit record; `at` is where it was read (partition, offset)."""
     rec = checked.record
     if checked.bad_inclusion is not None:
         try:
@@ -232,9 +245,16 @@ def apply_audit(ledger: Ledger, checked: CheckedAudit) -> None:
     if rec is None:
         ledger.add_unreadable(checked.value, checked.verified, checked.why)
     elif isinstance(rec, Resolution):
-        ledger.add_resolution(checked.value or b"", rec, checked.verified, checked.why, checked.sealed_by)
+        ledger.add_resolution(checked.value or b"", rec, checked.verified, checked.why, checked.sealed_by, at)
     else:
-        ledger.add_decision(checked.value or b"", rec, checked.verified, checked.why, checked.sealed_by)
+        ledger.add_decision(checked.value or b"", rec, checked.verified, checked.why, checked.sealed_by, at)
+
+
+def apply_forwarded(ledger: Ledger, checked: CheckedForward, at: tuple[int, int] | None = None) -> None:
+    """Feed one checked downstream record (and the head it verified under)."""
+    ledger.add_forwarded(checked.topic, checked.decision_id, checked.ok, checked.decision_sha256, checked.source, at)
+    if checked.opened is not None:
+        note_head(ledger, checked.opened, leaf=False)
 
 
 class SealCache:
@@ -357,14 +377,13 @@ async def read_log(
 
     async def handle(raws: list[RawRecord]) -> None:
         # audit records first, so their verified seals spare the downstream copies a second verify
-        for checked in await in_threads(lambda r: check_audit_record(r.value, r.headers, guard_public_key, reconciler_public_key, r.undecodable, heads), [r for r in raws if r.topic == audit]):
+        audits, forwards = [r for r in raws if r.topic == audit], [r for r in raws if r.topic != audit]
+        for r, checked in zip(audits, await in_threads(lambda r: check_audit_record(r.value, r.headers, guard_public_key, reconciler_public_key, r.undecodable, heads), audits), strict=True):
             if checked.seal is not None:
                 seals.add(checked.seal)
-            apply_audit(ledger, checked)
-        for f in await in_threads(lambda r: check_forwarded(r.topic, r.value, r.headers, guard_public_key, seals, heads), [r for r in raws if r.topic != audit]):
-            ledger.add_forwarded(f.topic, f.decision_id, f.ok, f.decision_sha256)
-            if f.opened is not None:
-                note_head(ledger, f.opened, leaf=False)
+            apply_audit(ledger, checked, r.at)
+        for r, f in zip(forwards, await in_threads(lambda r: check_forwarded(r.topic, r.value, r.headers, guard_public_key, seals, heads), forwards), strict=True):
+            apply_forwarded(ledger, f, r.at)
 
     try:
         return await scan(cfg, [audit, *downstream], offsets, idle_ms, handle, progress, required=audit)

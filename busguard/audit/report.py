@@ -75,7 +75,8 @@ def _call_row(c: CallReport) -> list[str]:
         mode += f" (risk priced {c.risk_price})"
     settlement = c.settlement + "".join(f"; {e}" for e in c.escalations)
     awarded = f"{_clip(c.awarded_to, 28)} ({c.winner})" if c.awarded_to else "-"
-    return [_clip(c.call, MAX_TASK_ID), str(c.bids), ", ".join(c.refused_awards) or "-", awarded, mode, settlement]
+    refused = [*c.refused_awards, *(f"escalated {e}" for e in c.escalated_awards)]
+    return [_clip(c.call, MAX_TASK_ID), str(c.bids), ", ".join(refused) or "-", awarded, mode, settlement]
 
 
 def _pending_row(p: PendingEscalation) -> list[str]:
@@ -108,6 +109,8 @@ def render_table(report: AuditReport) -> str:
         f"forwarded {s.forwarded}  duplicates {s.duplicates}  escalations {s.escalations}  pending {s.pending}",
         "",
     ]
+    if s.foreign:
+        lines[-1:-1] = [f"{s.foreign} record(s) of another deployment excluded (foreign_* violations)"]
     if s.single_key:
         lines[-1:-1] = [f"note: {s.single_key} resolution(s) accepted only under keys.single_key_audit (sealed with the guard key, or an operator's name not proven)"]
     if report.tasks:
@@ -125,6 +128,12 @@ def render_table(report: AuditReport) -> str:
         lines += _table(
             ["GUARD", "CHAIN", "HEADS", "RECORDS", "TIP SEQ", "TIP SHA-256"],
             [[_clip(c.guard, 30), c.chain, str(c.heads), str(c.leaves), str(c.tip_seq), c.tip_sha256] for c in report.chains],
+        )
+    if report.inputs:
+        lines += ["", f"input partitions ({len(report.inputs)}; the offsets their decisions cover):"]
+        lines += _table(
+            ["TOPIC", "PARTITION", "FIRST", "LAST", "OFFSETS", "DECISIONS", "SPANS", "UNDECIDED", "OVERLAPPING"],
+            [[_clip(c.topic, 40), *map(str, (c.partition, c.first, c.last, c.offsets, c.decisions, c.spans, c.undecided, c.overlapping))] for c in report.inputs],
         )
     if report.violations:
         lines += ["", f"violations ({len(report.violations)}):"]

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from busguard.config import Config, load_config
+from busguard.errors import StoreUnreachable
 from busguard.runtime.membership import Claim, claim_instance
 from busguard.wiring import (
     build_guard,
@@ -58,8 +59,12 @@ def _serve(service: Guard | Reconciler, topics: list[str], cfg: Config, close: C
         _install_stop(service.request_stop)
         await service.run()
 
+    from busguard.state.pgsql import StateUnavailable, redact
+
     try:
         asyncio.run(main())
+    except StateUnavailable as exc:  # a batch waited state.retry_s for PostgreSQL: stop, in one line
+        raise StoreUnreachable.postgres(cfg.source, redact(cfg.state.dsn), f"no answer to {exc.what!r}: {exc.error}", cfg.state.retry_s) from None
     finally:
         close()
     return 0

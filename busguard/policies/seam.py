@@ -1,20 +1,27 @@
 """The policy seam: what a kind's policy is given and what it may answer.
 
 A policy is a pure object shaped like Bytewax's `StatefulLogic`: the shell
-owns the state and the clock; the policy only computes. Per record, after the
-signature verified and after the replay / session / task core found that the
-record would be forwarded, admission calls, in this order
-(docs/design.md, "The policy seam"):
+owns the state and the clock; the policy only computes. Admission calls, in
+this order (docs/design.md, "The policy seam"; docs/protocol.md 7.1):
 
-1. `parse(envelope)` -> the kind's parsed payload, or an `Objection`.
-   Called before the batch's state transaction (it needs no state), so
-   its keys can be loaded with the batch's snapshot; its objection takes
-   effect only once the signature has verified.
-2. `keys(parsed)` -> the `PolicyKey`s it will read: loaded with the batch
-   snapshot, in the same round trip and transaction as nonces and tasks.
-3. `decide(parsed, view, now_ms)` -> a `PolicyOutcome`. `view` reads those
-   keys as the snapshot has them overlaid by earlier writes of the same
-   batch (two records of one batch see each other, as nonces do).
+1. `parse(envelope)` (or `ContextualPolicy.parse_in`) -> the kind's parsed
+   payload, or an `Objection`. Called before the batch's state transaction
+   (it needs no state), after the signatures of the whole batch are
+   checked, and only for a record that passed every stateless check, whose
+   signature verified and which no interceptor of its kind refused: a
+   forged, stale or malformed record never reaches it, so costly stateless
+   work (validating a trace, checking signatures inside the payload)
+   belongs here. Copies of one signed record in a batch are parsed once.
+   Its objection takes effect where `decide` would run.
+2. `keys(parsed)` -> the `PolicyKey`s it will read, for the same records:
+   loaded with the batch snapshot, in the same round trip and transaction
+   as nonces and tasks (and, on PostgreSQL, advisory-locked).
+3. `decide(parsed, view, now_ms)` -> a `PolicyOutcome`, inside the
+   transaction, only once the replay / session / task core found that the
+   record would be forwarded (a record parsed may still be refused there, as
+   a replay or a duplicate). `view` reads those keys as the snapshot has
+   them overlaid by earlier writes of the same batch (two records of one
+   batch see each other, as nonces do).
 
 Outcomes. An objection turns the record into a reject or an escalation with
 the policy's reason and detail; the record's nonce and sequence are still

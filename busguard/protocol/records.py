@@ -150,7 +150,11 @@ class Decision(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, tag_fi
     decided position re-emits its decision only for that record; None in
     decisions stored before it existed. `annotations`, `replacement` (the value
     forwarded instead of the input's) and `notices` are a kind policy's
-    outcome (busguard.policies.seam), absent for kinds without one."""
+    outcome (busguard.policies.seam), absent for kinds without one.
+    `last_offset` makes it a span decision: one `undecodable_batch` decision
+    for every input offset from `source.offset` to it, inclusive
+    (docs/protocol.md 2.1); absent on a decision for one offset, so records
+    written before spans existed are unchanged."""
 
     decision_id: str
     outcome: str
@@ -179,6 +183,12 @@ class Decision(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, tag_fi
     annotations: dict[str, str] | None = None
     replacement: bytes | None = None
     notices: tuple[Notice, ...] | None = None
+    last_offset: int | None = None
+
+    @property
+    def covers_to(self) -> int:
+        """The last input offset this decision covers."""
+        return self.source.offset if self.last_offset is None else self.last_offset
 
 
 RESOLUTION_ID_CONTEXT: Final = b"busguard/resolution/v1\x00"

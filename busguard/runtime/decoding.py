@@ -23,6 +23,12 @@ How, per record batch of a fetch (Kafka message format v2, KIP-98):
   corrupt compressed frame, broken length prefixes, offset deltas out of
   order) as `undecodable_batch`.
 
+Every run of offsets that cannot be attributed (a whole batch, or the offsets
+after its last readable record) is ONE `undecodable_batch` placeholder for
+the span [offset, last_offset], however many offsets its header claims: the
+work and output an undecodable batch causes are a constant, not a number its
+writer chooses (issue 19; docs/protocol.md 2.1).
+
 Control batches (transaction markers) are skipped as aiokafka skips them;
 legacy (v0/v1) message sets go through aiokafka's legacy decoder once the
 compressed wrapper's value is known to inflate within the bound, and one
@@ -43,7 +49,7 @@ from busguard.config import DEFAULT_MAX_INFLATED_BYTES
 from busguard.protocol.reasons import Reason
 from busguard.runtime.inflate import OverLimit, legacy_wrapper_check, uncompressed_batch
 
-__all__ = ["PartitionDecoder", "Undecodable"]
+__all__ = ["PartitionDecoder", "Undecodable", "next_offset"]
 
 _BATCH_HEADER: Final = struct.Struct(">qiibIhiqqqhii")  # 61 bytes: KIP-98 RecordBatch header
 _LOG_OVERHEAD: Final = 12  # baseOffset int64 + batchLength int32
@@ -66,9 +72,13 @@ class Undecodable(msgspec.Struct, frozen=True, gc=False):
       record's own (when they could be read), `raw_headers` its header pairs
       as bytes, `raw` the record's exact bytes as encoded inside the
       (decompressed) batch;
-    * `undecodable_batch`: `raw` is the whole batch as fetched, on the
-      placeholder at the batch's base offset (`carrier`); the others refer
-      to it by `batch_offset` and `batch_sha256`.
+    * `undecodable_batch`: one placeholder for a span of offsets,
+      [`offset`, `last_offset`]; `raw` is the whole batch as fetched
+      (`carrier`), `batch_offset` and `batch_sha256` name it. The span is
+      whatever the batch header claims (capped below the next batch of the
+      fetch), one item however long.
+
+    `last_offset` is None for an item that covers its own offset only.
     """
 
     topic: str
@@ -84,10 +94,24 @@ class Undecodable(msgspec.Struct, frozen=True, gc=False):
     raw_headers: tuple[tuple[bytes, bytes | None], ...] | None = None
     timestamp: int | None = None
     carrier: bool = False
+    last_offset: int | None = None
 
     @property
     def headers(self) -> tuple[tuple[str, bytes], ...]:
         return ()
+
+    @property
+    def next_offset(self) -> int:
+        """The offset after everything this item covers: where a consumer
+        that has decided it commits."""
+        return (self.offset if self.last_offset is None else self.last_offset) + 1
+
+
+def next_offset(item: ConsumerRecord | Undecodable) -> int:
+    """The offset to commit after deciding `item`: past a whole span."""
+    if type(item) is Undecodable:
+        return item.next_offset
+    return int(item.offset) + 1
 
 
 class _Corrupt(Exception):
@@ -159,7 +183,7 @@ class PartitionDecoder:
                 why = f"batch length {length} cannot frame a record batch"
                 yield from self._placeholders(batch, base, base, self._header_last(raw, pos, base), why)
                 if first and self.next_fetch_offset == start_offset:
-                    yield from self._placeholders(batch, base, start_offset, start_offset, why, carrier=True)
+                    yield from self._placeholders(batch, base, start_offset, start_offset, why)
                 return
             next_base = struct.unpack_from(">q", raw, end)[0] if end + 8 <= n else None
             batch = raw[pos:end]
@@ -173,7 +197,7 @@ class PartitionDecoder:
             if first and self.next_fetch_offset == start_offset:
                 # The broker returned this batch for `start_offset`, so it
                 # covers it; a header that says otherwise must not stall us.
-                yield from self._placeholders(batch, base, start_offset, start_offset, "the batch header does not cover the fetched offset", carrier=True)
+                yield from self._placeholders(batch, base, start_offset, start_offset, "the batch header does not cover the fetched offset")
             first = False
             pos = end
 
@@ -185,20 +209,28 @@ class PartitionDecoder:
         return base
 
     def _placeholders(
-        self, batch: bytes, base: int, lo: int, hi: int, why: str, *, carrier: bool = False
+        self, batch: bytes, base: int, lo: int, hi: int, why: str
     ) -> Iterator[Undecodable]:
-        """One `undecodable_batch` placeholder per offset in [lo, hi] not yet consumed."""
+        """One `undecodable_batch` placeholder for the offsets in [lo, hi] not
+        yet consumed: one item whatever the span, so a header claiming 2^31
+        offsets costs what a header claiming one does. It always carries the
+        batch's bytes (`carrier`): no other item of the batch does."""
         first = max(lo, self.next_fetch_offset)
         if first > hi:
             return
-        sha = hashlib.sha256(batch).hexdigest()
-        detail = _clip(why)
-        for offset in range(first, hi + 1):
-            self.next_fetch_offset = offset + 1
-            bearer = carrier or offset == base
-            yield Undecodable(
-                self.topic, self.partition, offset, Reason.UNDECODABLE_BATCH, detail, batch if bearer else None, base, sha, carrier=bearer
-            )
+        self.next_fetch_offset = hi + 1
+        yield Undecodable(
+            self.topic,
+            self.partition,
+            first,
+            Reason.UNDECODABLE_BATCH,
+            _clip(why),
+            batch,
+            base,
+            hashlib.sha256(batch).hexdigest(),
+            carrier=True,
+            last_offset=hi if hi > first else None,
+        )
 
     def _record(self, rec: Any) -> ConsumerRecord:
         key, value = rec.key, rec.value

@@ -1,8 +1,9 @@
 """`busguard run`: admission as a stage of the shared batch loop (runtime/loop.py).
 
 Per batch: precheck and verify signatures across a thread pool (PyNaCl
-releases the GIL) in `prepare`, which the loop runs while the batch before
-is still being produced and committed (it reads no state); then, in
+releases the GIL), then the policies' parse and keys for the records that
+verified, in `prepare`, which the loop runs while the batch before is still
+being produced and committed (it reads no state); then, in
 `process_prepared`, decide and persist in one state transaction, seal, and
 hand the outputs to the loop to produce and commit.
 
@@ -140,16 +141,24 @@ class Guard(SealingStage):
 
     # -- the store-behind check (docs/operations.md, section 5) -----------------
 
-    async def check_store(self, committed: Mapping[Partition, int | None] | None) -> None:
+    async def check_store(self, committed: Mapping[Partition, int | None] | None, ready: Ready | None = None) -> None:
         """Before the first batch of newly assigned partitions: a store the
         group has committed past (restored from a backup, a volume snapshot,
         or lost and recreated) has not seen decisions the group acted on, so
         it re-arms its fence instead of trusting itself (admission/fence.py).
         Committed offsets the broker would not give count as behind: the
-        fence costs refusals, trusting a stale store costs replays."""
+        fence costs refusals, trusting a stale store costs replays.
+
+        The fence is re-armed at `ready.now_ms`, the clock reading the batch
+        about to be decided is judged at (its `decided_at`), not at a later
+        reading: docs/protocol.md 6.4 promises T <= decided_at for the batch
+        a re-arm refuses, and a later T would refuse records (issued at
+        decided_at + max_future_ms + 1) that the rule spares. Without a
+        batch (a caller outside the loop), the clock is read here."""
+        at_ms = self.clock_ms() if ready is None else ready.now_ms
         marks = await asyncio.to_thread(self.store.partition_watermarks)
         if committed is None:
-            await self._rearm("committed offsets unreadable")
+            await self._rearm("committed offsets unreadable", at_ms)
             return
         lagging = behind(marks, committed)
         for b in lagging:
@@ -161,10 +170,10 @@ class Guard(SealingStage):
                 watermark=b.watermark,
             )
         if lagging:
-            await self._rearm(f"{len(lagging)} partition(s) committed past the store")
+            await self._rearm(f"{len(lagging)} partition(s) committed past the store", at_ms)
 
-    async def _rearm(self, why: str) -> None:
-        trusted_from = await asyncio.to_thread(self.store.rearm, self.clock_ms())
+    async def _rearm(self, why: str, at_ms: int) -> None:
+        trusted_from = await asyncio.to_thread(self.store.rearm, at_ms)
         self.metrics.store_rearms.inc()
         ends = self._show_fence(trusted_from)
         log.warning(
@@ -332,8 +341,10 @@ class Guard(SealingStage):
     # -- Stage ---------------------------------------------------------------
 
     async def prepare(self, records: Sequence[Any]) -> Ready:
-        """The stateless half of a batch: prechecks and signatures. Reads no
-        state and persists nothing, so the loop may run it ahead (runtime/loop.py)."""
+        """The stateless half of a batch: prechecks, signatures, and the
+        policies' parse and keys for the records whose signature verified.
+        Reads no state and persists nothing, so the loop may run it ahead
+        (runtime/loop.py)."""
         max_payload = self.cfg.batch.max_payload_bytes
         inputs = [
             Input(Coordinates(topic=r.topic, partition=r.partition, offset=r.offset), r.value, list(r.headers), r.key)
@@ -367,7 +378,8 @@ class Guard(SealingStage):
         """A placeholder's input carries its preserved bytes (runtime/records.py)
         as the value and headers its dead-letter record will hold."""
         _, value, headers = preserved(r, max_payload)
-        return Input(Coordinates(topic=r.topic, partition=r.partition, offset=r.offset), value, headers, undecodable=(Reason(r.reason), r.detail))
+        source = Coordinates(topic=r.topic, partition=r.partition, offset=r.offset)
+        return Input(source, value, headers, undecodable=(Reason(r.reason), r.detail), last_offset=r.last_offset)
 
     def _account(self, decisions: Sequence[Decision]) -> None:
         # one metric update per (outcome, reason) per batch, not per record

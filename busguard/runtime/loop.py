@@ -22,8 +22,8 @@ read from it is either committed or not emitted at all.
 
 Pipelining: while a batch goes through steps 1-3, the loop already polls the
 next one and, for a stage that `Prepares`, runs its stateless half (the
-guard's prechecks and signature checks: nothing read from or written to the
-state, nothing emitted). Steps 1-3 stay strictly one batch after another, so
+guard's prechecks, signature checks and policy parsing: nothing read from
+or written to the state, nothing emitted). Steps 1-3 stay strictly one batch after another, so
 the commit order and the crash protocol are as above. A batch read ahead
 belongs to the assignment it was polled under: if a rebalance happened since
 (`generation` moved), it is dropped unprocessed. That loses nothing: aiokafka
@@ -59,12 +59,18 @@ from busguard.runtime.faults import Faults
 from busguard.runtime.ops import Liveness, Metrics, OpsServer
 from busguard.runtime.clients import group_consumer, loop_producer
 from busguard.runtime.outputs import Output
+from busguard.runtime.records import next_offset
+from busguard.runtime.rejoin import SessionBridge
 
 log = structlog.get_logger(__name__)
 
 #: Called with {(topic, partition): committed offset or None} for partitions
-#: new to this process (None for the whole map: the broker would not say).
-BeforeFirst = Callable[[Mapping[tuple[str, int], int | None] | None], Awaitable[None]]
+#: new to this process (None for the whole map: the broker would not say),
+#: and the batch about to be processed as the stage's `prepare` made it (None
+#: for a stage that does not prepare): what the hook does belongs to that
+#: batch, at the clock reading it is judged at (the guard re-arms its fence
+#: at that reading, docs/protocol.md 6.4).
+BeforeFirst = Callable[[Mapping[tuple[str, int], int | None] | None, Any], Awaitable[None]]
 
 
 class Stage(Protocol):
@@ -203,7 +209,14 @@ class BatchLoop:
             return
         try:
             consumer.subscribe(self.topics, listener=_Revocations(self))
-            if not await until_stopped(consumer.start(), self._stop):
+            # a static member's session would expire during tansu's held join (busguard.runtime.rejoin)
+            bridge = SessionBridge(self.cfg, group_id=self.group_id, role=self.role)
+            bridge.start()
+            try:
+                joined = await until_stopped(consumer.start(), self._stop)
+            finally:
+                await bridge.done()
+            if not joined:
                 log.warning("stop requested while joining the consumer group; exiting without a batch", role=self.role, group=self.group_id)
                 await consumer.stop()
                 return
@@ -271,7 +284,7 @@ class BatchLoop:
         if self.before_first is not None:
             assigned = consumer.assignment()
             if not self.checked.issuperset(assigned) or not self.checked.issuperset(batch):
-                await self._first_batch_of(sorted(assigned.union(batch) - self.checked), consumer)
+                await self._first_batch_of(sorted(assigned.union(batch) - self.checked), consumer, polled.prepared)
         # 1. decide and persist (the stage's transaction)
         if self.prepares is not None:
             outputs = await self.prepares.process_prepared(polled.prepared)
@@ -284,7 +297,8 @@ class BatchLoop:
         self.faults.reached("produced")
         committed = time.perf_counter()
         # 3. commit offsets: only now is every output of this batch durable
-        offsets = {tp: recs[-1].offset + 1 for tp, recs in batch.items() if recs}
+        # past the whole span of an undecodable batch's one decision (runtime/decoding.py)
+        offsets = {tp: next_offset(recs[-1]) for tp, recs in batch.items() if recs}
         try:
             await consumer.commit(offsets)
         except (CommitFailedError, IllegalStateError) as exc:
@@ -300,7 +314,7 @@ class BatchLoop:
         self.metrics.batch_seconds.observe(done - started)
         self.metrics.batch_records.observe(len(records))
 
-    async def _first_batch_of(self, tps: list[TopicPartition], consumer: AIOKafkaConsumer) -> None:
+    async def _first_batch_of(self, tps: list[TopicPartition], consumer: AIOKafkaConsumer, prepared: Any) -> None:
         """The group's committed offsets for partitions new to this process, to
         the stage's hook; None if the broker would not say (aiokafka retries
         retriable errors itself), which the hook must treat as the worst case."""
@@ -312,7 +326,7 @@ class BatchLoop:
         except KafkaError as exc:
             log.warning("committed offsets unreadable for newly assigned partitions", partitions=_names(set(tps)), error=str(exc))
             committed = None
-        await self.before_first(committed)
+        await self.before_first(committed, prepared)
         self.checked.update(tps)
 
     async def _publish(self, producer: AIOKafkaProducer, outputs: Sequence[Output]) -> None:

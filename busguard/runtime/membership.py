@@ -34,7 +34,7 @@ import structlog
 
 from busguard.config import Config
 from busguard.config_checks import group_instance_id
-from busguard.errors import ConfigError
+from busguard.errors import ConfigError, StoreUnreachable
 
 __all__ = ["Claim", "claim_instance"]
 
@@ -78,8 +78,12 @@ def _file_claim(cfg: Config, instance: str, group_id: str, role: str) -> Claim:
 
     digest = hashlib.sha256(f"{group_id}\0{instance}".encode()).hexdigest()[:16]
     path = Path(f"{cfg.path(cfg.state.path)}.member-{digest}.lock")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fh = open(path, "a+", encoding="utf-8")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(path, "a+", encoding="utf-8")
+    except OSError as exc:
+        problem = " ".join(f"cannot create the static member lock file beside it ({type(exc).__name__}: {exc})".split())
+        raise StoreUnreachable.unwritable(cfg.source, "state.path", str(cfg.path(cfg.state.path)), problem) from None
     try:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -114,10 +118,22 @@ def _pg_claim(cfg: Config, instance: str, group_id: str, role: str, wait_s: floa
     st = cfg.state
     objid = int.from_bytes(hashlib.blake2b(f"{st.schema}\0{group_id}\0{instance}".encode(), digest_size=4).digest(), "big", signed=True)
     name = f"busguard {role} {instance}"[:63]
-    try:
-        conn = psycopg.connect(make_conninfo(st.dsn, options=_KEEPALIVE), autocommit=True, application_name=name, connect_timeout=10)
-    except psycopg.Error as exc:
-        raise ConfigError(cfg.source, "state.dsn", redact(st.dsn), f"a reachable PostgreSQL to claim the static member name on ({scrub(str(exc).strip(), st.dsn)})") from None
+    # As a state store opening waits (state/pgsql.py): up to state.retry_s, then one line.
+    given_up = time.monotonic() + st.retry_s
+    delay = 0.05
+    while True:
+        try:
+            conn = psycopg.connect(make_conninfo(st.dsn, options=_KEEPALIVE), autocommit=True, application_name=name, connect_timeout=10)
+            break
+        except psycopg.OperationalError as exc:
+            error = scrub((str(exc).strip() or type(exc).__name__).splitlines()[0], st.dsn)
+            if time.monotonic() >= given_up:
+                raise StoreUnreachable.postgres(cfg.source, redact(st.dsn), f"no answer to 'claim the static member name': {error}", st.retry_s) from None
+            log.warning("state database unavailable; retrying", target=redact(st.dsn), operation="claim the static member name", error=error, retry_in_s=round(delay, 3))
+            time.sleep(min(delay, max(0.0, given_up - time.monotonic())))
+            delay = min(delay * 2, 2.0)
+        except psycopg.Error as exc:
+            raise ConfigError(cfg.source, "state.dsn", redact(st.dsn), f"a PostgreSQL to claim the static member name on ({scrub(' '.join(str(exc).split()), st.dsn)})") from None
     deadline = time.monotonic() + wait_s
     waited = False
     while True:

@@ -12,9 +12,12 @@ This module is the one place busguard changes that. A consumer that opts in
 fetched partition, every record aiokafka would have returned plus, for each
 record or batch that cannot be read, an `Undecodable` placeholder carrying its
 coordinates and original bytes. Every offset a record batch's header covers
-(base offset .. base offset + last offset delta) yields exactly one item, so
-every offset gets exactly one decision and the committed position always
-moves past a bad record.
+(base offset .. base offset + last offset delta) is covered by exactly one
+item: a record, or a placeholder for a single record, or one
+`undecodable_batch` placeholder for a whole span of offsets
+([`offset`, `last_offset`]), so every offset gets exactly one decision, the
+output per undecodable batch is a constant whatever its header claims, and
+the committed position (`next_offset`) always moves past a bad record.
 
 The decoding itself (how, per record batch, and what each placeholder
 carries) is in busguard.runtime.decoding. Compressed batches are inflated
@@ -47,7 +50,7 @@ from aiokafka.structs import ConsumerRecord
 
 from busguard.config import DEFAULT_MAX_INFLATED_BYTES
 from busguard.protocol.reasons import Reason
-from busguard.runtime.decoding import PartitionDecoder, Undecodable
+from busguard.runtime.decoding import PartitionDecoder, Undecodable, next_offset
 
 __all__ = [
     "FORM_BATCH",
@@ -56,6 +59,7 @@ __all__ = [
     "FORM_RECORD",
     "HEADER_BATCH_OFFSET",
     "HEADER_BATCH_SHA256",
+    "HEADER_LAST_OFFSET",
     "HEADER_ORIGINAL_FORM",
     "HEADER_ORIGINAL_HEADERS",
     "HEADER_ORIGINAL_HEADERS_LENGTH",
@@ -66,6 +70,7 @@ __all__ = [
     "Undecodable",
     "consumer_options",
     "install",
+    "next_offset",
     "preserved",
 ]
 
@@ -77,6 +82,8 @@ HEADER_ORIGINAL_HEADERS_LENGTH: Final = "busguard-original-headers-length"
 HEADER_ORIGINAL_HEADERS_SHA256: Final = "busguard-original-headers-sha256"
 HEADER_BATCH_OFFSET: Final = "busguard-batch-offset"
 HEADER_BATCH_SHA256: Final = "busguard-batch-sha256"
+#: On the dead letter of a span decision: the last input offset it covers.
+HEADER_LAST_OFFSET: Final = "busguard-last-offset"
 
 FORM_PARTS: Final = "parts"
 FORM_RECORD: Final = "record"
@@ -125,6 +132,8 @@ def preserved(item: Any, max_bytes: int) -> tuple[bytes | None, bytes | None, li
     u: Undecodable = item
     if u.reason == Reason.UNDECODABLE_BATCH:
         ref = [(HEADER_BATCH_OFFSET, str(u.batch_offset).encode()), (HEADER_BATCH_SHA256, u.batch_sha256.encode())]
+        if u.last_offset is not None:
+            ref.append((HEADER_LAST_OFFSET, str(u.last_offset).encode()))
         if u.carrier:
             return None, u.raw, [(HEADER_ORIGINAL_FORM, FORM_BATCH.encode()), *ref]
         return None, None, [(HEADER_ORIGINAL_FORM, FORM_BATCH_REF.encode()), *ref]

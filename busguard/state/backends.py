@@ -29,6 +29,8 @@ class StoreOptions(msgspec.Struct, frozen=True, kw_only=True):
     dsn: str = ""
     schema: str = "busguard"
     retry_s: float = 120.0
+    #: PostgreSQL: the most advisory locks a batch holds on policy rows
+    max_policy_locks: int = 64
     #: SQLite: checkpoint on a thread of its own this often (None: on the commits)
     checkpoint_every_s: float | None = None
 
@@ -68,6 +70,7 @@ def _postgres(o: StoreOptions) -> StateStore:
         decision_retention_ms=o.decision_retention_ms,
         retry_s=o.retry_s,
         genesis=o.genesis,
+        max_policy_locks=o.max_policy_locks,
     )
 
 

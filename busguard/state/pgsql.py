@@ -49,7 +49,15 @@ _URI_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
 
 
 class StateUnavailable(RuntimeError):
-    """The database stayed unreachable for the whole retry budget."""
+    """The database stayed unreachable for the whole retry budget.
+
+    `what` is the operation that gave up, `error` the driver's last word on
+    it (first line, password scrubbed): what a one-line error names."""
+
+    def __init__(self, message: str, *, what: str, error: str) -> None:
+        super().__init__(message)
+        self.what = what
+        self.error = error
 
 
 class Conflict(Exception):
@@ -169,7 +177,7 @@ class Session:
                         races += 1
                         self.conflicts += 1
                         if races > MAX_CONFLICT_RETRIES:
-                            raise StateUnavailable(f"{what}: lost {races} races in a row on {self.target}") from None
+                            raise StateUnavailable(f"{what}: lost {races} races in a row on {self.target}", what=what, error=f"lost {races} races in a row") from None
                         continue
                     if not _transient(exc):
                         raise
@@ -179,7 +187,7 @@ class Session:
                         deadline = now + self.retry_s
                     message = scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, self.dsn)
                     if now >= deadline:
-                        raise StateUnavailable(f"{what}: PostgreSQL at {self.target} unreachable for {self.retry_s:g} s: {message}") from None
+                        raise StateUnavailable(f"{what}: PostgreSQL at {self.target} unreachable for {self.retry_s:g} s: {message}", what=what, error=message) from None
                     log.warning("state database unavailable; retrying", target=self.target, operation=what, error=message, retry_in_s=round(delay, 3))
                     time.sleep(min(delay, max(0.0, deadline - now)))
                     delay = min(delay * 2, 2.0)
@@ -244,12 +252,8 @@ LOAD_NONCES: Final = "SELECT k FROM nonces WHERE k = ANY(%b::bytea[]) AND exp > 
 LOAD_WINDOWS: Final = "SELECT k, top, bitmap, ver FROM windows WHERE k = ANY(%b::bytea[]) AND exp > %s"
 LOAD_TASKS: Final = "SELECT body FROM tasks WHERE k = ANY(%b::bytea[]) AND exp > %s"
 LOAD_POLICY: Final = "SELECT k, body FROM policy WHERE k = ANY(%b::bytea[]) AND exp > %s"
-# Policy rows are read-modify-write with reads that need not be written, so
-# they are not covered by conditional writes: a batch locks the policy keys
-# it reads (transaction-scoped advisory locks, taken in one statement in
-# sorted order) before reading them. Only records of kinds with a stateful
-# policy have such keys, a handful per batch.
-LOCK_KEYS: Final = "SELECT count(pg_advisory_xact_lock(k)) FROM unnest(%b::bigint[]) AS k"
+# Policy rows are read-modify-write and locked, not conditionally written:
+# state/pglocks.py.
 
 # Statements run in this table order with keys sorted, so two transactions
 # that both wait on each other's uncommitted rows cannot happen (no deadlock).

@@ -39,12 +39,13 @@ then runs again on fresh reads (the decision function is pure):
 Policy rows (busguard.policies: a kind's own state, e.g. an award's call
 for bids) break the last point: a policy may read a row it does not write
 (a settlement reads the award) and overwrite rows whatever they held. So a
-batch takes a transaction-scoped advisory lock on each policy key it reads
-(one statement, keys sorted, before reading them), and another batch
-touching one of those keys waits until it commits: two-phase locking for
-policy rows, conditional writes for the rest. A policy key written unread
-is locked when written. Only records of kinds with a stateful policy have
-policy keys, a handful per batch, so the lock table is no concern.
+batch takes transaction-scoped advisory locks covering the policy keys it
+reads, before reading them, and another batch touching one of those keys
+waits until it commits: two-phase locking for policy rows, conditional
+writes for the rest. How many locks that is does not depend on the input:
+at most `max_policy_locks` per batch (state/pglocks.py has the scheme and
+the argument), and only records whose signature verified have policy keys
+at all (admission/batch.py `check_batch`: a forged record adds no key).
 
 So each committed batch is equivalent to running it alone at its commit
 point, which is the guarantee SQLite's `BEGIN IMMEDIATE` gives on one host.
@@ -61,8 +62,8 @@ which every pair of concurrent batches conflicts and aborts; at READ
 COMMITTED only batches that really touch the same key wait or retry. Why not
 advisory locks on every key: one lock-table slot per key per batch
 (max_locks_per_transaction × max_connections is 6400 by default, a batch has
-up to ~1500 keys), and an operator would have to size it (for the few policy keys of a batch
-they are what is used, above).
+up to ~1500 keys), and an operator would have to size it; policy rows use
+them within a fixed bound (above).
 
 No deadlocks: a batch writes its tables in a fixed order (decisions, nonces,
 windows, tasks, watermarks) with its keys sorted, so two batches never wait
@@ -91,7 +92,7 @@ from typing import TYPE_CHECKING, Any, Final
 import structlog
 
 from busguard.protocol.records import Coordinates, Decision, TaskEntry
-from busguard.state import pgsql
+from busguard.state import pglocks, pgsql
 from busguard.state.codecs import bitmap_bytes, bitmap_int, decision_decoder, encode, task_decoder
 from busguard.state.keys import KeySet, Partition, source_key
 from busguard.state.pgsql import Session, returned
@@ -126,6 +127,7 @@ class PostgresStore:
         decision_retention_ms: int = 7 * 86_400_000,
         retry_s: float = 120.0,
         genesis: bool = False,
+        max_policy_locks: int = pglocks.DEFAULT_CAP,
     ) -> None:
         """Connect to the store in `schema` at `dsn`, creating it if it does not exist.
 
@@ -137,6 +139,9 @@ class PostgresStore:
         self.schema = schema
         self.task_retention_ms = task_retention_ms
         self.decision_retention_ms = decision_retention_ms
+        if max_policy_locks < 2:
+            raise ValueError(f"max_policy_locks = {max_policy_locks}: at least 2 (the schema's lock and one row's)")
+        self.max_policy_locks = max_policy_locks
         self._session = Session(dsn, retry_s=retry_s, options=f"-c search_path={schema}")
         self.target = self._session.target
         self._ident = psycopg.sql.Identifier(schema)
@@ -209,9 +214,9 @@ class PostgresStore:
         def body(cur: Cursor) -> tuple[BatchWrites, int, int]:
             generation = self._session.generation
             created_at, trusted_from = self._check_identity(cur, now_ms, generation)
-            snap, versions = self._load(cur, keys, now_ms, trusted_from)
+            snap, versions, held = self._load(cur, keys, now_ms, trusted_from)
             writes = fn(snap)
-            self._write(cur, keys, snap, versions, writes, now_ms)
+            self._write(cur, keys, snap, versions, held, writes, now_ms)
             return writes, created_at, generation
 
         try:
@@ -268,7 +273,7 @@ class PostgresStore:
             self._committed = {}
         return created_at, trusted_from
 
-    def _load(self, cur: Cursor, keys: KeySet, now_ms: int, trusted_from: int | None) -> tuple[Snapshot, dict[bytes, int]]:
+    def _load(self, cur: Cursor, keys: KeySet, now_ms: int, trusted_from: int | None) -> tuple[Snapshot, dict[bytes, int], pglocks.Held]:
         snap = Snapshot(trusted_from=trusted_from)
         if keys.sources:
             cur.execute(pgsql.LOAD_DECISIONS, ([key(*s) for s in keys.sources], now_ms), binary=True)
@@ -292,16 +297,19 @@ class PostgresStore:
             for (body,) in cur.fetchall():
                 t = task_decoder.decode(body)
                 snap.tasks[(t.kind, t.task_id)] = t
+        held = pglocks.Held()
         if keys.policy:
             by_key = {key(*p): p for p in keys.policy}
-            cur.execute(pgsql.LOCK_KEYS, (sorted({pgsql.lock_id(k) for k in by_key}),))
+            held = pglocks.take(cur, self.schema, held, map(pgsql.lock_id, by_key), self.max_policy_locks)
             cur.execute(pgsql.LOAD_POLICY, (list(by_key), now_ms), binary=True)
             for k, body in cur.fetchall():
                 snap.policy[by_key[k]] = body
         pgsql.load_seals(cur, snap, keys.chain, now_ms)
-        return snap, versions
+        return snap, versions, held
 
-    def _write(self, cur: Cursor, keys: KeySet, snap: Snapshot, versions: dict[bytes, int], writes: BatchWrites, now_ms: int) -> None:
+    def _write(
+        self, cur: Cursor, keys: KeySet, snap: Snapshot, versions: dict[bytes, int], held: pglocks.Held, writes: BatchWrites, now_ms: int
+    ) -> None:
         """Conditional writes for every key the batch read (the module docstring);
         plain last-write-wins for keys it did not read (none, from admission)."""
         read_sources = set(keys.sources)
@@ -356,11 +364,11 @@ class PostgresStore:
         if unread:
             cur.execute(pgsql.INSERT_TASKS, (*_columns(sorted(unread), 3), now_ms))
         if writes.policy:
-            # locked when read (LOCK_KEYS); a key written unread is locked here
+            # locked when read (_load); a key written unread is locked here, within the same bound
             rows = sorted((key(*p.key), p.value, p.expires_at) for p in writes.policy.values())
-            unlocked = sorted({pgsql.lock_id(key(*p.key)) for p in writes.policy.values() if p.key not in keys.policy})
-            if unlocked:
-                cur.execute(pgsql.LOCK_KEYS, (unlocked,))
+            late = [pgsql.lock_id(key(*p.key)) for p in writes.policy.values() if p.key not in keys.policy]
+            if late:
+                pglocks.take(cur, self.schema, held, late, self.max_policy_locks)
             cur.execute(pgsql.WRITE_POLICY, _columns(rows, 3))
         marks = writes.watermarks()
         if marks:

@@ -16,6 +16,7 @@ the others (benchmarks/compare.py --preload, issue 13).
 from __future__ import annotations
 
 import contextlib
+import errno
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -33,6 +34,9 @@ log = structlog.get_logger("busguard.state.sqlite")
 
 def connect(path: str | Path, *, synchronous: str = "FULL", busy_timeout_ms: int = 30_000) -> sqlite3.Connection:
     path = Path(path)
+    if path.parent.exists() and not path.parent.is_dir():
+        # mkdir would say FileExistsError, which callers read as "a store is already there"
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(path.parent))
     path.parent.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000)
     db.execute("PRAGMA journal_mode=WAL")

@@ -60,9 +60,11 @@ class BatchWrites(msgspec.Struct, kw_only=True):
     heads: list[StoredHead] = msgspec.field(default_factory=list)
 
     def watermarks(self) -> dict[Partition, int]:
-        """Per input partition, the highest offset this batch decided."""
+        """Per input partition, the highest offset this batch decided (a
+        span decision decides every offset to its `last_offset`)."""
         marks: dict[Partition, int] = {}
-        for topic, partition, offset in self.decisions:
+        for (topic, partition, _), d in self.decisions.items():
+            offset = d.covers_to
             if marks.get((topic, partition), -1) < offset:
                 marks[(topic, partition)] = offset
         return marks

@@ -190,3 +190,11 @@ def _uvarint(value: int) -> bytes:
         else:
             out.append(b)
             return bytes(out)
+def claimed_span(n: int, *, base_offset: int = 0, crc: int = 1) -> bytes:
+    """A 69-byte record batch of one record whose header claims `n` offsets
+    (lastOffsetDelta n - 1) and whose CRC does not match, so no reader can
+    trust it: what tansu accepts raw and advances the partition by n for
+    (issue 19 item 2). n is at most 2^31."""
+    if not 1 <= n <= 2**31:
+        raise ValueError(f"claimed span {n}: lastOffsetDelta is an int32, so 1 <= n <= 2^31")
+    return batch([record(0, None, b"v", [])], base_offset=base_offset, last_offset_delta=n - 1, crc=crc)

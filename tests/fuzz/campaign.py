@@ -12,7 +12,11 @@ MemoryStore, seal, outputs) — and checks the guarantees:
   exactly two outputs (primary and audit), the audit record naming it;
 * the position always moves past the fetched offset;
 * every offset of a batch the generator did not mutate is decided, and every
-  validly signed record in one is admitted.
+  validly signed record in one is admitted;
+* every offset from the fetch offset to the position is covered by exactly
+  one item (an undecodable span by one, however many offsets it claims), and
+  what one input's outputs weigh is bounded (`MAX_OUTPUT_PER_INPUT`), so a
+  batch header claiming 2^31 offsets costs what one claiming one does.
 """
 
 from __future__ import annotations
@@ -42,12 +46,12 @@ from busguard.protocol.receipt import payload_hash, signing_input
 from busguard.protocol.signing import Signer, public_key_from_seed
 from busguard.protocol.timestamps import format_timestamp, parse_timestamp
 from busguard.runtime.guard import Guard
-from busguard.runtime.records import RAW_KEYS, Undecodable, consumer_options
+from busguard.runtime.records import RAW_KEYS, Undecodable, consumer_options, next_offset
 from busguard.runtime.watched import WatchedFile
 from busguard.sdk.sender import Sender
 from busguard.state.memory import MemoryStore
 
-from .batches import CODECS, batch, bomb_batch, bomb_inflated_size, fix_crc, record, snappy_length_lie, with_base_offset
+from .batches import CODECS, batch, bomb_batch, bomb_inflated_size, claimed_span, fix_crc, record, snappy_length_lie, with_base_offset
 
 NOW = parse_timestamp("2026-11-29T12:00:00.000Z")
 TOPIC = "fuzz.handoffs"
@@ -95,6 +99,11 @@ class Stats:
     bombs: int = 0  # fetches holding a compression bomb (`Generator.bomb`)
     bombs_over_bound: int = 0  # of those, decoded and decided with a peak RSS growth over BOMB_GROWTH_BOUND
     bomb_peak_growth: int = 0  # the largest such growth, in bytes
+    spans: int = 0  # undecodable items covering more than one offset
+    span_offsets: int = 0  # offsets those items covered
+    passed_over: int = 0  # offsets before the position after the last item: transaction markers, no item due
+    max_output_bytes: int = 0  # the heaviest input's outputs (primary + audit), key, value and headers
+    oversized_outputs: int = 0  # inputs whose outputs weighed more than MAX_OUTPUT_PER_INPUT
     reasons: collections.Counter[str] = field(default_factory=collections.Counter)
     crash_samples: list[str] = field(default_factory=list)
 
@@ -113,6 +122,10 @@ class Campaign:
     """A guard with a real config, keys and a MemoryStore, decoupled from Kafka."""
 
     MAX_ITEMS_PER_FETCH = 20_000
+    #: One input's outputs weigh at most its own bytes, bounded by the
+    #: payload limit, plus a constant: the campaign's records are far below
+    #: 1 MiB, so 2 MiB is a bound no span or record may pass.
+    MAX_OUTPUT_PER_INPUT = 2 * 1_048_576
 
     def __init__(self, workdir: Path | None = None) -> None:
         consumer_options()  # installs the hook, as every busguard consumer does
@@ -195,7 +208,7 @@ class Campaign:
             if len(items) >= self.MAX_ITEMS_PER_FETCH:
                 s.truncated += 1
                 break
-        end = self.end = max(records.next_fetch_offset, max((i.offset + 1 for i in items), default=0))
+        end = self.end = max(records.next_fetch_offset, max((next_offset(i) for i in items), default=0))
         offsets = [i.offset for i in items]
         if any(b <= a for a, b in zip(offsets, offsets[1:], strict=False)):
             raise InvariantBroken(f"offsets not strictly increasing: {offsets[:20]}")
@@ -203,9 +216,11 @@ class Campaign:
             raise InvariantBroken(f"offset {offsets[0]} before the fetch offset {fetch_offset}")
         if end <= fetch_offset and raw:
             raise InvariantBroken(f"position did not move past {fetch_offset}")
+        self._check_cover(items, fetch_offset, end, truncated=len(items) >= self.MAX_ITEMS_PER_FETCH)
         outputs = asyncio.run(self.guard.process(items)) if items else []
         if len(outputs) != 2 * len(items):
             raise InvariantBroken(f"{len(outputs)} outputs for {len(items)} records")
+        self._weigh(outputs)
         decided: dict[int, Decision] = {}
         for item, audit in zip(items, outputs[1::2], strict=True):
             d = _decision.decode(audit.value)
@@ -217,6 +232,8 @@ class Campaign:
             s.reasons[d.reason] += 1
             if type(item) is Undecodable and d.reason != item.reason:
                 raise InvariantBroken(f"placeholder {item.reason} decided as {d.reason}")
+            if d.covers_to != next_offset(item) - 1:
+                raise InvariantBroken(f"decision at {d.source.offset} covers to {d.covers_to}, its item to {next_offset(item) - 1}")
         s.decided += len(items)
         for b in batches:
             if not b.pristine:
@@ -232,9 +249,37 @@ class Campaign:
                     if len(s.crash_samples) < 20:
                         s.crash_samples.append(f"valid record at {o} decided {d.reason}: {d.detail}")
         self.since_reset += len(items)
-        if self.since_reset > 50_000:  # keep memory flat over a million records
+        if self.since_reset > 50_000 or end - fetch_offset > 2**20:  # keep memory flat over a million records
             self.guard.store = self._store()
             self.since_reset = 0
+
+
+    def _check_cover(self, items: Sequence[Any], fetch_offset: int, end: int, *, truncated: bool) -> None:
+        """No offset is covered by two items (a span overlapping anything is a
+        duplicate); offsets the decoder passed over without an item (a
+        transaction marker: no record, no decision) are counted."""
+        s = self.stats
+        reach = fetch_offset
+        for item in items:
+            if item.offset < reach:
+                s.duplicates += 1
+            stop = next_offset(item)
+            if stop - item.offset > 1:
+                s.spans += 1
+                s.span_offsets += stop - item.offset
+            reach = max(reach, stop)
+        if reach < end and not truncated:
+            s.passed_over += end - reach
+
+    def _weigh(self, outputs: Sequence[Any]) -> None:
+        """The heaviest input's outputs (primary and audit record, in order)."""
+        s = self.stats
+        sizes = [len(o.key or b"") + len(o.value or b"") + sum(len(k) + len(v or b"") for k, v in o.headers) for o in outputs]
+        for primary, audit in zip(sizes[0::2], sizes[1::2], strict=True):
+            weight = primary + audit
+            s.max_output_bytes = max(s.max_output_bytes, weight)
+            if weight > self.MAX_OUTPUT_PER_INPUT:
+                s.oversized_outputs += 1
 
 
 # -- hostile records -------------------------------------------------------------
@@ -446,6 +491,20 @@ class Generator:
             self._bombs[key] = bomb_batch(codec, value, records=records)
         self.c.stats.records += records
         return Batch(with_base_offset(self._bombs[key], base), base, records, True, set(), bomb=True)
+    #: lastOffsetDelta + 1 a claimed-span batch's header claims (issue 19 item 2)
+    CLAIMS = (1, 2, 20_000, 2**31 - 1, 2**31)
+
+    def claimed_span(self, base: int) -> Batch:
+        """A 69-byte batch of one record whose header claims many offsets: CRC
+        broken (what tansu accepts raw), or CRC fixed over a claim its records
+        do not fill (the tolerant reader's path)."""
+        rng = self.rng
+        n = rng.choice(self.CLAIMS) if rng.random() < 0.7 else rng.randint(1, 2**31)
+        self.c.stats.records += 1
+        if rng.random() < 0.7:
+            return Batch(claimed_span(n, base_offset=base, crc=rng.randrange(2**32)), base, n, False, set())
+        recs = [record(0, None, b"v", [])]
+        return Batch(batch(recs, base_offset=base, last_offset_delta=n - 1, count=rng.choice([1, 2, min(n, 2**31 - 1)])), base, n, False, set())
 
     def fetch(self, base: int) -> tuple[list[Batch], int, int]:
         """Batches at `base` onward, the fetch offset, and the next free base."""
@@ -456,7 +515,7 @@ class Generator:
             batches.append(b)
             base += b.span
         for _ in range(rng.choice([1, 1, 2, 3, 5])):
-            b = self.batch(base)
+            b = self.claimed_span(base) if rng.random() < 0.03 else self.batch(base)
             batches.append(b)
             base += b.span
         first = batches[0]

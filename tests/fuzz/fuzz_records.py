@@ -8,11 +8,13 @@ the batches (bit flips with and without a fixed CRC, truncation, unknown
 codec ids, corrupt compressed frames, out-of-order offsets, wrong counts,
 control bits, junk), adds a compression bomb (gzip, snappy, lz4, zstd:
 at, just past and far past batch.max_inflated_bytes; snappy length
-headers that lie) to about one fetch in 300, and runs each fetch through aiokafka's fetcher decode
-path with busguard's tolerant hook and the guard's whole decide step
-(tests/fuzz/campaign.py). Prints its figures as JSON; exits 1 on any crash,
-missing or duplicate decision, valid record not admitted, or bomb fetch whose
-peak memory growth (VmHWM, reset before it) passed its bound.
+headers that lie) to about one fetch in 100 and batches whose header
+claims up to 2^31 offsets to about one batch in 33, and runs each fetch
+through aiokafka's fetcher decode path with busguard's tolerant hook and
+the guard's whole decide step (tests/fuzz/campaign.py). Prints its figures
+as JSON; exits 1 on any crash, missing or duplicate decision, valid record
+not admitted, input whose outputs pass the per-input bound, or bomb fetch
+whose peak memory growth (VmHWM, reset before it) passed its bound.
 
     .venv/bin/python -m tests.fuzz.fuzz_records --records 1000000 [--seed 1]
 """
@@ -65,11 +67,16 @@ def main(argv: list[str] | None = None) -> int:
         "bomb_fetches": s.bombs,
         "bomb_fetches_over_memory_bound": s.bombs_over_bound,
         "bomb_peak_rss_growth_mib": round(s.bomb_peak_growth / 2**20, 1),
+        "offsets_passed_over": s.passed_over,
+        "span_decisions": s.spans,
+        "span_offsets": s.span_offsets,
+        "max_output_bytes_per_input": s.max_output_bytes,
+        "inputs_over_output_bound": s.oversized_outputs,
         "by_reason": dict(s.reasons.most_common()),
         "samples": s.crash_samples[:20],
     }
     print(json.dumps(report, indent=2))
-    bad = s.crashes or s.missing or s.duplicates or s.valid_not_admitted or s.bombs_over_bound or s.crash_samples
+    bad = s.crashes or s.missing or s.duplicates or s.oversized_outputs or s.valid_not_admitted or s.bombs_over_bound or s.crash_samples
     return 1 if bad else 0
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -211,6 +213,14 @@ class GuardProcess:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=2) as r:
             return str(r.read().decode())
 
+    def decided(self) -> float:
+        """busguard_decisions_total summed over its labels (0 while the ops port is not up)."""
+        try:
+            text = self.metrics()
+        except OSError:
+            return 0.0
+        return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("busguard_decisions_total{"))
+
 
 async def produce(bootstrap: str, topic: str, records: Sequence[SignedRecord | tuple[bytes | None, list[tuple[str, bytes]]]], key: bytes | None = b"k") -> list[tuple[int, int]]:
     """Produce in order; returns (partition, offset) per record. One key => one partition => order kept."""
@@ -299,6 +309,11 @@ def all_decided(setup: Setup, got: Collected, total: int) -> bool:
     return len(got[setup.audit]) >= total and primary >= total
 
 
+def distinct_sources(setup: Setup, got: Collected) -> int:
+    """How many distinct inputs (partition, offset) the audit records collected so far decide."""
+    return len({(d.source.partition, d.source.offset) for d in (msgspec.json.decode(r.value, type=Decision) for r in got[setup.audit])})
+
+
 def decisions_by_source(setup: Setup, got: Collected) -> dict[tuple[int, int], set[bytes]]:
     """Each input's (partition, offset) -> the distinct audit records decided
     for it, every one verified under the guard's key. Re-emissions are
@@ -309,3 +324,31 @@ def decisions_by_source(setup: Setup, got: Collected) -> dict[tuple[int, int], s
         d = msgspec.json.decode(r.value, type=Decision)
         decided[(d.source.partition, d.source.offset)].add(r.value)
     return decided
+
+
+def assignment_events(p: GuardProcess) -> list[tuple[float, str, list[str]]]:
+    """(unix time, "assigned"/"revoked", partitions) in the order the guard
+    logged them (busguard.runtime.loop logs every assignment and revocation)."""
+    p.tail(1)  # flush
+    out = []
+    for line in p.log.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            e = json.loads(line)
+            kind = "assigned" if e["event"] == "partitions assigned" else "revoked" if e["event"].startswith("partitions revoked") else None
+            if kind is not None:
+                out.append((datetime.fromisoformat(e["timestamp"]).timestamp(), kind, list(e["partitions"])))
+    return out
+
+
+def held(p: GuardProcess) -> list[str]:
+    """The partitions of the guard's last assignment ([] while it has none)."""
+    events = assignment_events(p)
+    return events[-1][2] if events and events[-1][1] == "assigned" else []
+
+
+async def until(pred: Callable[[], bool], what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)

@@ -27,7 +27,7 @@ from busguard.devtools.broker import EmbeddedBroker
 from busguard.sdk.sender import SignedRecord
 from tests.pgkit import EmbeddedPostgres
 
-from .guardkit import REPO, Collected, GuardProcess, Setup, all_decided, collect, decisions_by_source, header, identity, make_setup, produce, sender
+from .guardkit import REPO, GuardProcess, Setup, all_decided, collect, decisions_by_source, distinct_sources, header, identity, make_setup, produce, sender
 
 SENDERS = [f"agent-{i}" for i in range(4)]
 
@@ -62,10 +62,6 @@ def _workload(tmp: Path, n: int) -> tuple[list[SignedRecord], list[str | None]]:
     return records, of
 
 
-def _sources(got: Collected, audit: str) -> int:
-    return len({(d.source.partition, d.source.offset) for d in (msgspec.json.decode(r.value, type=Decision) for r in got[audit])})
-
-
 async def test_three_hosts_one_postgres_unkeyed_kill_9_and_a_database_restart(broker: EmbeddedBroker, tmp_path: Path) -> None:
     with EmbeddedPostgres() as pg:
         shared = tmp_path / "provisioning"
@@ -94,14 +90,14 @@ async def test_three_hosts_one_postgres_unkeyed_kill_9_and_a_database_restart(br
             guards[1] = GuardProcess(hosts[1])
             await wave(2)
             guards[1].wait_ready(60)
-            await collect(s.bootstrap, [s.audit], lambda c: _sources(c, s.audit) >= len(coords) // 2)
+            await collect(s.bootstrap, [s.audit], lambda c: distinct_sources(s, c) >= len(coords) // 2)
             pg.stop()  # the database goes away mid-stream ...
             await wave(3)
             await asyncio.sleep(2)
             pg.start()  # ... and comes back on the same address
             await wave(4)
             total = len(records)
-            got = await collect(s.bootstrap, s.outputs, lambda c: all_decided(s, c, total) and _sources(c, s.audit) >= total, timeout=180)
+            got = await collect(s.bootstrap, s.outputs, lambda c: all_decided(s, c, total) and distinct_sources(s, c) >= total, timeout=180)
         finally:
             codes = [g.terminate() for g in guards]
         assert codes == [0, 0, 0], "\n\n".join(g.tail() for g in guards)

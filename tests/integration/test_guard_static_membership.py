@@ -17,13 +17,10 @@ rebalances as it would without static membership.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 import sys
-import time
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -32,30 +29,14 @@ from busguard.devtools.broker import EmbeddedBroker
 from busguard.protocol.records import Decision
 from busguard.sdk.sender import SignedRecord
 
-from .guardkit import Collected, GuardProcess, Setup, all_decided, collect, decisions_by_source, identity, make_setup, produce, sender
+from .guardkit import GuardProcess, Setup, all_decided, assignment_events, collect, decisions_by_source, distinct_sources, held, identity, make_setup, produce, sender, until
 
 SENDERS = [f"member-{i}" for i in range(3)]
 SESSION = {"BUSGUARD_KAFKA__SESSION_TIMEOUT_MS": "20000", "BUSGUARD_KAFKA__HEARTBEAT_INTERVAL_MS": "500"}
 
 
 def _assignments(p: GuardProcess) -> list[tuple[str, list[str]]]:
-    """("assigned"/"revoked", partitions) in the order the guard logged them."""
-    p.tail(1)  # flush
-    out = []
-    for line in p.log.read_text(errors="replace").splitlines():
-        if line.startswith("{"):
-            e = json.loads(line)
-            if e["event"] == "partitions assigned":
-                out.append(("assigned", e["partitions"]))
-            elif e["event"].startswith("partitions revoked"):
-                out.append(("revoked", e["partitions"]))
-    return out
-
-
-def _held(p: GuardProcess) -> list[str]:
-    """The partitions of the guard's last assignment ([] while it has none)."""
-    events = _assignments(p)
-    return events[-1][1] if events and events[-1][0] == "assigned" else []
+    return [(kind, parts) for _, kind, parts in assignment_events(p)]
 
 
 def _workload(tmp: Path, n: int) -> tuple[list[SignedRecord], list[str]]:
@@ -69,10 +50,6 @@ def _workload(tmp: Path, n: int) -> tuple[list[SignedRecord], list[str]]:
             records += [rec, rec]
             of += [rec.receipt_id, rec.receipt_id]
     return records, of
-
-
-def _sources(got: Collected, audit: str) -> int:
-    return len({(d.source.partition, d.source.offset) for d in (msgspec.json.decode(r.value, type=Decision) for r in got[audit])})
 
 
 def _guard(s: Setup, instance: str, hash_seed: str = "0") -> GuardProcess:
@@ -95,14 +72,6 @@ def _hash_seeds_ordering_apart(topics: list[str]) -> tuple[str, str]:
     raise AssertionError(f"no two hash seeds in 0..63 order {topics} apart: {seen}")
 
 
-async def _until(pred: Callable[[], bool], what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
-
-
 async def test_a_static_member_killed_and_restarted_takes_its_partitions_back(broker: EmbeddedBroker, tmp_path: Path) -> None:
     s = await make_setup(tmp_path, broker.bootstrap, agents=[*SENDERS, "executor"], max_records=20)
     records, of = _workload(tmp_path, n=30)
@@ -115,20 +84,20 @@ async def test_a_static_member_killed_and_restarted_takes_its_partitions_back(br
             g.wait_ready(120)
         # the group has settled when both hold partitions that add up to all four
         every = sorted(f"{t}:{i}" for t in (s.handoffs, s.acks) for i in range(4))
-        await _until(lambda: sorted(p for g in guards for p in _held(g)) == every and 0 < len(_held(guards[0])) < len(every), "a 2-way split")
+        await until(lambda: sorted(p for g in guards for p in held(g)) == every and 0 < len(held(guards[0])) < len(every), "a 2-way split")
         coords += await produce(s.bootstrap, s.handoffs, thirds[0], key=None)
         await collect(s.bootstrap, [s.audit], lambda c: len(c[s.audit]) >= 10)
         # a steady group: this test is about a restart, not a kill mid-rebalance
         await asyncio.sleep(5)
 
-        held_before, survivor_events = _held(guards[1]), len(_assignments(guards[0]))
+        held_before, survivor_events = held(guards[1]), len(_assignments(guards[0]))
         guards[1].kill9()
         coords += await produce(s.bootstrap, s.handoffs, thirds[1], key=None)
         guards[1] = _guard(s, "guard-b", other_seed)
-        await _until(lambda: _held(guards[1]) != [], "the restarted member's assignment")
+        await until(lambda: held(guards[1]) != [], "the restarted member's assignment")
         coords += await produce(s.bootstrap, s.handoffs, thirds[2], key=None)
         total = len(records)
-        got = await collect(s.bootstrap, s.outputs, lambda c: all_decided(s, c, total) and _sources(c, s.audit) >= total, timeout=180)
+        got = await collect(s.bootstrap, s.outputs, lambda c: all_decided(s, c, total) and distinct_sources(s, c) >= total, timeout=180)
         restarted_events, survivor_after = _assignments(guards[1]), _assignments(guards[0])[survivor_events:]
     finally:
         codes = [g.terminate() for g in guards]

@@ -92,10 +92,13 @@ def hostile_batches(n: int, valid: list[SignedRecord]) -> list[tuple[bytes, int]
 
 
 def _decisions(got: Any, s: Setup) -> dict[int, set[str]]:
+    """Each input offset -> the decision ids covering it (a span decision
+    covers every offset of its undecodable batch, docs/protocol.md 2.1)."""
     by_offset: dict[int, set[str]] = defaultdict(set)
     for r in got[s.audit]:
         d = msgspec.json.decode(r.value, type=Decision)
-        by_offset[d.source.offset].add(d.decision_id)
+        for o in range(d.source.offset, d.covers_to + 1):
+            by_offset[o].add(d.decision_id)
     return by_offset
 
 
@@ -221,7 +224,7 @@ async def test_the_reconciler_and_the_auditor_survive_foreign_records_on_their_t
         first = planner.sign(kind="handoff", task_id="t-esc", receiver=to, payload=b"work")
         retry = planner.sign(kind="handoff", task_id="t-esc", receiver=to, payload=b"work")
         await produce(s.bootstrap, s.handoffs, [first, retry], key=b"planner")
-        got = await collect(s.bootstrap, [s.audit, s.dead_letter], lambda c: len(resolutions(s, c)) >= 1 and len(c[s.dead_letter]) >= 5)
+        got = await collect(s.bootstrap, [s.audit, s.dead_letter], lambda c: len(resolutions(s, c)) >= 1 and len(c[s.dead_letter]) >= 3)
         assert worker.proc.poll() is None, worker.tail()
         worker.kill9()
         worker = GuardProcess(s, command="reconcile")  # re-reads whatever was not committed; must not die on it
@@ -230,10 +233,16 @@ async def test_the_reconciler_and_the_auditor_survive_foreign_records_on_their_t
         assert worker.proc.poll() is None, worker.tail()
     finally:
         assert worker.terminate() == 0, worker.tail()
-    dead = {header(r, "busguard-source"): header(r, "busguard-reason") for r in got[s.dead_letter]}
+    dead: dict[int, bytes | None] = {}
+    for r in got[s.dead_letter]:
+        source = header(r, "busguard-source") or b""
+        if source.startswith(f"{s.reconciliation}/0/".encode()):
+            first = int(source.rsplit(b"/", 1)[1])
+            for o in range(first, int(header(r, "busguard-last-offset") or first) + 1):  # a span dead letter covers its batch
+                dead[o] = header(r, "busguard-reason")
     for span in spans:
         for o in span:
-            assert dead[f"{s.reconciliation}/0/{o}".encode()] in (b"undecodable_header", b"undecodable_batch")
+            assert dead[o] in (b"undecodable_header", b"undecodable_batch")
 
     # foreign records on the audit and downstream topics: reported, not fatal
     await produce_batches(s.bootstrap, s.audit, poison)
@@ -247,6 +256,6 @@ async def test_the_reconciler_and_the_auditor_survive_foreign_records_on_their_t
     finally:
         assert guard.terminate() == 0, guard.tail()
     forged = [v for v in report.violations if v.invariant == "forged_record"]
-    assert len(forged) == 5 and all("cannot be decoded" in v.detail for v in forged)
+    assert len(forged) == 3 and all("cannot be decoded" in v.detail for v in forged)  # two bad headers, one CRC-broken batch
     assert any(v.invariant == "forwarded_unattested" for v in report.violations)
     assert not report.ok and report.summary.decisions >= 2

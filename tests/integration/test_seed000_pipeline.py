@@ -185,6 +185,7 @@ async def test_same_crash_with_and_without_busguard(broker: EmbeddedBroker, tmp_
         "pending": 0,
         "violations": 0,
         "single_key": 0,  # the resolution is sealed with the reconciler's own key
+        "foreign": 0,  # every record is this deployment's (its namespace, inputs and reconciliation topic)
     }
     crashed = lineage(fresh, "ack", CRASHED)
     assert crashed["duplicates"] == 1  # the exact resend

@@ -167,3 +167,36 @@ async def test_state_init_declares_a_new_deployment_and_run_without_it_warms(bro
         assert auto.terminate() == 0, auto.tail()
     shown = _cli("state", "show", "--config", str(other.config))
     assert "origin created" in shown.stdout and f"decided up to {other.handoffs}:" in shown.stdout, shown
+
+
+async def test_a_rearmed_fence_is_the_decided_at_of_the_batch_it_refuses(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    """Issue 19 item 10, through `busguard run`. A genesis store put in place
+    of one the group had committed past is found behind before its first
+    batch and re-arms. Its T must be that batch's decided_at (docs/protocol.md
+    6.4 and 12.1), not a later clock reading: then a record issued at
+    decided_at + max_future_ms + 1 is judged normally and one issued at
+    decided_at + max_future_ms is refused, as the audit record's own numbers say."""
+    s = await make_setup(tmp_path, broker.bootstrap)
+    first = GuardProcess(s)
+    first.wait_ready()
+    try:
+        await produce(s.bootstrap, s.handoffs, [_handoff("before")])
+        await _decided(s, 1)
+    finally:
+        assert first.terminate() == 0, first.tail()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{s.state_path}{suffix}").unlink(missing_ok=True)
+    assert _cli("state", "init", "--config", str(s.config)).returncode == 0  # genesis: no fence of its own
+    second = GuardProcess(s)
+    try:
+        second.wait_ready()
+        await produce(s.bootstrap, s.handoffs, [_handoff("refused")])
+        refused = (await _decided(s, 2))[1]
+        assert (refused.reason, _metric(second, "busguard_store_rearms_total")) == ("store_warming", 1)
+        d = refused.decided_at
+        assert f"({d})" in (refused.detail or ""), refused.detail  # T = decided_at, named in the record itself
+        await produce(s.bootstrap, s.handoffs, [_handoff("spared", issued_at_ms=d + 30_001), _handoff("fenced", issued_at_ms=d + 30_000)])
+        later = {x.task_id: x.reason for x in (await _decided(s, 4))[2:]}
+        assert later == {"spared": "admitted", "fenced": "store_warming"}, later
+    finally:
+        assert second.terminate() == 0, second.tail()

@@ -7,9 +7,11 @@ import itertools
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from busguard.admission.batch import Input, admit_batch
 from busguard.admission.types import AdmissionPolicy
+from busguard.protocol.envelope import HEADER_SIGNATURE
 from busguard.protocol.records import Coordinates, Decision
 from busguard.protocol.identity import agent_id_for_key
 from busguard.protocol.keys import KeyRegistry, KeyWindow
@@ -36,6 +38,17 @@ def registry(*names: str, named: dict[str, tuple[KeyWindow, ...]] | None = None)
     agents = {canonical_principal(agent(n)): (KeyWindow(key_id=agent(n)[6:], public_key=public_key_from_seed(seed(n))),) for n in names}
     agents.update(named or {})
     return KeyRegistry(agents)
+
+
+class Rec(NamedTuple):
+    """What the guard's `prepare` reads of a consumer record (aiokafka's ConsumerRecord, in part)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    headers: list[tuple[str, bytes]]
 
 
 class Harness:
@@ -65,6 +78,13 @@ class Harness:
 
     def one(self, record: SignedRecord, offset: int | None = None) -> Decision:
         return self.feed(record, offset=offset)[0]
+
+
+def forged(record: SignedRecord, donor: SignedRecord) -> tuple[bytes, list[tuple[str, bytes]]]:
+    """`record` under `donor`'s signature: a valid signature by the same
+    sender over another receipt, what a writer without the key can send."""
+    sig = dict(donor.headers)[HEADER_SIGNATURE]
+    return record.value, [(n, sig if n == HEADER_SIGNATURE else v) for n, v in record.headers]
 
 
 def sender(name: str, now: int = NOW, **kwargs: object) -> Sender:

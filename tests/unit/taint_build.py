@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 
 from busguard.policies.taint.hashing import derive_input_hash
-from busguard.policies.taint.model import Ledger, Trace
+from busguard.policies.taint.model import Ledger, Node, Trace
 
 DERIVE = "derive"
 
@@ -80,3 +80,21 @@ def incident(outcome: str = "pending") -> Trace:
         node("post_message", ["summarize"], fx=True, outcome=outcome, token="tok-post", out=None, sinks=["chat:#ops"]),
         tainted_output="post_message",
     )
+
+
+def chain_trace(nodes: int, degree: int) -> bytes:
+    """Trace JSON of `nodes` valid nodes, each consuming the outputs of the
+    `degree` nodes before it (nodes * degree - degree * (degree + 1) / 2
+    edges), every tenth one side-effecting: at 100 000 nodes and degree 4,
+    the `taint-replay` policy's node and edge caps (399 990 edges, 30 MB)."""
+    outs = [hashlib.sha256(b"out:%d" % i).hexdigest() for i in range(nodes)]
+    built = []
+    for i in range(nodes):
+        preds = list(range(max(0, i - degree), i))
+        fx = i % 10 == 9
+        built.append(Node(
+            id=f"n{i}", predecessors=[f"n{p}" for p in preds], operation="tool_call", side_effects=fx, outcome="success",
+            token=f"tok-{i}" if fx else None, input_hash=derive_input_hash(None, [outs[p] for p in preds]), output_hash=outs[i],
+            sinks=[f"sink-{i % 7}"] if fx else [],
+        ))
+    return msgspec.json.encode(Trace(format="busguard.taint-trace.v1", nodes=built))

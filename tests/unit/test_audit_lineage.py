@@ -124,7 +124,11 @@ def feed_fwd(led: Ledger, *records: Fwd) -> Ledger:
 
 
 def codes(report: AuditReport) -> list[str]:
-    return [v.invariant for v in report.violations]
+    """The report's violation codes, but `offsets_undecided`: these tests
+    feed hand-picked records of a log (decisions at offsets 0 and 100 of one
+    partition, say), whose gaps are real but not what they test
+    (tests/unit/test_audit_coverage.py tests coverage)."""
+    return [v.invariant for v in report.violations if v.invariant != "offsets_undecided"]
 
 
 def harness(start: int = 0, **kw: object) -> Harness:
@@ -224,12 +228,12 @@ def test_at_most_one_ack_but_an_ack_without_witness_is_allowed(world: World) -> 
 
 def test_a_handoff_with_decisions_but_no_witness_is_a_violation(world: World) -> None:
     report = feed(ledger(), audit_record(world.dup), audit_record(world.esc)).report()
-    assert [(v.invariant, v.task_id) for v in report.violations] == [("missing_witness", "legacy-1"), ("missing_witness", "task-1")]
+    assert [(v.invariant, v.task_id) for v in report.violations if v.invariant != "offsets_undecided"] == [("missing_witness", "legacy-1"), ("missing_witness", "task-1")]
 
 
 def test_missing_witness_for_each_task_without_one(world: World) -> None:
     report = feed(ledger(), audit_record(world.dup), audit_record(world.esc), audit_record(world.legacy_fwd)).report()
-    assert [(v.invariant, v.task_id) for v in report.violations] == [("missing_witness", "task-1")]
+    assert [(v.invariant, v.task_id) for v in report.violations if v.invariant != "offsets_undecided"] == [("missing_witness", "task-1")]
 
 
 def test_a_duplicate_naming_another_prior_is_a_violation(world: World) -> None:
@@ -386,7 +390,7 @@ def test_nonce_scope_global_vs_principal(tmp_path: Path) -> None:
     a, b = nonce_pair(tmp_path)
     report = feed(ledger("global"), audit_record(a), audit_record(b)).report()
     assert codes(report) == ["nonce_reused"] and "globally" in report.violations[0].detail
-    assert feed(ledger("principal"), audit_record(a), audit_record(b)).report().ok
+    assert not codes(feed(ledger("principal"), audit_record(a), audit_record(b)).report())
 
 
 def test_nonce_reuse_by_one_principal_violates_either_scope(tmp_path: Path) -> None:
@@ -579,8 +583,8 @@ def test_table_and_json_rendering(world: World) -> None:
     assert world.fwd.decision_id in table and world.esc.decision_id in table and "PENDING" in table
     assert f"{world.retx.receipt_id[:12]}->{world.first.receipt_id[:12]}" in table
     data = json.loads(render_json(report))
-    assert set(data) == {"ok", "summary", "tasks", "pending", "violations"}
-    assert set(data["summary"]) == {"records", "decisions", "resolutions", "tasks", "forwarded", "duplicates", "escalations", "pending", "violations", "single_key"}
+    assert set(data) == {"ok", "summary", "tasks", "pending", "violations", "inputs"}
+    assert set(data["summary"]) == {"records", "decisions", "resolutions", "tasks", "forwarded", "duplicates", "escalations", "pending", "violations", "single_key", "foreign"}
     assert world.esc.decision_id in render_pending(report.pending)
     bad = feed(world.ledger(), audit_record(harness(100).one(handoff(sender("planner"))), seed=OTHER_SEED)).report()
     assert "VIOLATION" in render_table(bad) and "[forged_record]" in render_table(bad)
@@ -748,8 +752,8 @@ def test_missing_witness_follows_the_kind_registry(world: World, monkeypatch: py
     from busguard.policies import KINDS, KindSpec
 
     records = [audit_record(msgspec.structs.replace(d, kind="probe")) for d in (world.dup, world.esc)]
-    assert feed(ledger(), *records).report().ok  # an unregistered kind: no single-witness rule
+    assert not codes(feed(ledger(), *records).report())  # an unregistered kind: no single-witness rule
     monkeypatch.setitem(KINDS, "probe", KindSpec(kind="probe", single_witness=True))  # type: ignore[index]
-    assert {v.invariant for v in feed(ledger(), *records).report().violations} == {"missing_witness"}
+    assert set(codes(feed(ledger(), *records).report())) == {"missing_witness"}
     monkeypatch.setitem(KINDS, "handoff", KindSpec(kind="handoff", single_witness=False))  # type: ignore[index]
-    assert feed(ledger(), audit_record(world.dup), audit_record(world.esc)).report().ok
+    assert not codes(feed(ledger(), audit_record(world.dup), audit_record(world.esc)).report())

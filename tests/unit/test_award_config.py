@@ -45,3 +45,26 @@ def test_errors_name_the_file_and_the_key(tmp_path: Path, section: str, field: s
     with pytest.raises(ConfigError) as info:
         load_config(tmp_path / "b.toml", env={})
     assert info.value.field.startswith(field) and "b.toml" in str(info.value)
+
+
+def test_the_award_section_reaches_the_policy_busguard_run_uses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from busguard.policies.award import policy as award
+    from busguard.policies.award.limits import AwardConfig
+
+    (tmp_path / "b.toml").write_text(ROUTE + "[award]\ndeadline_horizon_ms = 3600000\nmax_bids_per_bidder = 2\n")
+    cfg = load_config(tmp_path / "b.toml", env={})
+    assert cfg.award == AwardConfig(deadline_horizon_ms=3_600_000, max_bids_per_bidder=2)
+    monkeypatch.setattr(award.POLICY, "limits", award.POLICY.limits)  # restored after the test
+    monkeypatch.setattr(award.POLICY, "registry", award.POLICY.registry)
+    award.configure(cfg.verification_registry(), cfg.award)  # what busguard.wiring.build_guard does
+    assert award.POLICY.limits.max_bids_per_bidder == 2
+
+
+@pytest.mark.parametrize(("line", "value"), [("max_bids_per_bidder = 0", 0), ("max_bids_per_bidder = 65", 65), ("deadline_horizon_ms = 0", 0), ("horizon = 5", None)])
+def test_award_errors_name_the_file_the_key_and_what_is_allowed(tmp_path: Path, line: str, value: int | None) -> None:
+    (tmp_path / "b.toml").write_text(ROUTE + f"[award]\n{line}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "b.toml", env={})
+    assert info.value.field.startswith("award") and "b.toml" in str(info.value)
+    if value is not None:
+        assert info.value.field == f"award.{line.split()[0]}" and info.value.value == value and info.value.allowed

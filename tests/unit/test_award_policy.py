@@ -298,7 +298,9 @@ def test_a_delegated_verifier_not_in_the_trust_policy_is_refused() -> None:
         ("cnet.bid", b'{"call": "c1", "cost": 1.5, "deadline": "2026-11-29T13:00:00Z", "receipt": {"canonicalizer_id": "jcs-sha256", "commits": "output"}}', Reason.WRONG_TYPE),
         ("cnet.bid", b'{"call": "c1", "cost": 1, "deadline": "tomorrow", "receipt": {"canonicalizer_id": "jcs-sha256", "commits": "output"}}', Reason.MALFORMED_TIMESTAMP),
         ("cnet.bid", b'{"call": "c1", "cost": 1, "deadline": "2026-11-29T13:00:00Z", "receipt": {"canonicalizer_id": "JCS", "commits": "output"}}', Reason.MALFORMED_FIELD),
-        ("cnet.award", b'{"winner": "b", "ranked": ["b"], "mode": "delegated"}', Reason.MALFORMED_FIELD),
+        ("cnet.award", b'{"winner": "b", "ranked": ["b"], "mode": "delegated"}', Reason.MISSING_FIELD),  # 15: a mode-required field
+        ("cnet.award", b'{"winner": "b", "ranked": ["b"], "mode": "best_effort"}', Reason.MISSING_FIELD),
+        ("cnet.award", b'{"winner": "b", "ranked": ["b"], "mode": "verified", "verifier": "v/1"}', Reason.MALFORMED_FIELD),
         ("cnet.award", b'{"winner": "b", "ranked": ["b", "b"], "mode": "verified"}', Reason.MALFORMED_FIELD),
         ("cnet.award", b'{"winner": "b", "ranked": ["b"], "mode": "verified", "risk_price": 3}', Reason.MALFORMED_FIELD),
         ("cnet.award", b'{"winner": "b", "ranked": ["b"]}', Reason.MISSING_FIELD),

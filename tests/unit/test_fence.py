@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -13,11 +15,12 @@ from hypothesis import strategies as st
 from busguard.admission.fence import Behind, behind, fence_ends, fenced
 from busguard.state.store import rearmed
 from busguard.admission.types import AdmissionPolicy
+from busguard.protocol.records import Decision
 from busguard.state.store import StateStore
 from busguard.state.memory import MemoryStore
 from busguard.state.sqlite import SqliteStore
 
-from .harness import NOW, Harness, agent, schema_1_file, sender
+from .harness import NOW, Harness, Rec, agent, schema_1_file, sender
 
 A, F = 300_000, 30_000  # the default freshness bounds
 T = NOW - 10_000  # the store's trusted-from time in these tests
@@ -299,3 +302,45 @@ def test_the_guard_hook_rearms_exactly_when_the_store_is_behind(tmp_path: Path, 
     assert sample("busguard_store_rearms_total") == rearms
     assert store.trusted_from == (NOW + 5 if rearms else None)
     assert sample("busguard_store_fence_end_ms") == (NOW + 5 + F + A + 1 if rearms else 0)
+
+
+def test_a_rearm_before_a_batch_is_at_that_batch_s_clock_reading(tmp_path: Path) -> None:
+    """Issue 19 item 10. The loop prepares a batch (its clock reading D, its
+    decisions' decided_at), then runs the store-behind hook, then decides. The
+    clock moves 7 ms on every reading, as a real one does between them. The
+    re-arm must fence from D itself (docs/protocol.md 6.4: T <= decided_at),
+    so a record issued at D + max_future_ms + 1 is judged normally in the next
+    batch and one issued at D + max_future_ms is still refused."""
+    import asyncio
+
+    store = MemoryStore(created_at=NOW - 3_600_000, genesis=True)
+    guard, clock = _guard(tmp_path, store)
+    ticking = guard.clock_ms
+
+    def tick() -> int:
+        clock["now"] += 7
+        return ticking()
+
+    guard.clock_ms = tick
+    offsets = iter(range(100))
+
+    def records(*recs: object) -> list[Rec]:
+        return [Rec("in", 0, next(offsets), None, r.value, list(r.headers)) for r in recs]  # type: ignore[attr-defined]
+
+    async def run() -> tuple[list[Decision], list[Decision]]:
+        ready = await guard.prepare(records(_handoff("first", now=clock["now"])))
+        await guard.check_store({("in", 0): 9}, ready)  # the group is past a store that never decided anything
+        first = [o for o in await guard.process_prepared(ready) if o.topic == "busguard.audit"]
+        d = ready.now_ms
+        assert store.trusted_from == d
+        later = await guard.prepare(records(_handoff("spared", issued_at_ms=d + F + 1), _handoff("fenced", issued_at_ms=d + F)))
+        assert later.now_ms > d
+        second = [o for o in await guard.process_prepared(later) if o.topic == "busguard.audit"]
+        decode = msgspec.json.Decoder(Decision).decode
+        return [decode(o.value) for o in first], [decode(o.value) for o in second]
+
+    (refused,), (spared, fenced_too) = asyncio.run(run())
+    assert (refused.reason, store.trusted_from) == ("store_warming", refused.decided_at)
+    assert f"({refused.decided_at})" in (refused.detail or "")  # the audit record names a T it is consistent with
+    assert (spared.task_id, spared.reason) == ("spared", "admitted")
+    assert (fenced_too.task_id, fenced_too.reason) == ("fenced", "store_warming")

@@ -85,3 +85,21 @@ def test_a_short_run_of_the_campaign_generator(campaign: Campaign) -> None:
     campaign.next_base = base
     _clean(campaign)
     assert {"admitted", "undecodable_batch", "undecodable_header"} <= set(campaign.stats.reasons)
+
+
+def test_claimed_spans_cost_one_decision_and_bounded_output_whatever_they_claim(campaign: Campaign) -> None:
+    gen = Generator(campaign, random.Random(19))
+    campaign.stats = Stats()
+    base = campaign.next_base
+    for _ in range(40):
+        b = gen.claimed_span(base)
+        end = campaign.decide_fetch([b], base)
+        assert end == base + b.span  # the position moves past the whole claim
+        base = end
+    campaign.next_base = base
+    s = campaign.stats
+    _clean(campaign)
+    # one span item per batch (with the CRC fixed, its one record may decode before it), never the per-fetch cap
+    assert 40 <= s.decided <= 80 and s.truncated == 0
+    assert s.spans >= 20 and s.span_offsets > 2**31  # most claims are spans, some of 2^31 offsets
+    assert 0 < s.max_output_bytes < 8192  # one reject and its audit record, whatever the claim

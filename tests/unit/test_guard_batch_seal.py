@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
 
@@ -25,20 +24,11 @@ from busguard.state.memory import MemoryStore
 from busguard.state.sqlite import SqliteStore
 from busguard.state.store import StateStore
 
-from .harness import NOW, agent, sender
+from .harness import NOW, Rec, agent, sender
 
 SEED = hashlib.sha256(b"batch-seal-guard").digest()
 KEY = public_key_from_seed(SEED)
 IDENT = Identity(seed=SEED, public_key=KEY, agent_id=agent_id_for_key(KEY))
-
-
-class Rec(NamedTuple):
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes
-    headers: list[tuple[str, bytes]]
 
 
 def _guard(tmp_path: Path, store: StateStore, mode: str = "batch") -> Guard:

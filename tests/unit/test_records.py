@@ -1,6 +1,7 @@
 """The tolerant fetch decoder (busguard/runtime/records.py): every offset of a
-fetch yields exactly one item, and what aiokafka would raise on becomes a
-placeholder carrying its bytes."""
+fetch is covered by exactly one item (an undecodable span by one placeholder,
+however long), and what aiokafka would raise on becomes a placeholder
+carrying its bytes."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from busguard.runtime.records import (
     FORM_RECORD,
     HEADER_BATCH_OFFSET,
     HEADER_BATCH_SHA256,
+    HEADER_LAST_OFFSET,
     HEADER_ORIGINAL_FORM,
     HEADER_ORIGINAL_HEADERS,
     HEADER_ORIGINAL_HEADERS_SHA256,
@@ -37,7 +39,7 @@ from busguard.runtime.records import (
 )
 from busguard.runtime.outputs import dead_letter
 from busguard.state.memory import MemoryStore
-from tests.fuzz.batches import CODECS, batch, fix_crc, record, with_base_offset
+from tests.fuzz.batches import CODECS, batch, claimed_span, fix_crc, record, with_base_offset
 
 from .harness import NOW, registry
 
@@ -56,7 +58,14 @@ def _decode(raw: bytes, fetch_offset: int = 0) -> list[Any]:
 
 
 def _kinds(items: list[Any]) -> list[tuple[int, str]]:
-    return [(i.offset, i.reason if type(i) is Undecodable else "ok") for i in items]
+    """(offset, reason or "ok") for every offset the items cover, a span's each."""
+    out: list[tuple[int, str]] = []
+    for i in items:
+        if type(i) is Undecodable:
+            out += [(o, i.reason) for o in range(i.offset, i.next_offset)]
+        else:
+            out.append((i.offset, "ok"))
+    return out
 
 
 def _three(middle_headers: list[tuple[bytes, bytes | None]], codec: int = 0, base: int = 0) -> bytes:
@@ -125,9 +134,9 @@ def test_a_crc_mismatch_makes_every_offset_of_the_batch_one_placeholder() -> Non
     good = batch([record(0, b"k", b"w", [])], base_offset=13)
     items = _decode(bad + good, 10)
     assert _kinds(items) == [(10, Reason.UNDECODABLE_BATCH), (11, Reason.UNDECODABLE_BATCH), (12, Reason.UNDECODABLE_BATCH), (13, "ok")]
-    carrier, *refs = items[:3]
-    assert carrier.carrier and carrier.raw == bad and not any(r.carrier or r.raw for r in refs)
-    assert {u.batch_sha256 for u in items[:3]} == {hashlib.sha256(bad).hexdigest()} and {u.batch_offset for u in items[:3]} == {10}
+    span, _ = items
+    assert (span.offset, span.last_offset, span.next_offset) == (10, 12, 13)
+    assert span.carrier and span.raw == bad and span.batch_sha256 == hashlib.sha256(bad).hexdigest() and span.batch_offset == 10
 
 
 @pytest.mark.parametrize("attributes", [5, 6, 7])
@@ -174,7 +183,7 @@ def test_a_span_is_capped_below_the_next_batchs_base_offset() -> None:
 
 def test_offsets_before_the_fetch_offset_are_skipped_in_every_path() -> None:
     bad = batch([record(i, b"k", b"v", []) for i in range(4)], base_offset=20, crc=1)
-    assert [i.offset for i in _decode(bad, 22)] == [22, 23]
+    assert [(o, r) for o, r in _kinds(_decode(bad, 22))] == [(22, Reason.UNDECODABLE_BATCH), (23, Reason.UNDECODABLE_BATCH)]
     assert [i.offset for i in _decode(_three([(b"\xff", b"")], base=20), 21)] == [21, 22]
     assert [i.offset for i in _decode(_three([], base=20), 22)] == [22]
 
@@ -185,15 +194,17 @@ def test_the_position_moves_past_the_fetched_offset_even_when_the_header_lies() 
     raw = with_base_offset(batch([record(0, None, b"v", [])], last_offset_delta=-3, crc=3), 0)
     records = _partition_records(raw, 5)
     items = list(records)
-    assert _kinds(items) == [(5, Reason.UNDECODABLE_BATCH)] and items[0].carrier
+    assert _kinds(items) == [(5, Reason.UNDECODABLE_BATCH)] and items[0].carrier and items[0].last_offset is None
     assert records.next_fetch_offset == 6
 
 
 def test_a_stop_after_max_records_resumes_at_the_next_offset() -> None:
-    raw = batch([record(i, b"k", b"v", []) for i in range(5)], crc=9)
+    raw = batch([record(i, b"k", b"v", []) for i in range(5)]) + batch([record(0, b"k", b"v", [])], base_offset=5, crc=9)
     records = _partition_records(raw)
     first = [next(records), next(records)]
     assert [i.offset for i in first] == [0, 1] and records.next_fetch_offset == 2
+    rest = list(records)
+    assert _kinds(rest)[-1] == (5, Reason.UNDECODABLE_BATCH) and records.next_fetch_offset == 6
 
 
 def test_decoder_is_pure_over_its_bytes() -> None:
@@ -233,10 +244,17 @@ def test_preserved_parts_decode_back_to_the_original_record() -> None:
 def test_preserved_record_and_batch_forms() -> None:
     rec = [i for i in _decode(batch([record(0, None, b"v", []), b"\x16\x00\x00\x02\x7ekk\x00\x00\x00\x00\x00"])) if type(i) is Undecodable][0]
     assert preserved(rec, 10**6) == (None, rec.raw, [(HEADER_ORIGINAL_FORM, FORM_RECORD.encode())])
+    one = batch([record(0, None, b"v", [])], crc=1)
+    (single,) = _decode(one)
+    sha = hashlib.sha256(one).hexdigest().encode()
+    assert preserved(single, 10**6) == (None, one, [(HEADER_ORIGINAL_FORM, FORM_BATCH.encode()), (HEADER_BATCH_OFFSET, b"0"), (HEADER_BATCH_SHA256, sha)])
     bad = batch([record(i, None, b"v", []) for i in range(2)], crc=1)
-    carrier, ref = _decode(bad)
+    (span,) = _decode(bad)
     sha = hashlib.sha256(bad).hexdigest().encode()
-    assert preserved(carrier, 10**6) == (None, bad, [(HEADER_ORIGINAL_FORM, FORM_BATCH.encode()), (HEADER_BATCH_OFFSET, b"0"), (HEADER_BATCH_SHA256, sha)])
+    form = [(HEADER_ORIGINAL_FORM, FORM_BATCH.encode()), (HEADER_BATCH_OFFSET, b"0"), (HEADER_BATCH_SHA256, sha), (HEADER_LAST_OFFSET, b"1")]
+    assert preserved(span, 10**6) == (None, bad, form)
+    # the form guards before span decisions wrote for a batch's other offsets
+    ref = msgspec.structs.replace(span, carrier=False, raw=None, offset=1, last_offset=None)
     assert preserved(ref, 10**6) == (None, None, [(HEADER_ORIGINAL_FORM, FORM_BATCH_REF.encode()), (HEADER_BATCH_OFFSET, b"0"), (HEADER_BATCH_SHA256, sha)])
 
 
@@ -264,3 +282,38 @@ def test_a_placeholder_becomes_one_reject_with_its_reason_and_a_dead_letter_with
     dl = dead_letter("dlq", items[1].key, inputs[1].value, inputs[1].headers, d.decision_id, d.reason, d.detail, d.source, max_payload_bytes=1_048_576)
     assert dl.key == b"k" and dl.value == b"v1" and _h(dl.headers, HEADER_ORIGINAL_FORM) == b"parts"
     assert _h(dl.headers, "busguard-reason") == b"undecodable_header" and _h(dl.headers, "busguard-source") == b"t/0/1"
+
+
+# -- claimed spans (issue 19 item 2) ----------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 20_000, 2**31 - 1])
+def test_a_claimed_span_is_one_placeholder_of_constant_size_whatever_it_claims(n: int) -> None:
+    # a 69-byte batch, CRC broken, whose header claims n offsets; then a good record
+    bad = claimed_span(n, base_offset=100)
+    good = batch([record(0, b"k", b"after", [])], base_offset=100 + n)
+    records = _partition_records(bad + good, 100)
+    span, after = list(records)
+    assert type(span) is Undecodable and span.reason == Reason.UNDECODABLE_BATCH and span.offset == 100
+    assert span.next_offset == 100 + n and span.last_offset == (None if n == 1 else 100 + n - 1)
+    assert type(after) is ConsumerRecord and after.offset == 100 + n and after.value == b"after"
+    assert records.next_fetch_offset == 100 + n + 1
+    # what it costs downstream does not grow with n: one input, its bytes kept once
+    _, value, headers = preserved(span, 1_048_576)
+    assert value == bad and len(bad) == 69
+    assert sum(len(k) + len(v) for k, v in headers) <= 200  # names, batch offset, SHA-256, last offset (<= 19 digits)
+
+
+def test_a_span_decision_is_one_reject_and_re_admission_returns_it_unchanged() -> None:
+    (span,) = _decode(claimed_span(2**31 - 1, base_offset=5), 5)
+    _, value, headers = preserved(span, 1_048_576)
+    source = Coordinates(topic="t", partition=0, offset=5)
+    inputs = [Input(source, value, headers, undecodable=(Reason(span.reason), span.detail), last_offset=span.last_offset)]
+    store = MemoryStore(created_at=NOW - 3_600_000)
+    (d,) = admit_batch(inputs, store=store, registry=registry("planner"), now_ms=NOW, policy=AdmissionPolicy())
+    assert (d.outcome, d.reason, d.source.offset, d.last_offset, d.covers_to) == ("reject", "undecodable_batch", 5, 5 + 2**31 - 2, 5 + 2**31 - 2)
+    assert store.partition_watermarks() == {("t", 0): 5 + 2**31 - 2}  # the store has decided the whole span
+    again = admit_batch(inputs, store=store, registry=registry("planner"), now_ms=NOW + 5, policy=AdmissionPolicy())
+    assert again == [d]  # re-delivered after a crash: the one decision, unchanged
+    dl = dead_letter("dlq", None, value, headers, d.decision_id, d.reason, d.detail, d.source, max_payload_bytes=1_048_576)
+    assert _h(dl.headers, HEADER_LAST_OFFSET) == str(5 + 2**31 - 2).encode() and _h(dl.headers, "busguard-source") == b"t/0/5"

@@ -417,35 +417,3 @@ def test_scrub_removes_the_password_from_driver_messages() -> None:
     assert scrub('connection to "db" failed for guard (pa55-word)', dsn) == 'connection to "db" failed for guard (***)'
     assert scrub("invalid dsn: postgresql://other:xyz@h/d and password=abc", dsn) == "invalid dsn: postgresql://other:***@h/d and password=***"
     assert scrub("server closed the connection unexpectedly", "host=db password=q") == "server closed the connection unexpectedly"
-
-
-def test_policy_rows_read_by_two_batches_at_once_are_not_lost_updates(open_store: Callable[..., PostgresStore], postgres: EmbeddedPostgres) -> None:
-    """Policy rows are read-modify-write: the second batch waits for the first
-    (the advisory lock on the key it reads) and sees its write."""
-    from busguard.state.writes import PolicyRecord
-
-    a, b = open_store(), open_store()
-    p = ("award", "call-1")
-    b_done = threading.Event()
-
-    def append(snap: Snapshot, tag: bytes) -> BatchWrites:
-        return BatchWrites(policy={p: PolicyRecord(p, snap.policy.get(p, b"") + tag, NOW + 60_000)})
-
-    def b_batch() -> None:
-        b.run_batch(KeySet(policy={p}), NOW, lambda snap: append(snap, b"B"))
-        b_done.set()
-
-    def a_fn(snap: Snapshot) -> BatchWrites:
-        worker = threading.Thread(target=b_batch)
-        worker.start()
-        with psycopg.connect(postgres.dsn, autocommit=True) as conn:  # until b waits on a's lock (or, without one, is done)
-            while not b_done.is_set() and not conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").fetchone()[0]:  # type: ignore[index]
-                b_done.wait(0.01)
-        a_fn.worker = worker  # type: ignore[attr-defined]
-        return append(snap, b"A")
-
-    a.run_batch(KeySet(policy={p}), NOW, a_fn)
-    a_fn.worker.join(30)  # type: ignore[attr-defined]
-    seen: list[bytes] = []
-    a.run_batch(KeySet(policy={p}), NOW, lambda snap: seen.append(snap.policy[p]) or BatchWrites())  # type: ignore[func-returns-value]
-    assert seen == [b"AB"]

@@ -143,7 +143,7 @@ def test_vectors_cover_every_reason_a_record_can_earn() -> None:
     (the Kafka decode layer's codes in batches.json, test_batch_vectors.py)."""
     reasons = {v["expect"]["reason"] for n in ("valid.json", "invalid.json") for v in DOCS[n]["vectors"]}
     reasons |= {st["expect"]["reason"] for s in DOCS["sequences.json"]["scenarios"] for st in s["steps"]}
-    reasons |= {what for v in _load("batches.json")["vectors"] for _, what in v["expect"]}
+    reasons |= {what for v in _load("batches.json")["vectors"] for *_, what in v["expect"]}
     reasons |= {st["expect"]["reason"] for s in _load("cnet/cnet.json")["scenarios"] for st in s["steps"]}  # the cnet.* kinds (protocol.md 15)
     reasons |= {v["expect"]["reason"] for v in _load("taint_replay.json")["vectors"]}  # kind payloads (protocol.md 13)
     assert {r.value for r in Reason} - reasons - COMPROMISE_REASONS == NOT_A_WIRE_VECTOR

@@ -4,11 +4,17 @@ offset must decode to (protocol.md sections 2.1 and 11). Deterministic.
     python tests/vectors/generate_batches.py [--out DIR]
 
 Each vector is one partition's fetch (record batches back to back, hex) and
-the offset the consumer asked for; `expect` lists, in order, every offset
-the decoder must yield and what: "record" (handed to admission as a record)
-or the reject reason (`undecodable_header`, `undecodable_record`,
-`undecodable_batch`). Compressed vectors avoid gzip, whose frames carry a
-timestamp (a gzip vector is a corrupt frame given byte for byte).
+the offset the consumer asked for; `expect` lists, in order, every item the
+decoder must yield as [first offset, last offset, what]: "record" (handed to
+admission as a record; first = last) or the reject reason
+(`undecodable_header`, `undecodable_record`, `undecodable_batch`). An
+`undecodable_batch` item covers a span, however long (protocol.md 2.1).
+Compressed vectors avoid gzip, whose frames carry a timestamp (a gzip vector
+is a corrupt frame given byte for byte).
+
+`span_decisions` are decision records (protocol.md 12.3) for the spans of
+some vectors: the exact audit-topic value the guard writes for the span's one
+decision with namespace `NAMESPACE` at `decided_at` `NOW`.
 """
 
 from __future__ import annotations
@@ -20,9 +26,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.fuzz.batches import CODECS, batch, record, with_base_offset  # noqa: E402
+from busguard.admission.decide import undecodable  # noqa: E402
+from busguard.admission.types import AdmissionPolicy  # noqa: E402
+from busguard.protocol.attestation import decision_bytes  # noqa: E402
+from busguard.protocol.reasons import Reason  # noqa: E402
+from busguard.protocol.records import Coordinates, record_sha256  # noqa: E402
+from busguard.runtime.records import PartitionDecoder, Undecodable, preserved  # noqa: E402
+from tests.fuzz.batches import CODECS, batch, claimed_span, record, with_base_offset  # noqa: E402
 
 R, H, U, B = "record", "undecodable_header", "undecodable_record", "undecodable_batch"
+NAMESPACE, NOW, MAX_PAYLOAD = "busguard", 1_767_225_600_000, 1_048_576
+#: the vectors whose spans `span_decisions` gives the decision record of
+SPAN_DECISIONS = ("crc_mismatch", "claimed_span_20000", "claimed_span_2147483647", "fetch_offset_mid_batch")
 BROKEN = b"\x16\x00\x00\x02\x7ekk" + b"\x00" * 5  # key length 63 in an 11-byte record
 
 
@@ -31,32 +46,67 @@ def three(middle: list[tuple[bytes, bytes | None]], codec: int = 0, base: int = 
 
 
 def vectors() -> list[dict[str, object]]:
-    v: list[tuple[str, str, bytes, int, list[tuple[int, str]]]] = [
-        ("plain", "three records, no compression", three([(b"h", b"x"), (b"n", None)]), 0, [(0, R), (1, R), (2, R)]),
-        *[(f"valid_{c}", f"three records, {c}", three([(b"h", b"x")], CODECS[c]), 0, [(0, R), (1, R), (2, R)]) for c in ("snappy", "lz4", "zstd")],
-        ("non_utf8_header_name", "the middle record has header name FF FE", three([(b"ok", b"1"), (b"\xff\xfe", b"x")]), 0, [(0, R), (1, H), (2, R)]),
-        ("non_utf8_header_name_zstd", "the same, zstd-compressed", three([(b"\xc0\xaf", b"")], CODECS["zstd"]), 0, [(0, R), (1, H), (2, R)]),
-        ("unparseable_record", "the middle record's key length runs past it", batch([record(0, b"k", b"v0", []), BROKEN, record(2, b"k", b"v2", [])]), 0, [(0, R), (1, U), (2, R)]),
-        ("crc_mismatch", "CRC field 1; the next batch is fine", batch([record(i, None, b"x", []) for i in range(3)], base_offset=10, crc=1) + batch([record(0, None, b"y", [])], base_offset=13), 10, [(10, B), (11, B), (12, B), (13, R)]),
-        ("unknown_codec", "attributes codec id 5", batch([record(i, None, b"x", []) for i in range(2)], attributes=5), 0, [(0, B), (1, B)]),
-        ("corrupt_gzip_frame", "gzip attributes over bytes that are not gzip", batch([], payload=b"\x1f\x8b\x08\x00garbage", count=2, last_offset_delta=1, attributes=1), 0, [(0, B), (1, B)]),
-        ("corrupt_snappy_frame", "snappy attributes over bytes that are not snappy", batch([], payload=b"\x00garbage", count=2, last_offset_delta=1, attributes=2), 0, [(0, B), (1, B)]),
-        ("out_of_order_deltas", "offset deltas 1, 0", batch([record(1, None, b"a", []), record(0, None, b"b", [])]), 0, [(0, B), (1, B)]),
-        ("truncated_records", "4 records declared, the section ends inside the third", batch([], payload=b"".join(record(i, b"k", b"v", []) for i in range(4))[:20], count=4, last_offset_delta=3), 0, [(0, R), (1, R), (2, B), (3, B)]),
-        ("control_outside_transaction", "control bit without the transactional bit", batch([record(0, None, b"x", [])], attributes=0x20), 0, [(0, B)]),
-        ("transaction_marker", "a control batch inside a transaction: no record", batch([record(0, b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00", [])], attributes=0x30) + batch([record(0, None, b"y", [])], base_offset=1), 0, [(1, R)]),
-        ("fetch_offset_mid_batch", "fetched at 21 inside a CRC-broken batch at 20", batch([record(i, None, b"x", []) for i in range(4)], base_offset=20, crc=1), 21, [(21, B), (22, B), (23, B)]),
-        ("header_does_not_cover_fetch_offset", "last offset delta -3: the fetched offset 5 is decided anyway", with_base_offset(batch([record(0, None, b"v", [])], last_offset_delta=-3, crc=3), 0), 5, [(5, B)]),
-        ("span_capped_by_next_batch", "a broken batch claiming 1 000 001 offsets, the next batch at 2", batch([record(0, None, b"v", [])], last_offset_delta=1_000_000, crc=7) + three([], base=2), 0, [(0, B), (1, B), (2, R), (3, R), (4, R)]),
+    """(name, description, fetch, fetch offset, items as (first, last, what))."""
+    v: list[tuple[str, str, bytes, int, list[tuple[int, int, str]]]] = [
+        ("plain", "three records, no compression", three([(b"h", b"x"), (b"n", None)]), 0, [(0, 0, R), (1, 1, R), (2, 2, R)]),
+        *[(f"valid_{c}", f"three records, {c}", three([(b"h", b"x")], CODECS[c]), 0, [(0, 0, R), (1, 1, R), (2, 2, R)]) for c in ("snappy", "lz4", "zstd")],
+        ("non_utf8_header_name", "the middle record has header name FF FE", three([(b"ok", b"1"), (b"\xff\xfe", b"x")]), 0, [(0, 0, R), (1, 1, H), (2, 2, R)]),
+        ("non_utf8_header_name_zstd", "the same, zstd-compressed", three([(b"\xc0\xaf", b"")], CODECS["zstd"]), 0, [(0, 0, R), (1, 1, H), (2, 2, R)]),
+        ("unparseable_record", "the middle record's key length runs past it", batch([record(0, b"k", b"v0", []), BROKEN, record(2, b"k", b"v2", [])]), 0, [(0, 0, R), (1, 1, U), (2, 2, R)]),
+        ("crc_mismatch", "CRC field 1; the next batch is fine", batch([record(i, None, b"x", []) for i in range(3)], base_offset=10, crc=1) + batch([record(0, None, b"y", [])], base_offset=13), 10, [(10, 12, B), (13, 13, R)]),
+        ("unknown_codec", "attributes codec id 5", batch([record(i, None, b"x", []) for i in range(2)], attributes=5), 0, [(0, 1, B)]),
+        ("corrupt_gzip_frame", "gzip attributes over bytes that are not gzip", batch([], payload=b"\x1f\x8b\x08\x00garbage", count=2, last_offset_delta=1, attributes=1), 0, [(0, 1, B)]),
+        ("corrupt_snappy_frame", "snappy attributes over bytes that are not snappy", batch([], payload=b"\x00garbage", count=2, last_offset_delta=1, attributes=2), 0, [(0, 1, B)]),
+        ("out_of_order_deltas", "offset deltas 1, 0", batch([record(1, None, b"a", []), record(0, None, b"b", [])]), 0, [(0, 1, B)]),
+        ("truncated_records", "4 records declared, the section ends inside the third", batch([], payload=b"".join(record(i, b"k", b"v", []) for i in range(4))[:20], count=4, last_offset_delta=3), 0, [(0, 0, R), (1, 1, R), (2, 3, B)]),
+        ("control_outside_transaction", "control bit without the transactional bit", batch([record(0, None, b"x", [])], attributes=0x20), 0, [(0, 0, B)]),
+        ("transaction_marker", "a control batch inside a transaction: no record", batch([record(0, b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00", [])], attributes=0x30) + batch([record(0, None, b"y", [])], base_offset=1), 0, [(1, 1, R)]),
+        ("fetch_offset_mid_batch", "fetched at 21 inside a CRC-broken batch at 20", batch([record(i, None, b"x", []) for i in range(4)], base_offset=20, crc=1), 21, [(21, 23, B)]),
+        ("header_does_not_cover_fetch_offset", "last offset delta -3: the fetched offset 5 is decided anyway", with_base_offset(batch([record(0, None, b"v", [])], last_offset_delta=-3, crc=3), 0), 5, [(5, 5, B)]),
+        ("span_capped_by_next_batch", "a broken batch claiming 1 000 001 offsets, the next batch at 2", batch([record(0, None, b"v", [])], last_offset_delta=1_000_000, crc=7) + three([], base=2), 0, [(0, 1, B), (2, 2, R), (3, 3, R), (4, 4, R)]),
+        *[
+            (f"claimed_span_{n}", f"one record, CRC broken, lastOffsetDelta {n - 1}: one item for {n} offsets", claimed_span(n, base_offset=7), 7, [(7, 7 + n - 1, B)])
+            for n in (1, 20_000, 2**31 - 1)
+        ],
     ]
-    return [{"name": n, "description": d, "fetch_offset": fo, "fetch_hex": raw.hex(), "expect": [[o, what] for o, what in e]} for n, d, raw, fo, e in v]
+    return [{"name": n, "description": d, "fetch_offset": fo, "fetch_hex": raw.hex(), "expect": [[lo, hi, what] for lo, hi, what in e]} for n, d, raw, fo, e in v]
+
+
+def span_decisions(vecs: list[dict[str, object]]) -> list[dict[str, object]]:
+    """The decision record of each span of the `SPAN_DECISIONS` vectors, made
+    the way the guard makes it (busguard.runtime.guard, admission.decide)."""
+    out: list[dict[str, object]] = []
+    for vec in vecs:
+        if vec["name"] not in SPAN_DECISIONS:
+            continue
+        fetch = bytes.fromhex(str(vec["fetch_hex"]))
+        fetch_offset = vec["fetch_offset"]
+        assert isinstance(fetch_offset, int)
+        for item in PartitionDecoder("t", 0, fetch, fetch_offset):
+            if type(item) is not Undecodable or item.reason != Reason.UNDECODABLE_BATCH:
+                continue
+            _, value, headers = preserved(item, MAX_PAYLOAD)
+            source = Coordinates(topic="t", partition=0, offset=item.offset)
+            d = undecodable(source, NOW, AdmissionPolicy(namespace=NAMESPACE), Reason(item.reason), item.detail, record_sha256(None, value, headers), item.last_offset)
+            out.append({"vector": vec["name"], "first_offset": item.offset, "last_offset": item.next_offset - 1, "decision": decision_bytes(d).decode("ascii")})
+    return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
     args = ap.parse_args()
-    doc = {"format": "busguard.batches.v1", "topic": "t", "partition": 0, "vectors": vectors()}
+    vecs = vectors()
+    doc = {
+        "format": "busguard.batches.v2",
+        "topic": "t",
+        "partition": 0,
+        "namespace": NAMESPACE,
+        "decided_at": NOW,
+        "max_payload_bytes": MAX_PAYLOAD,
+        "vectors": vecs,
+        "span_decisions": span_decisions(vecs),
+    }
     (args.out / "batches.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="ascii")
     return 0
 

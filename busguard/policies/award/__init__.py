@@ -5,8 +5,10 @@ receipt's committed root (a local canonicalizer), or has recorded a
 delegation to a verifier it trusts, or the task explicitly tolerates
 best-effort. This package holds the canonicalizers (canonicalizers.py,
 merkle.py), the local verification registry (registry.py), the wire format
-of the four `cnet.*` kinds (wire.py) and the policy that judges them on the
-policy seam (policy.py), registered in busguard.policies.
+of the four `cnet.*` kinds (wire.py), the policy that judges them on the
+policy seam (policy.py, registered in busguard.policies), its state rows and
+their lifetimes (rows.py), the `[award]` limits (limits.py) and settlement,
+whose root recomputation runs before the state transaction (settle.py).
 """
 
 from __future__ import annotations

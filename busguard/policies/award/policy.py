@@ -1,68 +1,74 @@
 """The award policy (seed 002) on the policy seam: one stateful policy for the
 four contract-net kinds (docs/protocol.md, "15. Contract-net awards").
 
-State: one row per call, `("cnet", <call id>)`, holding the call, the bids
-admitted for it and, once admitted, its award (wire.CallRow). Every record of
-the net names its call, so each decision reads exactly one row.
+State (rows.py, protocol.md 15.5): a small call row per call, one row per
+admitted bid and one count per (call, bidder), each with an explicit
+lifetime bounded by the `[award]` horizon. Rows are created once and never
+silently replaced: a call id whose row lives cannot be issued again, a bid
+id cannot be admitted twice for one call, and a call holds at most one
+award, ever, whatever the task index (whose entries may expire sooner) says.
 
 The check the seed asks for runs on the award, i.e. on the winner the
 awarder selected after ranking and before the award is committed: a losing
 bid with a receipt nobody here can recompute is admitted and harmless.
 Cost ranking is the awarder's business; verifiability is busguard's.
 
+Settlement's expensive part, recomputing the delivered bytes' root, needs
+no state, so it runs in `parse` (before the batch's state transaction) under
+every canonicalizer this deployment holds; `decide`, inside the transaction,
+only compares strings, so a 1 MiB result holds the store's lock for
+microseconds however often its sender resends it.
+
 The registry (what this deployment can recompute, whom it trust-delegates
 to, which task classes tolerate best-effort) comes from the config's
-`[verification]` section: `busguard.wiring` calls `configure` before the guard
-starts; until then the policy holds the built-in canonicalizers, no
-delegations and no best-effort task classes (the section's defaults).
+`[verification]` section and the limits from `[award]`: `busguard.wiring`
+calls `configure` before the guard starts; until then the policy holds the
+built-in canonicalizers, no delegations, no best-effort task classes and
+the default limits (the sections' defaults).
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Final
 
 import msgspec
 
-from busguard.policies.award.canonicalizers import BUILTIN, MalformedOutput
+from busguard.policies.award import rows
+from busguard.policies.award.canonicalizers import BUILTIN
+from busguard.policies.award.limits import DEFAULT_LIMITS, MAX_BIDS, AwardConfig
 from busguard.policies.award.registry import VerificationRegistry
+from busguard.policies.award.rows import AwardedRow, AwardRow, BidRow, CallRow, Legacy
+from busguard.policies.award.settle import Recomputed, recompute, settle
 from busguard.policies.award.wire import (
     AwardPayload,
     Awardable,
-    AwardRow,
     BidPayload,
-    BidRow,
     CallPayload,
-    CallRow,
     Payload,
     RebidNotice,
     ResultPayload,
-    attestation_input,
     decode_payload,
     delivered,
     notice_encode,
-    row_decode,
-    row_encode,
 )
 from busguard.policies.seam import Objection, PolicyKey, PolicyOutcome, PolicyView, PolicyWrite
-from busguard.protocol.envelope import Envelope, b64url_decode_strict
+from busguard.protocol.envelope import Envelope
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.reasons import Outcome, Reason
 from busguard.protocol.records import Notice
-from busguard.protocol.signing import verify_signature
 from busguard.protocol.timestamps import parse_timestamp
 
-NAMESPACE: Final = "cnet"
+NAMESPACE: Final = rows.NAMESPACE
+NAMESPACES: Final = rows.NAMESPACES
 REBID_ROUTE: Final = "rebid"
-#: A call's row is kept this long after the latest deadline it holds (the
-#: call's award deadline; once awarded, the winning bid's delivery deadline
-#: too), so a late result still finds its award. Rewritten by every bid and
-#: by the award, each time with a fresh TTL.
-RETENTION_MS: Final = 7 * 86_400_000
-#: Bids kept per call: the row is read and rewritten whole by each record.
-MAX_BIDS: Final = 64
+RETENTION_MS: Final = rows.RETENTION_MS
+#: The ranked bids an award reads (for its rebid notice): its first 8, the
+#: awarder's top choices. With the winner and the call, at most 10 rows, and
+#: so 10 row locks on PostgreSQL, per award record.
+NOTICE_BIDS: Final = 8
 
 DEFAULT_REGISTRY: Final = VerificationRegistry(
     canonicalizers=MappingProxyType(dict(BUILTIN)), verifiers=MappingProxyType({}), best_effort_task_classes=frozenset()
@@ -74,20 +80,32 @@ class Parsed(msgspec.Struct, frozen=True):
     principal: str
     call: str
     payload: Payload
+    recomputed: Recomputed | None = None
 
 
 def _reject(reason: Reason, detail: str) -> Objection:
     return Objection(Outcome.REJECT, reason, detail)
 
 
+class _Call(msgspec.Struct, frozen=True):
+    """The call's state as decide reads it: the row and, for a row written
+    before per-bid rows existed, the bids it held inline (rows.Legacy)."""
+
+    row: CallRow
+    legacy: tuple[BidRow, ...] = ()
+    is_legacy: bool = False
+
+
 class AwardPolicy:
-    """Pure: the registry is fixed per process (configure), the state is the view."""
+    """Pure: the registry and limits are fixed per process (configure), the state is the view."""
 
-    def __init__(self, registry: VerificationRegistry = DEFAULT_REGISTRY) -> None:
+    def __init__(self, registry: VerificationRegistry = DEFAULT_REGISTRY, limits: AwardConfig = DEFAULT_LIMITS) -> None:
         self.registry = registry
+        self.limits = limits
 
-    def configure(self, registry: VerificationRegistry) -> None:
+    def configure(self, registry: VerificationRegistry, limits: AwardConfig = DEFAULT_LIMITS) -> None:
         self.registry = registry
+        self.limits = limits
 
     # ---------------------------------------------------------------- seam
 
@@ -98,70 +116,105 @@ class AwardPolicy:
             return payload
         try:
             principal = canonical_principal(r.sender)
-            if isinstance(payload, CallPayload):
-                canonical_principal(payload.awarder)
         except ValueError as exc:
             return _reject(Reason.MALFORMED_AGENT_ID, f"{r.kind}: {exc}")
+        if isinstance(payload, CallPayload):
+            try:
+                canonical_principal(payload.awarder)
+            except ValueError as exc:
+                return _reject(Reason.MALFORMED_AGENT_ID, f"{r.kind} payload: awarder: {exc}")
         for name, stamp in _stamps(payload):
             try:
                 parse_timestamp(stamp)
             except ValueError as exc:
                 return _reject(Reason.MALFORMED_TIMESTAMP, f"{r.kind} payload: {name}: {exc}")
         call = payload.call if isinstance(payload, BidPayload) else r.task_id
-        return Parsed(envelope, principal, call, payload)
+        recomputed = recompute(self.registry, delivered(payload)) if isinstance(payload, ResultPayload) else None
+        return Parsed(envelope, principal, call, payload, recomputed)
 
     def keys(self, parsed: Parsed) -> Iterable[PolicyKey]:
-        return ((NAMESPACE, parsed.call),)
+        call, p = parsed.call, parsed.payload
+        if isinstance(p, BidPayload):
+            return (rows.call_key(call), rows.bidder_key(call, parsed.principal))
+        if isinstance(p, AwardPayload):
+            return (rows.call_key(call), *(rows.bid_key(call, b) for b in _read(p)))
+        return (rows.call_key(call),)
 
     def decide(self, parsed: Parsed, view: PolicyView, now_ms: int) -> PolicyOutcome:
-        raw = view.get((NAMESPACE, parsed.call))
-        row = None if raw is None else row_decode(raw)
+        raw = view.get(rows.call_key(parsed.call))
+        state = None if raw is None else _state(rows.decode_call(raw))
         p = parsed.payload
         if isinstance(p, CallPayload):
-            return self._call(parsed, p, row, now_ms)
-        if row is None:
+            return self._call(parsed, p, state, now_ms)
+        if state is None:
             unknown = _reject(Reason.AWARD_UNKNOWN_CALL, f"no call {parsed.call!r} was admitted (or it expired)")
-            return self._refused(parsed, p, None, unknown) if isinstance(p, AwardPayload) else PolicyOutcome(objection=unknown)
+            return self._refused(parsed, p, None, (), unknown) if isinstance(p, AwardPayload) else PolicyOutcome(objection=unknown)
         if isinstance(p, BidPayload):
-            return self._bid(parsed, p, row, now_ms)
+            return self._bid(parsed, p, state, view, now_ms)
         if isinstance(p, AwardPayload):
-            return self._award(parsed, p, row, now_ms)
-        return self._settle(parsed, p, row)
+            return self._award(parsed, p, state, view, now_ms)
+        assert parsed.recomputed is not None  # parse recomputed every result's roots
+        return settle(self.registry, parsed.call, parsed.principal, parsed.envelope.receipt.sender, p, state.row, parsed.recomputed)
 
     # ---------------------------------------------------------------- kinds
 
-    def _call(self, parsed: Parsed, p: CallPayload, row: CallRow | None, now_ms: int) -> PolicyOutcome:
+    def _too_far(self, what: str, deadline_ms: int, now_ms: int) -> Objection | None:
+        horizon = self.limits.deadline_horizon_ms
+        if deadline_ms <= now_ms + horizon:
+            return None
+        return _reject(Reason.AWARD_DEADLINE_TOO_FAR, f"{what} is {deadline_ms - now_ms} ms ahead of the guard's clock; at most {horizon} (award.deadline_horizon_ms)")
+
+    def _call(self, parsed: Parsed, p: CallPayload, state: _Call | None, now_ms: int) -> PolicyOutcome:
         awarder = canonical_principal(p.awarder)
         if awarder != parsed.principal:
             return PolicyOutcome(objection=_reject(Reason.AWARD_WRONG_PARTY, f"the call names awarder {p.awarder!r} but is signed by {parsed.envelope.receipt.sender!r}"))
+        if state is not None:
+            return PolicyOutcome(objection=_reject(Reason.AWARD_CALL_EXISTS, f"call {parsed.call!r} was already issued by {state.row.awarder!r}; its rows are kept until {state.row.expires_ms} (epoch ms)"))
         deadline = parse_timestamp(p.award_deadline)
-        new = CallRow(parsed.envelope.receipt.sender, awarder, p.task_class, p.requires_check, deadline)
+        too_far = self._too_far(f"call {parsed.call!r}: award_deadline", deadline, now_ms)
+        if too_far is not None:
+            return PolicyOutcome(objection=too_far)
+        new = CallRow(parsed.envelope.receipt.sender, awarder, p.task_class, p.requires_check, deadline, max(deadline, now_ms) + RETENTION_MS)
         notes = {"call": parsed.call, "task_class": p.task_class, "requires_check": str(p.requires_check).lower()}
-        return PolicyOutcome(writes=(_write(parsed.call, new, now_ms),), annotations=notes)
+        return PolicyOutcome(writes=(_write(rows.call_key(parsed.call), new, new, now_ms),), annotations=notes)
 
-    def _bid(self, parsed: Parsed, p: BidPayload, row: CallRow, now_ms: int) -> PolicyOutcome:
-        bid_id = parsed.envelope.receipt.task_id
-        if row.award is not None:
-            return PolicyOutcome(objection=_reject(Reason.AWARD_CLOSED, f"call {parsed.call!r} is already awarded (to bid {row.award.winner!r})"))
+    def _bid(self, parsed: Parsed, p: BidPayload, state: _Call, view: PolicyView, now_ms: int) -> PolicyOutcome:
+        call, row, bid_id = parsed.call, state.row, parsed.envelope.receipt.task_id
+        if row.awarded is not None:
+            return PolicyOutcome(objection=_reject(Reason.AWARD_CLOSED, f"call {call!r} is already awarded (to bid {row.awarded.award.winner!r})"))
         if now_ms > row.award_deadline_ms:
-            return PolicyOutcome(objection=_reject(Reason.AWARD_CLOSED, f"call {parsed.call!r}: its award deadline has passed"))
-        if len(row.bids) >= MAX_BIDS:
-            return PolicyOutcome(objection=_reject(Reason.AWARD_TOO_MANY_BIDS, f"call {parsed.call!r} already holds {MAX_BIDS} bids"))
+            return PolicyOutcome(objection=_reject(Reason.AWARD_CLOSED, f"call {call!r}: its award deadline has passed"))
+        deadline = parse_timestamp(p.deadline)
+        too_far = self._too_far(f"bid {bid_id!r}: deadline", deadline, now_ms)
+        if too_far is not None:
+            return PolicyOutcome(objection=too_far)
+        if _holds(state, bid_id):
+            return PolicyOutcome(objection=_reject(Reason.AWARD_BID_EXISTS, f"call {call!r} already holds a bid {bid_id!r}"))
+        legacy_counts = Counter(b.principal for b in state.legacy)
+        mine = legacy_counts[parsed.principal] + _count(view, call, parsed.principal)
+        if mine >= self.limits.max_bids_per_bidder:
+            return PolicyOutcome(objection=_reject(Reason.AWARD_BIDDER_LIMIT, f"{parsed.envelope.receipt.sender!r} already holds {mine} bids on call {call!r}; at most {self.limits.max_bids_per_bidder} (award.max_bids_per_bidder)"))
+        if len(row.bid_ids) >= MAX_BIDS:
+            return PolicyOutcome(objection=_reject(Reason.AWARD_TOO_MANY_BIDS, f"call {call!r} already holds {MAX_BIDS} bids"))
         t = p.receipt
-        bid = BidRow(bid_id, parsed.envelope.receipt.sender, parsed.principal, p.cost, parse_timestamp(p.deadline), t.canonicalizer_id, t.commits, t.verifier_manifest)
-        new = msgspec.structs.replace(row, bids=(*row.bids, bid))
+        bid = BidRow(bid_id, parsed.envelope.receipt.sender, parsed.principal, p.cost, deadline, t.canonicalizer_id, t.commits, t.verifier_manifest)
+        new = msgspec.structs.replace(row, bid_ids=(*row.bid_ids, rows.bid_digest(bid_id)))
+        writes = [_write(rows.call_key(call), new, new, now_ms), _write(rows.bid_key(call, bid_id), bid, new, now_ms)]
+        legacy_counts[parsed.principal] = mine + 1
+        writes += [_write(rows.bidder_key(call, who), rows.Count(n), new, now_ms) for who, n in sorted(legacy_counts.items())]
+        writes += [_write(rows.bid_key(call, b.bid), b, new, now_ms) for b in state.legacy]  # a legacy row's bids, migrated once
         mode = self._mode(bid, row)
-        notes = {"call": parsed.call, "bid": bid_id, "canonicalizer_id": t.canonicalizer_id, "awardable": mode[0] if mode else "no"}
-        return PolicyOutcome(writes=(_write(parsed.call, new, now_ms),), annotations=notes)
+        notes = {"call": call, "bid": bid_id, "canonicalizer_id": t.canonicalizer_id, "awardable": mode[0] if mode else "no"}
+        return PolicyOutcome(writes=tuple(writes), annotations=notes)
 
-    def _award(self, parsed: Parsed, p: AwardPayload, row: CallRow, now_ms: int) -> PolicyOutcome:
-        objection = self._award_objection(parsed, p, row, now_ms)
+    def _award(self, parsed: Parsed, p: AwardPayload, state: _Call, view: PolicyView, now_ms: int) -> PolicyOutcome:
+        named = {b: found for b in _read(p) if (found := _find(view, parsed.call, b, state)) is not None}
+        objection = self._award_objection(parsed, p, state, named, now_ms)
         if objection is not None:
-            return self._refused(parsed, p, row, objection)
-        winner = row.bid(p.winner)
-        assert winner is not None
+            return self._refused(parsed, p, state.row, tuple(named[b] for b in _notice_order(p) if b in named), objection)
+        winner = named[p.winner]
         award = AwardRow(p.winner, p.mode, p.verifier, p.risk_price)
-        new = msgspec.structs.replace(row, award=award)
+        new = msgspec.structs.replace(state.row, awarded=AwardedRow(award, winner), expires_ms=max(state.row.expires_ms, winner.deadline_ms + RETENTION_MS))
         notes = {"call": parsed.call, "winner": p.winner, "bidder": winner.bidder, "mode": p.mode, "canonicalizer_id": winner.canonicalizer_id}
         if p.mode == "delegated":
             verifier = self.registry.delegation(p.verifier or "", winner.canonicalizer_id)
@@ -169,21 +222,22 @@ class AwardPolicy:
             notes |= {"delegated_to": verifier.manifest, "verifier": verifier.agent_id}
         if p.mode == "best_effort":
             notes |= {"downgrade": "best_effort", "risk_price": str(p.risk_price), "cost": str(winner.cost)}
-        return PolicyOutcome(writes=(_write(parsed.call, new, now_ms, winner.deadline_ms),), annotations=notes)
+        return PolicyOutcome(writes=(_write(rows.call_key(parsed.call), new, new, now_ms),), annotations=notes)
 
-    def _award_objection(self, parsed: Parsed, p: AwardPayload, row: CallRow, now_ms: int) -> Objection | None:
-        call = parsed.call
+    def _award_objection(self, parsed: Parsed, p: AwardPayload, state: _Call, named: Mapping[str, BidRow], now_ms: int) -> Objection | None:
+        call, row = parsed.call, state.row
         if parsed.principal != row.principal:
             return _reject(Reason.AWARD_WRONG_PARTY, f"call {call!r} belongs to awarder {row.awarder!r}, not {parsed.envelope.receipt.sender!r}")
+        if row.awarded is not None:
+            return _reject(Reason.AWARD_ALREADY_AWARDED, f"call {call!r} was already awarded to bid {row.awarded.award.winner!r}: one award per call")
         if now_ms > row.award_deadline_ms:
             return _reject(Reason.AWARD_CLOSED, f"call {call!r}: its award deadline has passed")
-        unknown = [b for b in (p.winner, *p.ranked) if row.bid(b) is None]
+        unknown = [b for b in (p.winner, *p.ranked) if not _holds(state, b) or (b == p.winner and b not in named)]
         if unknown:
             return _reject(Reason.AWARD_UNKNOWN_BID, f"call {call!r} has no admitted bid {unknown[0]!r}")
         if p.winner not in p.ranked:
             return _reject(Reason.AWARD_UNRANKED_BID, f"the winner {p.winner!r} is not among the bids the award says it ranked")
-        winner = row.bid(p.winner)
-        assert winner is not None
+        winner = named[p.winner]
         cid = winner.canonicalizer_id
         if p.mode == "verified" and self.registry.recompute(cid) is None:
             return _reject(
@@ -204,9 +258,10 @@ class AwardPolicy:
                 return _reject(Reason.AWARD_BEST_EFFORT_NOT_TOLERATED, f"task class {row.task_class!r} does not tolerate best-effort awards here")
         return None
 
-    def _refused(self, parsed: Parsed, p: AwardPayload, row: CallRow | None, objection: Objection) -> PolicyOutcome:
-        """A refused award: its reject-and-rebid notice to the awarder."""
-        awardable = () if row is None else tuple(self._awardable(row))
+    def _refused(self, parsed: Parsed, p: AwardPayload, row: CallRow | None, named: tuple[BidRow, ...], objection: Objection) -> PolicyOutcome:
+        """A refused award: its reject-and-rebid notice to the awarder, listing
+        which of the bids it ranked first (NOTICE_BIDS), then its winner, could be awarded here."""
+        awardable = () if row is None else tuple(self._awardable(named, row))
         notice = RebidNotice(
             call=parsed.call,
             awarder=row.awarder if row is not None else parsed.envelope.receipt.sender,
@@ -217,53 +272,6 @@ class AwardPolicy:
         )
         notes = {"call": parsed.call, "winner": p.winner, "mode": p.mode, "awardable": ",".join(a.bid for a in awardable)}
         return PolicyOutcome(objection=objection, annotations=notes, notices=(Notice(route=REBID_ROUTE, key=parsed.call.encode(), value=notice_encode(notice)),))
-
-    def _settle(self, parsed: Parsed, p: ResultPayload, row: CallRow) -> PolicyOutcome:
-        award = row.award
-        if award is None:
-            return PolicyOutcome(objection=_reject(Reason.SETTLEMENT_NO_AWARD, f"call {parsed.call!r} has no admitted award to settle"))
-        winner = row.bid(award.winner)
-        assert winner is not None
-        if parsed.principal != winner.principal:
-            return PolicyOutcome(objection=_reject(Reason.AWARD_WRONG_PARTY, f"call {parsed.call!r} was awarded to {winner.bidder!r}, not {parsed.envelope.receipt.sender!r}"))
-        if (p.output if winner.commits == "output" else p.trace) is None:
-            return PolicyOutcome(objection=_reject(Reason.MALFORMED_FIELD, f"cnet.result payload: the winning bid commits its root over its {winner.commits}; send {winner.commits}"))
-        data = delivered(p)
-        notes = {"call": parsed.call, "winner": award.winner, "mode": award.mode, "attributed_to": winner.bidder, "committed_root": p.state_root}
-        if award.mode == "best_effort":
-            return PolicyOutcome(annotations={**notes, "settlement": "unverified", "verification": "unverified"})
-        if award.mode == "delegated":
-            return self._delegated(parsed, p, winner, award, data, notes)
-        canonicalizer = self.registry.recompute(winner.canonicalizer_id)
-        if canonicalizer is None:
-            return _escalate(Reason.SETTLEMENT_UNRECOMPUTABLE, f"canonicalizer {winner.canonicalizer_id!r} is no longer registered here", notes)
-        try:
-            root = canonicalizer.root(data)
-        except MalformedOutput as exc:
-            return _escalate(Reason.SETTLEMENT_UNRECOMPUTABLE, f"{winner.bidder!r} delivered {winner.commits} {canonicalizer.id} cannot read: {exc}", {**notes, "problem": exc.problem})
-        if root != p.state_root:
-            detail = f"{winner.bidder!r} committed state_root {p.state_root} but {winner.commits} recomputes under {canonicalizer.id} to {root}"
-            return _escalate(Reason.SETTLEMENT_MISMATCH, detail, {**notes, "recomputed_root": root})
-        return PolicyOutcome(annotations={**notes, "recomputed_root": root, "settlement": "settled", "verification": "recomputed"})
-
-    def _delegated(self, parsed: Parsed, p: ResultPayload, winner: BidRow, award: AwardRow, data: bytes, notes: dict[str, str]) -> PolicyOutcome:
-        verifier = self.registry.delegation(award.verifier or "", winner.canonicalizer_id)
-        if verifier is None:
-            return _escalate(Reason.SETTLEMENT_BAD_ATTESTATION, f"verifier manifest {award.verifier!r} is no longer trust-delegated here", notes)
-        notes = {**notes, "verifier": verifier.agent_id}
-        if p.attestation is None:
-            return _escalate(Reason.SETTLEMENT_BAD_ATTESTATION, f"a delegated award settles only on an attestation by {verifier.agent_id!r}; none sent", notes)
-        message = attestation_input(
-            verifier_manifest=verifier.manifest,
-            call=parsed.call,
-            bid=winner.bid,
-            canonicalizer_id=winner.canonicalizer_id,
-            state_root=p.state_root,
-            output_sha256=hashlib.sha256(data).hexdigest(),
-        )
-        if message is None or not verify_signature(verifier.public_key, message, b64url_decode_strict(p.attestation, 64)):
-            return _escalate(Reason.SETTLEMENT_BAD_ATTESTATION, f"the attestation does not verify with {verifier.agent_id!r}'s registered key over this call, bid, root and output", notes)
-        return PolicyOutcome(annotations={**notes, "settlement": "settled", "verification": "delegated"})
 
     # ---------------------------------------------------------------- modes
 
@@ -278,11 +286,41 @@ class AwardPolicy:
             return "best_effort", None
         return None
 
-    def _awardable(self, row: CallRow) -> Iterable[Awardable]:
-        for bid in row.bids:
+    def _awardable(self, bids: Iterable[BidRow], row: CallRow) -> Iterable[Awardable]:
+        for bid in bids:
             mode = self._mode(bid, row)
             if mode is not None:
                 yield Awardable(bid=bid.bid, bidder=bid.bidder, cost=bid.cost, mode=mode[0], canonicalizer_id=bid.canonicalizer_id, verifier_manifest=mode[1])
+
+
+def _state(decoded: CallRow | Legacy) -> _Call:
+    return _Call(decoded.row, decoded.bids, True) if isinstance(decoded, Legacy) else _Call(decoded)
+
+
+def _read(p: AwardPayload) -> Iterable[str]:
+    """The bid rows an award reads: its winner and its first NOTICE_BIDS ranked bids."""
+    return dict.fromkeys((p.winner, *p.ranked[:NOTICE_BIDS]))
+
+
+def _notice_order(p: AwardPayload) -> Iterable[str]:
+    return dict.fromkeys((*p.ranked[:NOTICE_BIDS], p.winner))
+
+
+def _holds(state: _Call, bid: str) -> bool:
+    return state.row.holds(bid)  # a legacy row's digests are computed from its inline bids (rows.decode_call)
+
+
+def _find(view: PolicyView, call: str, bid: str, state: _Call) -> BidRow | None:
+    legacy = next((b for b in state.legacy if b.bid == bid), None)
+    if legacy is not None or state.is_legacy:
+        return legacy  # a legacy call's bids are all inline until it is migrated
+    raw = view.get(rows.bid_key(call, bid))
+    return None if raw is None else rows.decode_bid(raw)
+
+
+def _count(view: PolicyView, call: str, principal: str) -> int:
+    raw = view.get(rows.bidder_key(call, principal))
+    return 0 if raw is None else rows.decode_count(raw)
 
 
 def _stamps(p: Payload) -> tuple[tuple[str, str], ...]:
@@ -293,31 +331,37 @@ def _stamps(p: Payload) -> tuple[tuple[str, str], ...]:
     return ()
 
 
-def _write(call: str, row: CallRow, now_ms: int, *deadlines: int) -> PolicyWrite:
-    keep_until = max((row.award_deadline_ms, *deadlines, *(b.deadline_ms for b in row.bids if row.award is None))) + RETENTION_MS
-    return PolicyWrite((NAMESPACE, call), row_encode(row), ttl_ms=max(keep_until - now_ms, RETENTION_MS))
-
-
-def _escalate(reason: Reason, detail: str, notes: dict[str, str]) -> PolicyOutcome:
-    return PolicyOutcome(objection=Objection(Outcome.ESCALATE, reason, detail), annotations={**notes, "settlement": "escalated"})
+def _write(key: PolicyKey, value: CallRow | BidRow | rows.Count, call: CallRow, now_ms: int) -> PolicyWrite:
+    """Every row of a call expires with the call row (its `expires_ms`)."""
+    return PolicyWrite(key, rows.encode(value), ttl_ms=max(call.expires_ms - now_ms, 1))
 
 
 POLICY: Final = AwardPolicy()
 
 
-def configure(registry: VerificationRegistry) -> None:
-    """Install the config's registry (busguard.wiring, before the guard starts)."""
-    POLICY.configure(registry)
+def configure(registry: VerificationRegistry, limits: AwardConfig = DEFAULT_LIMITS) -> None:
+    """Install the config's registry and `[award]` limits (busguard.wiring, before the guard starts)."""
+    POLICY.configure(registry, limits)
 
 
 #: The reason codes each kind may give (KindSpec.reasons).
 _PARSE = (Reason.UNKNOWN_FIELD, Reason.MISSING_FIELD, Reason.WRONG_TYPE, Reason.MALFORMED_FIELD, Reason.NOT_JSON, Reason.DUPLICATE_KEY, Reason.MALFORMED_AGENT_ID)
-CALL_REASONS: Final = (*_PARSE, Reason.MALFORMED_TIMESTAMP, Reason.AWARD_WRONG_PARTY)
-BID_REASONS: Final = (*_PARSE, Reason.MALFORMED_TIMESTAMP, Reason.AWARD_UNKNOWN_CALL, Reason.AWARD_CLOSED, Reason.AWARD_TOO_MANY_BIDS)
+CALL_REASONS: Final = (*_PARSE, Reason.MALFORMED_TIMESTAMP, Reason.AWARD_WRONG_PARTY, Reason.AWARD_CALL_EXISTS, Reason.AWARD_DEADLINE_TOO_FAR)
+BID_REASONS: Final = (
+    *_PARSE,
+    Reason.MALFORMED_TIMESTAMP,
+    Reason.AWARD_UNKNOWN_CALL,
+    Reason.AWARD_CLOSED,
+    Reason.AWARD_DEADLINE_TOO_FAR,
+    Reason.AWARD_BID_EXISTS,
+    Reason.AWARD_BIDDER_LIMIT,
+    Reason.AWARD_TOO_MANY_BIDS,
+)
 AWARD_REASONS: Final = (
     *_PARSE,
     Reason.AWARD_UNKNOWN_CALL,
     Reason.AWARD_WRONG_PARTY,
+    Reason.AWARD_ALREADY_AWARDED,
     Reason.AWARD_CLOSED,
     Reason.AWARD_UNKNOWN_BID,
     Reason.AWARD_UNRANKED_BID,

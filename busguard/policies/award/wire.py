@@ -8,8 +8,8 @@ an awarder's) must never differ. The receipt's `task_id` names the record:
 a call's and an award's and a result's task_id is the call id (so the task
 index admits one award and one settlement per call); a bid's is the bid id.
 
-Also here: the rebid notice busguard emits for a refused award, the row the
-policy keeps per call, and the statement a delegated verifier signs.
+Also here: the rebid notice busguard emits for a refused award and the
+statement a delegated verifier signs (the policy's rows are in rows.py).
 """
 
 from __future__ import annotations
@@ -29,11 +29,8 @@ from busguard.protocol.reasons import Outcome, Reason
 __all__ = [
     "ATTESTATION_CONTEXT",
     "AwardPayload",
-    "AwardRow",
     "BidPayload",
-    "BidRow",
     "CallPayload",
-    "CallRow",
     "KIND_AWARD",
     "KIND_BID",
     "KIND_CALL",
@@ -70,7 +67,7 @@ Mode = Literal["verified", "delegated", "best_effort"]
 class CallPayload(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     """`cnet.call`: the awarder's call for bids. Sender: the awarder."""
 
-    awarder: _Id
+    awarder: str  # an agent id (protocol.md 5.1): checked by canonical_principal, malformed_agent_id
     task_class: _TaskClass
     task: _Text
     requires_check: bool
@@ -172,10 +169,11 @@ def _shape(kind: str, p: Payload) -> Payload | Objection:
             return _refuse(kind, Reason.MALFORMED_FIELD, "ranked lists a bid more than once")
         if len(p.ranked) > 64:
             return _refuse(kind, Reason.MALFORMED_FIELD, f"ranked lists {len(p.ranked)} bids; at most 64")
-        if (p.verifier is not None) != (p.mode == "delegated"):
-            return _refuse(kind, Reason.MALFORMED_FIELD, "verifier is required for mode delegated and only for it")
-        if (p.risk_price is not None) != (p.mode == "best_effort"):
-            return _refuse(kind, Reason.MALFORMED_FIELD, "risk_price is required for mode best_effort and only for it")
+        for field, value, mode in (("verifier", p.verifier, "delegated"), ("risk_price", p.risk_price, "best_effort")):
+            if value is None and p.mode == mode:
+                return _refuse(kind, Reason.MISSING_FIELD, f"{field} is required for mode {mode}")
+            if value is not None and p.mode != mode:
+                return _refuse(kind, Reason.MALFORMED_FIELD, f"{field} is allowed only for mode {mode}, not {p.mode}")
     if isinstance(p, ResultPayload):
         if (p.output is None) == (p.trace is None):
             return _refuse(kind, Reason.MALFORMED_FIELD, "exactly one of output and trace")
@@ -203,47 +201,6 @@ def attestation_input(*, verifier_manifest: str, call: str, bid: str, canonicali
     if any("\x00" in f for f in fields):
         return None
     return ATTESTATION_CONTEXT + b"".join(f.encode() + b"\x00" for f in fields)
-
-
-# ------------------------------------------------------------ policy state
-
-
-class BidRow(msgspec.Struct, frozen=True, array_like=True):
-    bid: str
-    bidder: str  # the bidder's agent id as it signed
-    principal: str
-    cost: int
-    deadline_ms: int
-    canonicalizer_id: str
-    commits: str
-    verifier_manifest: str | None
-
-
-class AwardRow(msgspec.Struct, frozen=True, array_like=True):
-    winner: str
-    mode: str
-    verifier: str | None
-    risk_price: int | None
-
-
-class CallRow(msgspec.Struct, frozen=True, array_like=True):
-    """The one policy row per call (key ("cnet", call id)): the call, the bids
-    admitted for it in admission order, and its award once admitted."""
-
-    awarder: str
-    principal: str
-    task_class: str
-    requires_check: bool
-    award_deadline_ms: int
-    bids: tuple[BidRow, ...] = ()
-    award: AwardRow | None = None
-
-    def bid(self, bid_id: str) -> BidRow | None:
-        return next((b for b in self.bids if b.bid == bid_id), None)
-
-
-row_encode: Final = msgspec.msgpack.Encoder().encode
-row_decode: Final = msgspec.msgpack.Decoder(CallRow).decode
 
 
 # ------------------------------------------------------------ rebid notice

@@ -30,6 +30,10 @@ import nacl.signing
 FORMAT = "busguard.cnet.v1"
 NOW = "2026-11-29T12:00:00.000Z"
 DEADLINE = "2026-11-29T13:00:00.000Z"
+LATE_DEADLINE = "2026-12-07T12:00:00.000Z"  # NOW + 8 days: inside the default 30-day horizon, past the 7-day task retention
+LATER = "2026-12-06T13:00:00.000Z"  # NOW + 7 days + 1 hour: the calls' task entries have expired, their rows have not
+FAR = "9999-12-31T23:59:59Z"  # beyond any horizon
+BIDDERS = tuple(f"bidder-{i}" for i in range(7))
 MANIFEST = "acme-verifier/v1"
 B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 
@@ -88,16 +92,16 @@ def attest(call: str, bid: str, root: str, output: bytes, who: str = "verifier")
     return b64url(nacl.signing.SigningKey(seed(who)).sign(message).signature)
 
 
-def call(awarder: str, task_class: str, requires_check: bool) -> str:
+def call(awarder: str, task_class: str, requires_check: bool, deadline: str = DEADLINE) -> str:
     return (
         f'{{"awarder":"{agent(awarder)}","task_class":"{task_class}","task":"normalise the rows",'
-        f'"requires_check":{json.dumps(requires_check)},"award_deadline":"{DEADLINE}"}}'
+        f'"requires_check":{json.dumps(requires_check)},"award_deadline":"{deadline}"}}'
     )
 
 
-def bid(call_id: str, cost: int, canonicalizer: str, commits: str = "output", manifest: str | None = None) -> str:
+def bid(call_id: str, cost: int, canonicalizer: str, commits: str = "output", manifest: str | None = None, deadline: str = DEADLINE) -> str:
     m = f',"verifier_manifest":"{manifest}"' if manifest else ""
-    return f'{{"call":"{call_id}","cost":{cost},"deadline":"{DEADLINE}","receipt":{{"canonicalizer_id":"{canonicalizer}","commits":"{commits}"{m}}}}}'
+    return f'{{"call":"{call_id}","cost":{cost},"deadline":"{deadline}","receipt":{{"canonicalizer_id":"{canonicalizer}","commits":"{commits}"{m}}}}}'
 
 
 def notice(call_id: str, winner: str, reason: str, detail: str, awardable: list[tuple[str, str, int, str, str, str | None]]) -> str:
@@ -108,8 +112,14 @@ def notice(call_id: str, winner: str, reason: str, detail: str, awardable: list[
     return f'{{"type":"rebid","call":"{call_id}","awarder":"{agent("awarder")}","winner":"{winner}","reason":"{reason}","detail":{json.dumps(detail)},"awardable":[{items}]}}'
 
 
-def step(sender: str, kind: str, task_id: str, payload: str, outcome: str, reason: str, **expect: Any) -> dict[str, Any]:
-    return {"sender": sender, "kind": kind, "task_id": task_id, "payload": payload, "expect": {"outcome": outcome, "reason": reason, **expect}}
+def step(sender: str, kind: str, task_id: str, payload: str, outcome: str, reason: str, at: str | None = None, **expect: Any) -> dict[str, Any]:
+    when = {} if at is None else {"at": at}
+    return {"sender": sender, "kind": kind, "task_id": task_id, "payload": payload, **when, "expect": {"outcome": outcome, "reason": reason, **expect}}
+
+
+def call_long_awarder() -> str:
+    """A call naming a 300-character awarder (section 5.1 allows 512): parsed, then refused as not its signer."""
+    return f'{{"awarder":"{"a" * 300}","task_class":"t","task":"x","requires_check":true,"award_deadline":"{DEADLINE}"}}'
 
 
 UNRECOMPUTABLE = (
@@ -168,7 +178,9 @@ def scenarios() -> list[dict[str, Any]]:
         step("bidder-b", "cnet.result", "c1", f'{{"state_root":"{JCS_ROOT}","output":"{b64url(OUTPUT)}"}}', "reject", "settlement_no_award"),
         step("bidder-b", "cnet.bid", "c1/bid-2", '{"call":"c1","call":"c1","cost":1,"deadline":"' + DEADLINE + '","receipt":{"canonicalizer_id":"jcs-sha256","commits":"output"}}', "reject", "duplicate_key"),
         step("bidder-b", "cnet.bid", "c1/bid-3", '{"call":"c1","cost":1,"deadline":"' + DEADLINE + '","receipt":{"canonicalizer_id":"jcs-sha256","commits":"output"},"note":"x"}', "reject", "unknown_field"),
-        step("awarder", "cnet.award", "c1", '{"winner":"c1/bid-b","ranked":["c1/bid-b"],"mode":"delegated"}', "reject", "malformed_field"),
+        step("awarder", "cnet.award", "c1", '{"winner":"c1/bid-b","ranked":["c1/bid-b"],"mode":"delegated"}', "reject", "missing_field"),
+        step("awarder", "cnet.award", "c1", '{"winner":"c1/bid-b","ranked":["c1/bid-b"],"mode":"verified","risk_price":3}', "reject", "malformed_field"),
+        step("bidder-b", "cnet.call", "c1-long", call_long_awarder(), "reject", "award_wrong_party"),
         step("bidder-c", "cnet.bid", "c1/bid-c", bid("c1", 60, "zk-trace.v3", "trace", "shady-verifier/v1"), "forward", "admitted"),
         step("awarder", "cnet.award", "c1", '{"winner":"c1/bid-c","ranked":["c1/bid-c"],"mode":"delegated","verifier":"shady-verifier/v1"}', "reject", "award_untrusted_verifier"),
         step("awarder", "cnet.award", "c1", '{"winner":"c1/bid-b","ranked":["c1/bid-b"],"mode":"verified"}', "forward", "admitted"),
@@ -178,14 +190,30 @@ def scenarios() -> list[dict[str, Any]]:
         ),
     ]
     full = [step("awarder", "cnet.call", "c5", call("awarder", "transform.table", True), "forward", "admitted")]
-    full += [step("bidder-b", "cnet.bid", f"c5/bid-{i}", bid("c5", i, "jcs-sha256"), "forward", "admitted") for i in range(64)]
+    full += [step("bidder-b", "cnet.bid", f"c5/bid-{i}", bid("c5", i, "jcs-sha256"), "forward", "admitted") for i in range(8)]
+    full += [step("bidder-b", "cnet.bid", "c5/bid-8", bid("c5", 8, "jcs-sha256"), "reject", "award_bidder_limit")]
+    full += [step(who, "cnet.bid", f"c5/bid-{who}-{i}", bid("c5", i, "jcs-sha256"), "forward", "admitted") for who in BIDDERS for i in range(8)]
     full += [step("bidder-c", "cnet.bid", "c5/bid-64", bid("c5", 1, "jcs-sha256"), "reject", "award_too_many_bids")]
+    lifetimes = [
+        step("awarder", "cnet.call", "c8", call("awarder", "transform.table", True, FAR), "reject", "award_deadline_too_far"),
+        step("awarder", "cnet.call", "c6", call("awarder", "transform.table", True, LATE_DEADLINE), "forward", "admitted"),
+        step("bidder-b", "cnet.bid", "c6/bid-far", bid("c6", 1, "jcs-sha256", deadline=FAR), "reject", "award_deadline_too_far"),
+        step("bidder-b", "cnet.bid", "c6/bid-b", bid("c6", 120, "jcs-sha256"), "forward", "admitted"),
+        step("bidder-c", "cnet.bid", "c6/bid-c", bid("c6", 90, "jcs-sha256"), "forward", "admitted"),
+        step("awarder", "cnet.award", "c6", '{"winner":"c6/bid-b","ranked":["c6/bid-b","c6/bid-c"],"mode":"verified"}', "forward", "admitted"),
+        step("bidder-c", "cnet.call", "c6", call("bidder-c", "transform.table", True, LATE_DEADLINE), "reject", "award_call_exists", at=LATER),
+        step("awarder", "cnet.award", "c6", '{"winner":"c6/bid-c","ranked":["c6/bid-c","c6/bid-b"],"mode":"verified"}', "reject", "award_already_awarded", at=LATER),
+        step("awarder", "cnet.call", "c7", call("awarder", "transform.table", True, LATE_DEADLINE), "forward", "admitted"),
+        step("bidder-b", "cnet.bid", "c7/bid-b", bid("c7", 120, "jcs-sha256"), "forward", "admitted"),
+        step("bidder-b", "cnet.bid", "c7/bid-b", bid("c7", 100, "jcs-sha256"), "reject", "award_bid_exists", at=LATER),
+    ]
     return [
         {"name": "seed-002-incident", "steps": seed_incident},
         {"name": "best-effort", "steps": best_effort},
         {"name": "delegated", "steps": delegated},
         {"name": "refusals", "steps": refusals},
         {"name": "full-call", "steps": full},
+        {"name": "lifetimes", "steps": lifetimes},
     ]
 
 
@@ -194,7 +222,7 @@ def document() -> dict[str, Any]:
     return {
         "format": FORMAT,
         "now": NOW,
-        "agents": {name: {"seed": seed(name).hex(), "agent_id": agent(name)} for name in ("awarder", "bidder-b", "bidder-c", "verifier")},
+        "agents": {name: {"seed": seed(name).hex(), "agent_id": agent(name)} for name in ("awarder", "bidder-b", "bidder-c", "verifier", *BIDDERS)},
         "registry": {
             "canonicalizers": ["jcs-sha256", "merkle-sha256"],
             "best_effort_task_classes": ["advisory.summary"],
