@@ -22,6 +22,7 @@ MemoryStore, seal, outputs) — and checks the guarantees:
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import hashlib
 import random
@@ -235,6 +236,7 @@ class Campaign:
             if d.covers_to != next_offset(item) - 1:
                 raise InvariantBroken(f"decision at {d.source.offset} covers to {d.covers_to}, its item to {next_offset(item) - 1}")
         s.decided += len(items)
+        starts = sorted(decided)
         for b in batches:
             if not b.pristine:
                 continue
@@ -242,6 +244,9 @@ class Campaign:
                 if o >= end:
                     break  # stopped early (the cap): the next poll would read it
                 d = decided.get(o)
+                if d is None:  # inside a span (a bomb past the bound is one span decision for its records)
+                    i = bisect.bisect_right(starts, o) - 1
+                    d = decided[starts[i]] if i >= 0 and decided[starts[i]].covers_to >= o else None
                 if d is None:
                     s.missing += 1
                 elif o in b.valid and d.reason != "admitted":

@@ -28,6 +28,7 @@ from busguard.policies.compromise.message import (
 )
 from busguard.policies.compromise.policy import (
     KIND_COMPROMISE_NOTICE,
+    MAX_NOTICES_PER_ROW,
     CompromiseSettings,
     agent_row,
     key_row,
@@ -41,6 +42,7 @@ from busguard.protocol.records import Decision
 from busguard.protocol.signing import public_key_from_seed
 from busguard.sdk.scope import verify_forwarded
 from busguard.sdk.sender import Sender, SignedRecord
+from busguard.state.memory import MemoryStore
 from tests.unit import compromise_kit as kit
 from tests.unit.compromise_kit import AUDIT, LOG, MEMORY, NOW, OPERATOR, PLAN, SESSION, SUCCESSOR
 from tests.unit.harness import Harness
@@ -115,6 +117,21 @@ def test_a_notice_from_a_trusted_issuer_is_admitted_and_kept_under_the_row_it_co
     # A second notice on the same row is merged, not overwritten.
     d2 = h.one(notice_record(kit.notice("n-2", session_id="sess-1")))
     assert d2.annotations is not None and d2.annotations["notices_on_row"] == "2"
+
+
+def test_a_row_keeps_at_most_64_notices() -> None:
+    """An issuer cannot grow one row without bound (docs/operations.md,
+    "Bounds"): past MAX_NOTICES_PER_ROW the row keeps the notices that start
+    earliest, and its TTL is the retention from the latest admission."""
+    h = harness()
+    ds = [h.one(notice_record(kit.notice(f"n-{i:03d}", session_id="sess-1", compromised_from=NOW - 1_000_000 + i))) for i in range(70)]
+    assert all(d.reason == Reason.ADMITTED for d in ds)
+    assert [d.annotations["notices_on_row"] for d in ds if d.annotations is not None][-7:] == ["64"] * 7
+    store = h.store
+    assert isinstance(store, MemoryStore)
+    kept = msgspec.json.decode(store.policy[session_row(canonical_principal(SESSION), "sess-1")].value)
+    assert len(kept) == MAX_NOTICES_PER_ROW == 64
+    assert {n["notice_id"] for n in kept} == {f"n-{i:03d}" for i in range(64)}
 
 
 @pytest.mark.parametrize(

@@ -65,6 +65,24 @@ def test_rows_expire(store: StateStore) -> None:
     assert store.counts()["nonces"] == 0 and store.counts()["tasks"] == 2
 
 
+def test_tasks_and_session_windows_expire_after_their_retentions(store: StateStore, tmp_path: Path) -> None:
+    """The lifetimes docs/operations.md ("Bounds") promises for the task index
+    and the session windows: gone once `task_retention_ms` after admission and
+    `session_retention_ms` after the window's last record have passed."""
+    day = 86_400_000
+    store.task_retention_ms = day  # type: ignore[attr-defined]  # every backend takes it as a constructor option
+    h = Harness(store=store, policy=AdmissionPolicy(session_retention_ms=2 * day, task_retention_ms=day))
+    rec = sender("planner", session_path=tmp_path / "planner.session.json").sign(kind="handoff", task_id="t", receiver=agent("executor"), payload=b"p")
+    assert h.one(rec).reason == "admitted"
+    assert store.counts()["tasks"] == 1 and store.counts()["windows"] == 1
+    assert store.expire(NOW + day - 1) == 1  # only the nonce (10 minutes) is due before the task's day
+    assert store.counts()["tasks"] == 1
+    assert store.expire(NOW + day + 1) == 1  # the task
+    assert store.counts()["tasks"] == 0 and store.counts()["windows"] == 1
+    assert store.expire(NOW + 2 * day + 1) == 1  # the session window
+    assert store.counts()["windows"] == 0
+
+
 def test_first_admission_stays_the_witness(store: StateStore) -> None:
     h = Harness(store=store)
     first = _handoff()
