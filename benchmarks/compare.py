@@ -137,10 +137,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import base64
 import gc
 import hashlib
+import importlib.util
 import json
 import logging
 import os
