@@ -2,8 +2,9 @@
 the state changes it needs out. No I/O, no clock, no Kafka (docs/design.md,
 "Principles", 1: pure core, thin I/O shell).
 
-The shape follows Bytewax's `StatefulLogic`: the shell owns the state and the
-clock; this module only computes. It runs in three stages so the shell can
+The shape follows Bytewax's `stateful_map`, not its `StatefulLogic`: the
+shell owns the state and the clock and hands this module a view of both; it
+only computes and returns what to write. It runs in three stages so the shell can
 batch the expensive middle one across threads:
 
 1. `precheck`  — parse and cheap checks; never touches state.

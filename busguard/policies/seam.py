@@ -1,7 +1,8 @@
 """The policy seam: what a kind's policy is given and what it may answer.
 
-A policy is a pure object shaped like Bytewax's `StatefulLogic`: the shell
-owns the state and the clock; the policy only computes. Admission calls, in
+A policy is pure, shaped like the function of Bytewax's `stateful_map`
+rather than its `StatefulLogic` (which holds its own state): the shell owns
+the state and the clock and passes a view of both; the policy only computes. Admission calls, in
 this order (docs/design.md, "The policy seam"; docs/protocol.md 7.1):
 
 1. `parse(envelope)` (or `ContextualPolicy.parse_in`) -> the kind's parsed
