@@ -71,10 +71,6 @@ def kind_names() -> tuple[str, ...]:
     return tuple(KINDS)
 
 
-def is_known_kind(kind: str) -> bool:
-    return kind in KINDS
-
-
 def single_witness(kind: str | None) -> bool:
     """Whether a task of this kind must have one admitted witness (auditor)."""
     spec = KINDS.get(kind) if kind is not None else None
@@ -90,4 +86,4 @@ def run_policies(envelope: Envelope) -> Objection | None:
     return None
 
 
-__all__ = ["KINDS", "Interceptor", "KindSpec", "Objection", "is_known_kind", "kind_names", "run_policies", "single_witness"]
+__all__ = ["KINDS", "Interceptor", "KindSpec", "Objection", "kind_names", "run_policies", "single_witness"]

@@ -41,7 +41,7 @@ they cannot use is an `Objection`, never an exception.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Final, NamedTuple, Protocol, TypeVar, runtime_checkable
+from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import msgspec
 
@@ -77,9 +77,6 @@ class PolicyOutcome(msgspec.Struct, frozen=True, kw_only=True):
     annotations: Mapping[str, str] | None = None
     replacement: bytes | None = None
     notices: tuple[Notice, ...] = ()
-
-
-ADMIT: Final = PolicyOutcome()
 
 
 class PolicyView(Protocol):
