@@ -77,7 +77,7 @@ def main() -> int:
         ("incident (refused)", 3, encode_request(trace)),
         ("incident + ledger", 3, encode_request(trace, ledger)),
         (f"window {args.nodes}", args.nodes, encode_request(big)),
-        (f"window, 1 MiB max", fit_nodes, fit),
+        ("window, 1 MiB max", fit_nodes, fit),
     ]
     policy = TaintReplayPolicy()
     print(f"{'request':22} {'nodes':>7} {'bytes':>9} {'ms/request':>11} {'forward_bytes':>14}  verdict")

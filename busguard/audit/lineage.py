@@ -406,7 +406,7 @@ class _Judge:
         for sha, why in sorted(self.led.bad_inclusions.items()):
             self.flag("bad_inclusion", f"audit record sha256 {sha[:16]}… is not proven by its tree head (excluded from the lineage): {why}")
         out = []
-        for name, c in sorted(self.led.chains.items()):
+        for _, c in sorted(self.led.chains.items()):
             label = f"chain {c.chain} of {c.guard}"
             seqs = sorted(c.heads)
             for seq in seqs:

@@ -121,7 +121,7 @@ class _Corrupt(Exception):
 def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     """Zigzag varint (as Kafka's records use), at most 10 bytes, within `end`."""
     shift = value = 0
-    for i in range(10):
+    for _ in range(10):
         if pos >= end:
             raise _Corrupt("truncated varint")
         b = buf[pos]

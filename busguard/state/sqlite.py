@@ -65,7 +65,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-import msgspec
 
 from busguard.protocol.records import Coordinates, Decision, TaskEntry
 from busguard.state import sealrows

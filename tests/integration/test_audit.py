@@ -91,7 +91,7 @@ async def test_audit_after_a_crash_and_restart_proves_exactly_once(broker: Embed
     survivor = GuardProcess(s)
     try:
         survivor.wait_ready()
-        got = await collect(s.bootstrap, s.outputs, lambda c: all_decided(s, c, total) and len({(r.topic, r.value) for r in c[s.audit]}) >= total)
+        await collect(s.bootstrap, s.outputs, lambda c: all_decided(s, c, total) and len({(r.topic, r.value) for r in c[s.audit]}) >= total)
     finally:
         assert survivor.terminate() == 0, survivor.tail()
     raw = await collect_all(s.bootstrap, [s.audit])

@@ -430,7 +430,7 @@ def test_a_record_altered_after_sealing_is_forged(world: World) -> None:
 
 
 def test_a_seal_for_another_record_id_is_forged(world: World) -> None:
-    (v1, h1), (v2, _) = world.audit[0], world.audit[1]
+    v1, _ = world.audit[0]
     moved = msgspec.json.encode(msgspec.structs.replace(msgspec.json.decode(v1, type=Decision), decision_id=world.dup.decision_id))
     # re-seal the moved body with a valid attestation of the first decision's id
     att = attest_record(GUARD_ID, world.fwd.decision_id, "forward", "admitted", None, world.fwd.source, 0, moved)

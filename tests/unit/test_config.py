@@ -390,7 +390,7 @@ def test_the_shipped_compose_overrides_are_real_keys() -> None:
     assert len(ids) == 2 and len(set(ids)) == 2, ids
     assert "BUSGUARD_KAFKA__BOOTSTRAP_SERVERS" in env and "BUSGUARD_OPS__HOST" in env
     cfg = load_config(REPO / "configs" / "busguard.toml", env=env)
-    for name, value in env.items():
+    for name in env:
         section, key = name[len("BUSGUARD_") :].lower().split("__")
         assert hasattr(getattr(cfg, section), key), name
     assert cfg.kafka.bootstrap_servers == "kafka:9092" and cfg.kafka.idempotence is True and cfg.ops.host == "0.0.0.0"
