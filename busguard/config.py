@@ -26,6 +26,7 @@ from busguard.errors import ConfigError, read_toml
 from busguard.policies import KINDS
 from busguard.policies.compromise.policy import CompromiseSettings
 from busguard.policies.award.limits import AwardConfig
+from busguard.policies.award.policy import AwardPolicy
 from busguard.policies.award.registry import VerificationConfig, VerificationRegistry, build_registry
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.timestamps import parse_timestamp
@@ -279,7 +280,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
             session_retention_ms=a.session_retention_ms,
             task_retention_ms=a.task_retention_ms,
             decision_retention_ms=a.decision_retention_ms,
-            policy_settings={"compromise": self.compromise_settings()},
+            policy_settings={"compromise": self.compromise_settings(), "award": AwardPolicy(self.verification_registry(), self.award)},
         )
 
     def compromise_settings(self) -> CompromiseSettings:

@@ -18,7 +18,7 @@ import msgspec
 from busguard.admission.decide import Candidate, decide, precheck, undecodable, verify
 from busguard.admission.policystep import Prepared, policy_kinds, prepare
 from busguard.policies import KINDS, run_policies
-from busguard.policies.seam import PolicyContext
+from busguard.policies.seam import PolicyContext, PolicyInput
 from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Effects
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES
 from busguard.protocol.keys import KeyRegistry, KeyWindow
@@ -185,7 +185,7 @@ def check_batch(
             env = c.envelope
             p = once.get((env.receipt_id, env.signature))
             if p is None:
-                p = once[(env.receipt_id, env.signature)] = prepare(env, context)
+                p = once[(env.receipt_id, env.signature)] = prepare(PolicyInput(env, c.principal, c.task_key), context)
             prepared[id(c)] = p
     return Checked(inputs, digests, checked, keys_by_candidate, prepared, keys_for(inputs, candidates, prepared.values()))
 

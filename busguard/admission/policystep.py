@@ -19,8 +19,7 @@ from collections.abc import Iterable, Set
 from typing import NamedTuple, Protocol
 
 from busguard.policies import KINDS, KindSpec
-from busguard.policies.seam import ContextualPolicy, Objection, PolicyContext, PolicyOutcome
-from busguard.protocol.envelope import Envelope
+from busguard.policies.seam import Objection, PolicyContext, PolicyInput, PolicyOutcome
 from busguard.protocol.reasons import Outcome
 from busguard.state.keys import PolicyKey
 
@@ -44,20 +43,15 @@ def policy_kinds() -> frozenset[str]:
     return frozenset(k for k, s in KINDS.items() if s.policy is not None)
 
 
-def prepare(envelope: Envelope, context: PolicyContext | None = None) -> Prepared:
+def prepare(record: PolicyInput, context: PolicyContext) -> Prepared:
     """Parse and keys for a record of a kind with a policy (`policy_kinds`).
 
     Call it only for an authentic record (its signature verified): the work
     a policy does here is bounded by the payload, not by who sent it."""
-    spec = KINDS[envelope.receipt.kind]
+    spec = KINDS[record.envelope.receipt.kind]
     if spec.policy is None:
         raise PolicyContractError(f"kind {spec.kind!r} has no policy")
-    if isinstance(spec.policy, ContextualPolicy):
-        if context is None:
-            raise PolicyContractError(f"kind {spec.kind!r} parses in a PolicyContext and none was given")
-        parsed = spec.policy.parse_in(envelope, context)
-    else:
-        parsed = spec.policy.parse(envelope)
+    parsed = spec.policy.parse(record, context)
     if isinstance(parsed, Objection):
         return Prepared(spec, parsed, frozenset())
     keys = frozenset(spec.policy.keys(parsed))
