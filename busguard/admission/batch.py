@@ -119,7 +119,8 @@ def keys_for(inputs: Sequence[Input], candidates: Sequence[Candidate], prepared:
     nonces, windows, tasks = set(), set(), set()
     for c in candidates:
         nonces.add(c.nonce_key)
-        tasks.add(c.task_key)
+        if KINDS[c.task_key[0]].task_index:
+            tasks.add(c.task_key)
         if c.window_key is not None:
             windows.add(c.window_key)
     policy: set[PolicyKey] = set().union(*(p.keys for p in prepared))

@@ -20,12 +20,15 @@ from typing import NamedTuple, Protocol
 
 from busguard.policies import KINDS, KindSpec
 from busguard.policies.seam import Objection, PolicyContext, PolicyInput, PolicyOutcome
-from busguard.protocol.reasons import Outcome
+from busguard.protocol.reasons import Outcome, Reason
 from busguard.state.keys import PolicyKey
 
 
 class PolicyContractError(RuntimeError):
     pass
+
+
+_CORE_REASONS: frozenset[str] = frozenset(Reason)
 
 
 class PolicyState(Protocol):
@@ -79,8 +82,11 @@ def run(prepared: Prepared, state: PolicyState, now_ms: int) -> PolicyOutcome:
     else:
         assert spec.policy is not None
         outcome = spec.policy.decide(parsed, _View(state, prepared.keys), now_ms)
-    if outcome.objection is not None and outcome.objection.outcome not in (Outcome.REJECT, Outcome.ESCALATE):
-        raise PolicyContractError(f"kind {spec.kind!r}: an objection must reject or escalate, not {outcome.objection.outcome}")
+    o = outcome.objection
+    if o is not None and o.outcome not in (Outcome.REJECT, Outcome.ESCALATE):
+        raise PolicyContractError(f"kind {spec.kind!r}: an objection must reject or escalate, not {o.outcome}")
+    if o is not None and o.reason not in _CORE_REASONS and o.reason not in spec.reasons:
+        raise PolicyContractError(f"kind {spec.kind!r} objects with reason {o.reason!r}, neither busguard's nor one it declares (KindSpec.reasons)")
     _check_namespaces(spec, (w.key for w in outcome.writes), "writes")
     stray = sorted({n.route for n in outcome.notices} - set(spec.routes))
     if stray:

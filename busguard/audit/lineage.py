@@ -22,7 +22,7 @@ docs/design.md, "The auditor's invariants"):
 
 | code | inv. | meaning |
 | --- | --- | --- |
-| `multiple_forwards` | 1 | a (kind, task_id) has more than one distinct `forward` decision id |
+| `multiple_forwards` | 1 | a (kind, task_id) has more than one distinct `forward` decision id (not for a kind with `KindSpec.task_index` off, which may admit several) |
 | `missing_witness` | 1 | a task of a single-witness kind (`KindSpec.single_witness`, e.g. handoff) has a non-reject decision but no `forward` decision |
 | `prior_mismatch` | 1 | a duplicate/escalation names a prior admission that is not the task's witness |
 | `unknown_escalation` | 2 | a resolution settles an id that is not an `escalate` decision in the log |
@@ -73,7 +73,7 @@ from busguard.audit.findings import (
     Violation,
 )
 from busguard.audit.ledger import LEDGER_VERSION, DecisionFact, F, Ledger, ResolutionFact, Sealer
-from busguard.policies import single_witness
+from busguard.policies import single_witness, task_indexed
 from busguard.protocol.identity import multikey_decode
 from busguard.protocol.records import ResolveCommand, command_seal_ok, resolution_id
 
@@ -224,7 +224,7 @@ class _Judge:
         kind, task_id = key
         forwards = [f for f in facts if f.outcome == "forward"]
         forward_ids = {f.decision_id for f in forwards}
-        if len(forwards) > 1:
+        if len(forwards) > 1 and task_indexed(kind):
             ids = ", ".join(f.decision_id for f in forwards)
             self.flag("multiple_forwards", f"{kind} {task_id!r} was admitted {len(forwards)} times: {ids}", task=key, decision_id=forwards[1].decision_id)
         if single_witness(kind) and not forwards and any(f.outcome != "reject" for f in facts):

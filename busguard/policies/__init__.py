@@ -15,6 +15,7 @@ Adding a kind is its policy module and one entry in `_SPECS`
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Final
 
@@ -29,6 +30,7 @@ from busguard.protocol.envelope import Envelope
 from busguard.protocol.reasons import Reason
 
 Interceptor = Callable[[Envelope], Objection | None]
+_REASON_CODE: Final = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 
 class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -38,12 +40,33 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
     #: PolicyKey namespaces the policy may read and write; empty: its own kind name.
     namespaces: tuple[str, ...] = ()
     single_witness: bool = False
-    reasons: tuple[Reason, ...] = ()
+    #: The reason codes its policy may object with. busguard's own `Reason`s
+    #: may be named; any other code is the kind's own (lowercase, `_`, at most
+    #: 64 characters, documented by the kind), and an objection with a code
+    #: neither busguard's nor listed here is a `PolicyContractError`.
+    reasons: tuple[str, ...] = ()
     routes: tuple[str, ...] = ()
     #: Annotations of an admitted record that its forward also carries, as
     #: `busguard-annotation-<name>` headers (a caution flag a consumer acts on
     #: without reading the audit topic); every annotation is on the audit record.
     forward_annotations: tuple[str, ...] = ()
+    #: Whether the task index judges the kind's records (docs/protocol.md 7.1
+    #: rows 13 and 17-20): one admission per (kind, task_id), later records of
+    #: the task duplicates or escalations. Off, the kind owns its tasks: no
+    #: task entry is read or written, every authentic, fresh record that the
+    #: nonce and session checks pass goes to its policy's `decide`, which may
+    #: admit several records of one task (quotas, streams, multi-part
+    #: payloads), and the auditor's `multiple_forwards` rule does not apply.
+    task_index: bool = True
+
+    def __post_init__(self) -> None:
+        for code in self.reasons:
+            if not _REASON_CODE.fullmatch(code):
+                raise ValueError(f"kind {self.kind!r}: reason {code[:80]!r} is not a reason code (lowercase letters, digits and _, at most 64)")
+        if not self.task_index and self.policy is None:
+            raise ValueError(f"kind {self.kind!r}: task_index off needs a policy to decide its records")
+        if not self.task_index and self.single_witness:
+            raise ValueError(f"kind {self.kind!r}: a single-witness kind needs the task index")
 
     def may_use(self, namespace: str) -> bool:
         return namespace in self.namespaces if self.namespaces else namespace == self.kind
@@ -77,6 +100,12 @@ def single_witness(kind: str | None) -> bool:
     return spec is not None and spec.single_witness
 
 
+def task_indexed(kind: str | None) -> bool:
+    """Whether the task index judges this kind (an unknown kind: yes, the strict rule; auditor)."""
+    spec = KINDS.get(kind) if kind is not None else None
+    return spec is None or spec.task_index
+
+
 def run_policies(envelope: Envelope) -> Objection | None:
     """The kind's stateless interceptors, in order; the first objection wins."""
     for interceptor in KINDS[envelope.receipt.kind].interceptors:
@@ -86,4 +115,4 @@ def run_policies(envelope: Envelope) -> Objection | None:
     return None
 
 
-__all__ = ["KINDS", "Interceptor", "KindSpec", "Objection", "kind_names", "run_policies", "single_witness"]
+__all__ = ["KINDS", "Interceptor", "KindSpec", "Objection", "kind_names", "run_policies", "single_witness", "task_indexed"]

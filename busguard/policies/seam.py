@@ -63,7 +63,8 @@ P = TypeVar("P")
 
 class Objection(msgspec.Struct, frozen=True):
     outcome: Outcome
-    reason: Reason
+    #: one of busguard's `Reason`s, or one the kind declares (`KindSpec.reasons`)
+    reason: str
     detail: str
 
 

@@ -273,7 +273,7 @@ class AwardPolicy:
             call=parsed.call,
             awarder=row.awarder if row is not None else parsed.envelope.receipt.sender,
             winner=p.winner,
-            reason=objection.reason.value,
+            reason=str(objection.reason),
             detail=objection.detail,
             awardable=awardable,
         )
