@@ -10,9 +10,10 @@ from collections.abc import Callable
 from typing import Any
 
 from busguard.commands.admin import cmd_check_config, cmd_keygen, cmd_resolve, cmd_send, cmd_state_init, cmd_state_show
+from busguard.commands.kinds import cmd_kinds
 from busguard.commands.services import cmd_broker, cmd_demo, cmd_reconcile, cmd_run
 from busguard.errors import ConfigError, StoreUnreachable
-from busguard.policies import kind_names
+from busguard.policies import kind_names, load_errors
 
 __all__ = ["build_parser", "main"]
 
@@ -81,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
         busguard reconcile --config configs/busguard.toml
         """)
     sp.add_argument("--config", required=True)
+
+    sp = add("kinds", cmd_kinds, "List the kinds this installation guards: built-in and from installed busguard.kinds plugins.", """
+        busguard kinds
+        busguard kinds --json
+        """)
+    sp.add_argument("--json", action="store_true", help="one JSON object per kind")
 
     sp = add("check-config", cmd_check_config, "Validate a config file and the key registry it names, then summarise them.", """
         busguard check-config --config configs/busguard.toml
@@ -194,6 +201,11 @@ def _register_audit(sub: Any, add: Any, add_esc: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    refused = load_errors()
+    if refused:  # a guard must not run without a kind its operator installed
+        for why in refused:
+            print(f"busguard: {why}", file=sys.stderr)
+        return 2
     try:
         return int(args.fn(args))
     except ConfigError as exc:

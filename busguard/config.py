@@ -231,6 +231,10 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
     verification: VerificationConfig = VerificationConfig()
     award: AwardConfig = AwardConfig()
     source: str = ""  # the file this was loaded from; set by load_config
+    #: The settings of every registered kind that declares them
+    #: (`KindSpec.settings`), by section, decoded from `[<section>]`; set by
+    #: load_config, handed to the kinds' policies by `policy()`.
+    kind_settings: dict[str, Any] = {}
 
     @property
     def base_dir(self) -> Path:
@@ -280,7 +284,11 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
             session_retention_ms=a.session_retention_ms,
             task_retention_ms=a.task_retention_ms,
             decision_retention_ms=a.decision_retention_ms,
-            policy_settings={"compromise": self.compromise_settings(), "award": AwardPolicy(self.verification_registry(), self.award)},
+            policy_settings={
+                **self.kind_settings,
+                "compromise": self.compromise_settings(),
+                "award": AwardPolicy(self.verification_registry(), self.award),
+            },
         )
 
     def compromise_settings(self) -> CompromiseSettings:
@@ -320,20 +328,43 @@ def _env_overrides(raw: dict[str, Any], env: Mapping[str, str]) -> dict[str, str
     return applied
 
 
+def _kind_sections() -> type[msgspec.Struct]:
+    """One table per settings section the registered kinds declare
+    (`KindSpec.settings`), as a Struct so errors name `section.key`."""
+    fields: dict[str, type] = {}
+    for spec in KINDS.values():
+        if spec.settings is not None:
+            if spec.section in Config.__struct_fields__:
+                raise ConfigError("busguard.policies", f"{spec.kind}.settings_section", spec.section, "a name that is not a section busguard itself has")
+            fields[spec.section] = spec.settings
+    return msgspec.defstruct(
+        "KindSections",
+        [(name, t, msgspec.field(default_factory=t)) for name, t in sorted(fields.items())],
+        kw_only=True,
+        forbid_unknown_fields=True,
+        frozen=True,
+    )
+
+
 def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Config:
     path = Path(path)
     raw = read_toml(path, "config file")
-    if "source" in raw:
-        raise ConfigError(str(path), "source", raw["source"], "not a known key here (see docs/config.md)")
+    for internal in ("source", "kind_settings"):
+        if internal in raw:
+            raise ConfigError(str(path), internal, raw[internal], "not a known key here (see docs/config.md)")
     from_env = _env_overrides(raw, os.environ if env is None else env)
+    sections = _kind_sections()
+    kind_raw = {f.name: raw.pop(f.name) for f in msgspec.structs.fields(sections) if f.name in raw}
     try:
         cfg = msgspec.convert(raw, Config)
+        kinds = msgspec.convert(kind_raw, sections)
     except msgspec.ValidationError as exc:
-        err = ConfigError.from_validation(str(path), exc, raw)
+        err = ConfigError.from_validation(str(path), exc, {**raw, **kind_raw})
         if err.field in from_env:  # blame the variable, not the file
             err = ConfigError(f"${from_env[err.field]}", err.field, err.value, err.allowed)
         raise err from None
-    cfg = msgspec.structs.replace(cfg, source=str(path))
+    settings = msgspec.structs.asdict(kinds)
+    cfg = msgspec.structs.replace(cfg, source=str(path), kind_settings=settings)
     try:
         validate(cfg)
     except ConfigError as err:

@@ -9,8 +9,9 @@ it emits to beyond downstream / reconciliation / dead-letter / audit (the
 dev config creates them). `cli`, the dev config, the demo and the auditor
 read this registry and name no kind themselves.
 
-Adding a kind is its policy module and one entry in `_SPECS`
-(docs/design.md, "Adding a kind").
+Adding a kind is its policy module and one entry in `_SPECS`, or, for a
+kind in a package of its own, one `busguard.kinds` entry point
+(busguard.policies.plugins; docs/design.md, "Adding a kind").
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import msgspec
 from busguard.policies.award import policy as award
 from busguard.policies.award import wire as cnet
 from busguard.policies.compromise import policy as compromise
+from busguard.policies import plugins
 from busguard.policies.seam import AnyPolicy, Objection
 from busguard.policies.taint import replay as taint_replay
 from busguard.protocol.envelope import Envelope
@@ -58,8 +60,17 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
     #: admit several records of one task (quotas, streams, multi-part
     #: payloads), and the auditor's `multiple_forwards` rule does not apply.
     task_index: bool = True
+    #: The kind's own settings: a msgspec Struct type decoded from the
+    #: config's `[<settings_section>]` table (absent: the Struct's defaults),
+    #: handed to its policy's `parse` as `context.settings[<settings_section>]`.
+    settings: type | None = None
+    #: The config table and settings key; "" means the kind's name. Kinds
+    #: that share a policy share a section.
+    settings_section: str = ""
 
     def __post_init__(self) -> None:
+        if self.settings is not None and not (isinstance(self.settings, type) and issubclass(self.settings, msgspec.Struct)):
+            raise ValueError(f"kind {self.kind!r}: settings must be a msgspec.Struct type, not {self.settings!r}")
         for code in self.reasons:
             if not _REASON_CODE.fullmatch(code):
                 raise ValueError(f"kind {self.kind!r}: reason {code[:80]!r} is not a reason code (lowercase letters, digits and _, at most 64)")
@@ -67,6 +78,10 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"kind {self.kind!r}: task_index off needs a policy to decide its records")
         if not self.task_index and self.single_witness:
             raise ValueError(f"kind {self.kind!r}: a single-witness kind needs the task index")
+
+    @property
+    def section(self) -> str:
+        return self.settings_section or self.kind
 
     def may_use(self, namespace: str) -> bool:
         return namespace in self.namespaces if self.namespaces else namespace == self.kind
@@ -85,9 +100,19 @@ _SPECS: Final = (
     KindSpec(kind="compromise-notice", policy=compromise.NOTICE_POLICY, namespaces=("compromise",), reasons=compromise.NOTICE_REASONS),
 )
 
-#: By kind name. A Mapping to its readers; tests add a test-only kind with
+_PLUGINS, _PLUGIN_ERRORS = plugins.discover({s.kind for s in _SPECS}, KindSpec)
+
+#: By kind name: the built-ins, then the installed `busguard.kinds` plugins.
+#: A Mapping to its readers; tests add a test-only kind with
 #: `monkeypatch.setitem(KINDS, spec.kind, spec)`.
-KINDS: Final[Mapping[str, KindSpec]] = {s.kind: s for s in _SPECS}
+KINDS: Final[Mapping[str, KindSpec]] = {s.kind: s for s in (*_SPECS, *_PLUGINS)}
+#: The kinds that came from plugins (`busguard kinds` shows where each is from).
+PLUGIN_KINDS: Final = frozenset(s.kind for s in _PLUGINS)
+
+
+def load_errors() -> tuple[str, ...]:
+    """Why each refused kind plugin was refused (busguard.policies.plugins)."""
+    return tuple(_PLUGIN_ERRORS)
 
 
 def kind_names() -> tuple[str, ...]:
@@ -115,4 +140,4 @@ def run_policies(envelope: Envelope) -> Objection | None:
     return None
 
 
-__all__ = ["KINDS", "Interceptor", "KindSpec", "Objection", "kind_names", "run_policies", "single_witness", "task_indexed"]
+__all__ = ["KINDS", "PLUGIN_KINDS", "Interceptor", "KindSpec", "Objection", "kind_names", "load_errors", "run_policies", "single_witness", "task_indexed"]

@@ -49,7 +49,7 @@ def _sections() -> dict[str, type[msgspec.Struct]]:
     """Config's tables: section name -> Struct (routes -> Route)."""
     out: dict[str, type[msgspec.Struct]] = {}
     for f in msgspec.structs.fields(Config):
-        if f.name == "source":
+        if f.name in ("source", "kind_settings"):  # set by the loader, not sections of the file
             continue
         t = Route if f.name == "routes" else f.type
         assert isinstance(t, type) and issubclass(t, msgspec.Struct), f.name

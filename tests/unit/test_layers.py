@@ -28,6 +28,7 @@ LAYERS: dict[str, int] = {
     "busguard.sdk": 5,
     "busguard": 5,  # the package facade re-exports the SDK and conformance hooks
     "busguard.wiring": 6,
+    "busguard.testing": 6,  # the admission harness for kind authors: admission + the SDK sender
     "busguard.cli": 7,
     "busguard.commands": 7,
     "busguard.demo": 7,
