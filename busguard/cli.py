@@ -10,8 +10,10 @@ from collections.abc import Callable
 from typing import Any
 
 from busguard.commands.admin import cmd_check_config, cmd_keygen, cmd_resolve, cmd_send, cmd_state_init, cmd_state_show
+from busguard.commands.audit import add_commands as add_audit_commands
 from busguard.commands.kinds import cmd_kinds
 from busguard.commands.services import cmd_broker, cmd_demo, cmd_reconcile, cmd_run
+from busguard.commands.taint import add_commands as add_taint_commands
 from busguard.errors import ConfigError, StoreUnreachable
 from busguard.policies import kind_names, load_errors
 
@@ -184,19 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--wait", type=float, default=30.0, help="seconds to wait for the reconciler's resolution (0: don't wait)")
     sp.add_argument("--config", required=True)
     _register_audit(sub, add, add_esc)
-    from busguard.policies.taint.command import add_commands as add_taint_commands
-
     add_taint_commands(sub)
     return p
 
 
 def _register_audit(sub: Any, add: Any, add_esc: Any) -> None:
-    """The auditor's commands live with the auditor."""
-    try:
-        from busguard.audit.commands import add_commands
-    except ImportError:
-        return
-    add_commands(sub, add, add_esc)
+    add_audit_commands(sub, add, add_esc)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 import msgspec
 
 from busguard.protocol.records import Coordinates, Decision
-from busguard.audit.commands import load_checkpoint, run_audit
+from busguard.audit.run import load_checkpoint, run_audit
 from busguard.audit.lineage import AuditReport
 from busguard.audit.reader import read_log
 from busguard.config import Config, load_config

@@ -19,7 +19,7 @@ from pathlib import Path
 import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from busguard.audit.commands import run_audit
+from busguard.audit.run import run_audit
 from busguard.config import load_config
 from busguard.devtools.broker import EmbeddedBroker
 from busguard.protocol.records import Decision

@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 
 from busguard.admission.types import AdmissionPolicy
-from busguard.audit.commands import new_ledger
+from busguard.audit.run import new_ledger
 from busguard.audit.lineage import AuditReport, Ledger
 from busguard.audit.reader import apply_audit, apply_forwarded, check_audit_record, check_forwarded
 from busguard.audit.report import render_table

@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from busguard.protocol.records import Coordinates, Decision
-from busguard.audit.commands import Checkpoint, add_commands, load_checkpoint, new_ledger, save_checkpoint
+from busguard.audit.run import Checkpoint, load_checkpoint, new_ledger, save_checkpoint
+from busguard.commands.audit import add_commands
 from busguard.audit.lineage import INVARIANTS, AuditReport, Ledger
 from busguard.audit.reader import apply_audit, check_audit_record, check_forwarded
 from busguard.audit.report import StderrProgress, render_json, render_pending, render_table
