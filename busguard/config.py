@@ -50,10 +50,6 @@ MIN_MAX_MESSAGE_BYTES: Final = 65_536
 #: uncompressed, the Java client's 16 KiB default batch.size at ten times
 #: compression is 160 KiB; a raised batch.size at that ratio still fits.
 DEFAULT_MAX_INFLATED_BYTES: Final = 16 * 1024 * 1024
-#: Room beside the largest payload in one record batch: the receipt (4096),
-#: other headers and the record framing (the fetch headroom of
-#: busguard.runtime.clients is the same).
-INFLATED_HEADROOM: Final = 262_144
 
 
 class KafkaConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):

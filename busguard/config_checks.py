@@ -7,7 +7,7 @@ and what is allowed; docs/config.md lists the rules.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from busguard.errors import ConfigError
 from busguard.policies import KINDS
@@ -72,13 +72,17 @@ def _validate_compromise(cfg: Config) -> None:
         )
 
 
+#: Room beside the largest payload in one record batch: the receipt (4096),
+#: other headers and the record framing (the fetch headroom of
+#: busguard.runtime.clients is the same).
+INFLATED_HEADROOM: Final = 262_144
+
+
 def _validate_inflated(cfg: Config) -> None:
     # A batch holding one record at the payload limit must inflate within the
     # bound, and so must the batches busguard itself writes (at most
     # kafka.max_message_bytes uncompressed), which the auditor and the
     # reconciler read back through the same bound.
-    from busguard.config import INFLATED_HEADROOM
-
     b = cfg.batch
     least = max(b.max_payload_bytes + INFLATED_HEADROOM, cfg.kafka.max_message_bytes)
     if b.max_inflated_bytes < least:

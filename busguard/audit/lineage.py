@@ -1,7 +1,7 @@
 """Task lineage rebuilt from the audit log alone, and the invariants it must satisfy. Pure.
 
 No I/O, no clock: the reader (busguard.audit.reader) verifies each record's
-seal and feeds the result in; `Ledger.report()` is a pure function of what was
+seal and feeds the result in; `judge(ledger)` is a pure function of what was
 fed, and does not depend on the order records arrived in nor on how often an
 identical record was fed (re-emissions after a crash are byte-identical
 copies and count once). Where two different records claim one id (a

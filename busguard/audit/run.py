@@ -20,7 +20,7 @@ import msgspec
 
 from busguard.protocol.records import Decision
 from busguard.audit.deployment import Deployment
-from busguard.audit.lineage import AuditReport, Ledger
+from busguard.audit.lineage import AuditReport, Ledger, judge
 from busguard.audit.reader import Offsets, find_escalation, read_log
 from busguard.audit.report import progress_bar
 from busguard.config import Config
@@ -178,7 +178,7 @@ def run_audit(
                 ledger=ledger,
             ),
         )
-    return ledger.report()
+    return judge(ledger)
 
 
 class EscalationFacts(msgspec.Struct, kw_only=True):

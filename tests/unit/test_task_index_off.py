@@ -15,6 +15,7 @@ import msgspec
 import pytest
 
 from busguard.admission import policystep
+from busguard.audit.lineage import judge
 from busguard.policies import KINDS, KindSpec, task_indexed
 from busguard.policies.seam import Objection, PolicyContext, PolicyInput, PolicyKey, PolicyOutcome, PolicyView, PolicyWrite, policy_key
 from busguard.protocol.reasons import Outcome, Reason
@@ -96,7 +97,7 @@ def test_the_auditor_allows_several_forwards_only_for_a_kind_without_the_task_in
     h = harness(0)
     first, second = (h.one(part(i)) for i in range(2))  # type: ignore[arg-type]
     assert first.outcome == second.outcome == Outcome.FORWARD
-    assert codes(feed(ledger(), audit_record(first), audit_record(second)).report()) == []
+    assert codes(judge(feed(ledger(), audit_record(first), audit_record(second)))) == []
 
 
 def test_an_objection_with_an_undeclared_reason_is_a_contract_error(monkeypatch: pytest.MonkeyPatch) -> None:
