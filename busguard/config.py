@@ -24,7 +24,6 @@ import msgspec
 from busguard.admission.types import AdmissionPolicy
 from busguard.errors import ConfigError, read_toml
 from busguard.policies import KINDS
-from busguard.policies.compromise.policy import CompromiseSettings
 from busguard.policies.award.limits import AwardConfig
 from busguard.policies.award.policy import AwardPolicy
 from busguard.policies.award.registry import VerificationConfig, VerificationRegistry, build_registry
@@ -202,15 +201,6 @@ class AuditConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     former_inputs: list[str] = []
 
 
-class CompromiseConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
-    """Seed 004's session handoffs (busguard/policies/compromise/policy.py)."""
-
-    require_declaration_for_compromised: bool = False
-    trusted_attesters: list[str] = []
-    trusted_notice_issuers: list[str] = []
-    notice_retention_ms: Positive = 30 * 86_400_000
-
-
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     kafka: KafkaConfig = KafkaConfig()
     routes: list[Route] = []
@@ -223,7 +213,6 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
     ops: OpsConfig = OpsConfig()
     reconcile: ReconcileConfig = ReconcileConfig()
     audit: AuditConfig = AuditConfig()
-    compromise: CompromiseConfig = CompromiseConfig()
     verification: VerificationConfig = VerificationConfig()
     award: AwardConfig = AwardConfig()
     source: str = ""  # the file this was loaded from; set by load_config
@@ -282,19 +271,10 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
             decision_retention_ms=a.decision_retention_ms,
             policy_settings={
                 **self.kind_settings,
-                "compromise": self.compromise_settings(),
                 "award": AwardPolicy(self.verification_registry(), self.award),
             },
         )
 
-    def compromise_settings(self) -> CompromiseSettings:
-        c = self.compromise
-        return CompromiseSettings(
-            require_declaration_for_compromised=c.require_declaration_for_compromised,
-            trusted_attesters=tuple(c.trusted_attesters),
-            trusted_notice_issuers=tuple(c.trusted_notice_issuers),
-            notice_retention_ms=c.notice_retention_ms,
-        )
 
 
 def _env_overrides(raw: dict[str, Any], env: Mapping[str, str]) -> dict[str, str]:

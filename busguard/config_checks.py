@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Final
 
 from busguard.errors import ConfigError
 from busguard.policies import KINDS
+from busguard.policies.compromise.policy import SETTINGS_KEY, CompromiseSettings
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.timestamps import parse_timestamp
 
@@ -54,7 +55,9 @@ def _codec_available(codec: str) -> bool:
 
 
 def _validate_compromise(cfg: Config) -> None:
-    c = cfg.compromise
+    c = cfg.kind_settings.get(SETTINGS_KEY)
+    if not isinstance(c, CompromiseSettings):
+        return
     for name in ("trusted_attesters", "trusted_notice_issuers"):
         for agent in getattr(c, name):
             try:

@@ -96,8 +96,8 @@ _SPECS: Final = (
     KindSpec(kind=cnet.KIND_AWARD, policy=award.POLICY, namespaces=award.NAMESPACES, reasons=award.AWARD_REASONS, routes=(award.REBID_ROUTE,)),
     KindSpec(kind=cnet.KIND_RESULT, policy=award.POLICY, namespaces=award.NAMESPACES, reasons=award.RESULT_REASONS, forward_annotations=("verification",)),
     KindSpec(kind=taint_replay.KIND, policy=taint_replay.TaintReplayPolicy(), reasons=taint_replay.REASONS, forward_annotations=("taint.unit",)),
-    KindSpec(kind="session-handoff", policy=compromise.HANDOFF_POLICY, namespaces=("compromise",), reasons=compromise.HANDOFF_REASONS, routes=("quarantine",), forward_annotations=compromise.FORWARD_ANNOTATIONS),
-    KindSpec(kind="compromise-notice", policy=compromise.NOTICE_POLICY, namespaces=("compromise",), reasons=compromise.NOTICE_REASONS),
+    KindSpec(kind="session-handoff", policy=compromise.HANDOFF_POLICY, namespaces=("compromise",), reasons=compromise.HANDOFF_REASONS, routes=("quarantine",), forward_annotations=compromise.FORWARD_ANNOTATIONS, settings=compromise.CompromiseSettings, settings_section=compromise.SETTINGS_KEY),
+    KindSpec(kind="compromise-notice", policy=compromise.NOTICE_POLICY, namespaces=("compromise",), reasons=compromise.NOTICE_REASONS, settings=compromise.CompromiseSettings, settings_section=compromise.SETTINGS_KEY),
 )
 
 _PLUGINS, _PLUGIN_ERRORS = plugins.discover({s.kind for s in _SPECS}, KindSpec)

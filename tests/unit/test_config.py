@@ -46,7 +46,8 @@ def refused(tmp_path: Path, text: str, env: dict[str, str] | None = None) -> Con
 
 
 def _sections() -> dict[str, type[msgspec.Struct]]:
-    """Config's tables: section name -> Struct (routes -> Route)."""
+    """Config's tables: section name -> Struct (routes -> Route), and the
+    built-in kinds' own sections (KindSpec.settings, e.g. [compromise])."""
     out: dict[str, type[msgspec.Struct]] = {}
     for f in msgspec.structs.fields(Config):
         if f.name in ("source", "kind_settings"):  # set by the loader, not sections of the file
@@ -54,6 +55,9 @@ def _sections() -> dict[str, type[msgspec.Struct]]:
         t = Route if f.name == "routes" else f.type
         assert isinstance(t, type) and issubclass(t, msgspec.Struct), f.name
         out[f.name] = t
+    for spec in KINDS.values():
+        if spec.settings is not None:
+            out[spec.section] = spec.settings
     return out
 
 
@@ -69,7 +73,7 @@ def _toml_literal(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, str):
         return json.dumps(value)
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):  # a TOML array either way
         return "[" + ", ".join(_toml_literal(v) for v in value) + "]"
     return str(value)
 
@@ -120,7 +124,8 @@ def test_the_reference_mentions_source_and_every_env_example_is_a_real_key(tmp_p
 
 def test_a_file_with_only_a_route_gets_every_default(tmp_path: Path) -> None:
     cfg = load(tmp_path, ROUTE)
-    assert msgspec.structs.replace(cfg, routes=[], source="") == Config()
+    assert msgspec.structs.replace(cfg, routes=[], source="", kind_settings={}) == Config()
+    assert cfg.kind_settings == {s.section: s.settings() for s in KINDS.values() if s.settings is not None}  # each kind's defaults
     assert cfg.routes == [Route(name="handoffs", inputs=["agents.handoffs"], downstream="agents.handoffs.admitted")]
     # production-safe defaults (the dev file flips these)
     assert cfg.kafka.idempotence is True and cfg.kafka.create_topics is False and cfg.keys.create_guard_key is False

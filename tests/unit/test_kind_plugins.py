@@ -67,10 +67,10 @@ def quota(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_kinds_section_is_decoded_and_reaches_its_policy(quota: None, tmp_path: Path) -> None:
     (tmp_path / "b.toml").write_text(ROUTE + "[quota]\nmax_per_task = 7\n")
     cfg = load_config(tmp_path / "b.toml", env={})
-    assert cfg.kind_settings == {"quota": QuotaSettings(max_per_task=7)}
+    assert cfg.kind_settings["quota"] == QuotaSettings(max_per_task=7)
     assert cfg.policy().policy_settings["quota"] == QuotaSettings(max_per_task=7)
     (tmp_path / "none.toml").write_text(ROUTE)
-    assert load_config(tmp_path / "none.toml", env={}).kind_settings == {"quota": QuotaSettings()}  # absent: the defaults
+    assert load_config(tmp_path / "none.toml", env={}).kind_settings["quota"] == QuotaSettings()  # absent: the defaults
     over = load_config(tmp_path / "b.toml", env={"BUSGUARD_QUOTA__WINDOW_MS": "5000"})
     assert over.kind_settings["quota"] == QuotaSettings(max_per_task=7, window_ms=5000)
 

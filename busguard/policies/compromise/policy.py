@@ -36,7 +36,7 @@ components (by hash) as annotations, so they are on the audit topic.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Final
+from typing import Annotated, Final
 
 import msgspec
 
@@ -97,13 +97,15 @@ HANDOFF_REASONS: Final = (Reason.HANDOFF_MALFORMED, Reason.HANDOFF_UNAUTHENTIC, 
 NOTICE_REASONS: Final = (Reason.NOTICE_MALFORMED, Reason.NOTICE_UNAUTHENTIC)
 
 
-class CompromiseSettings(msgspec.Struct, frozen=True, kw_only=True):
-    """`[compromise]` as the policies read it (validated by busguard.config)."""
+class CompromiseSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The config's `[compromise]` table, shared by both compromise kinds
+    (their `KindSpec.settings`): decoded by busguard.config like any kind's
+    section, its cross-field rules checked by busguard.config_checks."""
 
     require_declaration_for_compromised: bool = False
     trusted_attesters: tuple[str, ...] = ()
     trusted_notice_issuers: tuple[str, ...] = ()
-    notice_retention_ms: int = DEFAULT_NOTICE_RETENTION_MS
+    notice_retention_ms: Annotated[int, msgspec.Meta(ge=1)] = DEFAULT_NOTICE_RETENTION_MS
 
 
 def settings_of(context: PolicyContext) -> CompromiseSettings:
