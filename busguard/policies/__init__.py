@@ -23,7 +23,7 @@ from typing import Final
 import msgspec
 
 from busguard.policies.award import policy as award
-from busguard.policies.award import wire as cnet
+from busguard.policies.award import wire as award_wire
 from busguard.policies.compromise import policy as compromise
 from busguard.policies import plugins
 from busguard.policies.seam import AnyPolicy, Objection
@@ -91,10 +91,10 @@ _SPECS: Final = (
     KindSpec(kind="handoff", single_witness=True),
     KindSpec(kind="ack"),
     # contract-net awards (seed 002): one policy, one row per call (docs/protocol.md, 15)
-    KindSpec(kind=cnet.KIND_CALL, policy=award.POLICY, namespaces=award.NAMESPACES, reasons=award.CALL_REASONS),
-    KindSpec(kind=cnet.KIND_BID, policy=award.POLICY, namespaces=award.NAMESPACES, reasons=award.BID_REASONS),
-    KindSpec(kind=cnet.KIND_AWARD, policy=award.POLICY, namespaces=award.NAMESPACES, reasons=award.AWARD_REASONS, routes=(award.REBID_ROUTE,)),
-    KindSpec(kind=cnet.KIND_RESULT, policy=award.POLICY, namespaces=award.NAMESPACES, reasons=award.RESULT_REASONS, forward_annotations=("verification",)),
+    KindSpec(kind=award_wire.KIND_CALL, policy=award.POLICY, namespaces=award.NAMESPACES, reasons=award.CALL_REASONS),
+    KindSpec(kind=award_wire.KIND_BID, policy=award.POLICY, namespaces=award.NAMESPACES, reasons=award.BID_REASONS),
+    KindSpec(kind=award_wire.KIND_AWARD, policy=award.POLICY, namespaces=award.NAMESPACES, reasons=award.AWARD_REASONS, routes=(award.REBID_ROUTE,)),
+    KindSpec(kind=award_wire.KIND_RESULT, policy=award.POLICY, namespaces=award.NAMESPACES, reasons=award.RESULT_REASONS, forward_annotations=("verification",)),
     KindSpec(kind=taint_replay.KIND, policy=taint_replay.TaintReplayPolicy(), reasons=taint_replay.REASONS, forward_annotations=("taint.unit",)),
     KindSpec(kind="session-handoff", policy=compromise.HANDOFF_POLICY, namespaces=("compromise",), reasons=compromise.HANDOFF_REASONS, routes=("quarantine",), forward_annotations=compromise.FORWARD_ANNOTATIONS, settings=compromise.CompromiseSettings, settings_section=compromise.SETTINGS_KEY),
     KindSpec(kind="compromise-notice", policy=compromise.NOTICE_POLICY, namespaces=("compromise",), reasons=compromise.NOTICE_REASONS, settings=compromise.CompromiseSettings, settings_section=compromise.SETTINGS_KEY),
