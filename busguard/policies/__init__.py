@@ -29,7 +29,6 @@ from busguard.policies import plugins
 from busguard.policies.seam import AnyPolicy, Objection
 from busguard.policies.taint import replay as taint_replay
 from busguard.protocol.envelope import Envelope
-from busguard.protocol.reasons import Reason
 
 Interceptor = Callable[[Envelope], Objection | None]
 _REASON_CODE: Final = re.compile(r"[a-z][a-z0-9_]{0,63}")

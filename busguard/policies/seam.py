@@ -51,7 +51,7 @@ import msgspec
 from busguard.protocol.envelope import Envelope
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.keys import KeyLookup, KeyRegistry
-from busguard.protocol.reasons import Outcome, Reason
+from busguard.protocol.reasons import Outcome
 from busguard.protocol.records import Notice
 
 #: busguard.state.keys.PolicyKey, spelled out: the policy packages (taint,
