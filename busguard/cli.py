@@ -158,7 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
         busguard demo --dir /tmp/busguard-demo     # keep configs, keys and state for a look afterwards
         """)
     sp.add_argument("--dir", help="working directory to keep (default: a temporary one)")
-    sp.add_argument("scenario", nargs="?", choices=["award", "taint", "handoff"], help="a seed's own scenario instead of the default one: award (seed 002's contract net), taint (seed 003's incident through the taint-replay route), handoff (seed 004's compromised-session handoffs)")
+    sp.add_argument("scenario", nargs="?", choices=["award", "taint", "handoff"], help=(
+            "a seed's own scenario instead of the default one: award (seed 002's contract net), "
+            "taint (seed 003's incident through the taint-replay route), handoff (seed 004's compromised-session handoffs)"
+        ),
+    )
 
     add_esc = _adder(
         _group(
@@ -168,15 +172,19 @@ def build_parser() -> argparse.ArgumentParser:
             """
             busguard escalations list --config configs/busguard.toml
             busguard escalations show 3f2a... --config configs/busguard.toml
-            busguard escalations resolve 3f2a... --as retransmission --note "one execution" --operator alice --key ~/.busguard/alice.key --config configs/busguard.toml
+            busguard escalations resolve 3f2a... --as retransmission --note "one execution" \\
+              --operator alice --key ~/.busguard/alice.key --config configs/busguard.toml
             """,
         )
     )
 
     sp = add_esc("resolve", cmd_resolve, "Settle an escalation by hand, signed with your own key; the resolution carries your signed command, so the audit proves your name.", """
-        busguard escalations resolve 3f2a... --as retransmission --note "executor restarted at 12:04, one execution" --operator alice --key ~/.busguard/alice.key --config configs/busguard.toml
-        busguard escalations resolve 3f2a... --as reject --note "payload differs; sender asked to re-issue" --operator alice --key ~/.busguard/alice.key --config configs/busguard.toml
-        busguard escalations resolve 3f2a... --as replay --note "second witness" --config configs/busguard.toml     # guard key: applied, but the name is unproven
+        busguard escalations resolve 3f2a... --as retransmission --note "executor restarted at 12:04, one execution" \\
+          --operator alice --key ~/.busguard/alice.key --config configs/busguard.toml
+        busguard escalations resolve 3f2a... --as reject --note "payload differs; sender asked to re-issue" \\
+          --operator alice --key ~/.busguard/alice.key --config configs/busguard.toml
+        # with the guard key: applied, but the name is unproven
+        busguard escalations resolve 3f2a... --as replay --note "second witness" --config configs/busguard.toml
         """)
     sp.add_argument("escalation_id", help="the escalation's decision id (see `busguard escalations list`)")
     sp.add_argument("--as", dest="resolve_as", required=True, choices=["retransmission", "replay", "reject"])

@@ -22,7 +22,7 @@ docs/design.md, "The auditor's invariants"):
 
 | code | inv. | meaning |
 | --- | --- | --- |
-| `multiple_forwards` | 1 | a (kind, task_id) has more than one distinct `forward` decision id (not for a kind with `KindSpec.task_index` off, which may admit several) |
+| `multiple_forwards` | 1 | a (kind, task_id) has more than one distinct `forward` decision id (a kind with its task index off excepted) |
 | `missing_witness` | 1 | a task of a single-witness kind (`KindSpec.single_witness`, e.g. handoff) has a non-reject decision but no `forward` decision |
 | `prior_mismatch` | 1 | a duplicate/escalation names a prior admission that is not the task's witness |
 | `unknown_escalation` | 2 | a resolution settles an id that is not an `escalate` decision in the log |
@@ -34,9 +34,9 @@ docs/design.md, "The auditor's invariants"):
 | `forwarded_wrong_topic` | 3 | a forwarded record is on another route's downstream topic |
 | `forwarded_mismatch` | 3 | a downstream attestation is bound to another record than the audit log's |
 | `nonce_reused` | 4 | one (scope, nonce) has two `forward` decisions |
-| `forged_record` | 5 | an audit record's seal does not verify (a decision with the guard key, a resolution with the reconciler's or the guard's): excluded from the lineage |
-| `guard_sealed_resolution` | 5 | a resolution is sealed with the guard key, not the reconciler's, outside what `keys.single_key_audit` / `single_key_until` accept |
-| `unproven_operator` | 5 | a resolution's `by: operator:<name>` is not backed by a command signed with the key the operators file lists for `<name>` (or the signed command says something else) |
+| `forged_record` | 5 | an audit record's seal does not verify (decisions: the guard key; resolutions: the reconciler's or the guard's): excluded |
+| `guard_sealed_resolution` | 5 | a resolution sealed with the guard key, not the reconciler's, beyond `keys.single_key_audit` / `single_key_until` |
+| `unproven_operator` | 5 | `by: operator:<name>` without a command signed by the key listed for `<name>`, or one that says something else |
 | `unreadable_record` | 5 | a sealed audit record is not a decision or resolution: excluded |
 | `conflicting_reemission` | 3P | two different audit records with one decision (or resolution) id |
 | `bad_inclusion` | 5 | a record under a verified tree head whose inclusion proof does not prove its attestation: excluded |

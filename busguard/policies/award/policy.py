@@ -200,7 +200,10 @@ class AwardPolicy:
         legacy_counts = Counter(b.principal for b in state.legacy)
         mine = legacy_counts[parsed.principal] + _count(view, call, parsed.principal)
         if mine >= self.limits.max_bids_per_bidder:
-            return PolicyOutcome(objection=_reject(Reason.AWARD_BIDDER_LIMIT, f"{parsed.envelope.receipt.sender!r} already holds {mine} bids on call {call!r}; at most {self.limits.max_bids_per_bidder} (award.max_bids_per_bidder)"))
+            return PolicyOutcome(objection=_reject(Reason.AWARD_BIDDER_LIMIT, (
+                f"{parsed.envelope.receipt.sender!r} already holds {mine} bids on call {call!r}; "
+                f"at most {self.limits.max_bids_per_bidder} (award.max_bids_per_bidder)"
+            )))
         if len(row.bid_ids) >= MAX_BIDS:
             return PolicyOutcome(objection=_reject(Reason.AWARD_TOO_MANY_BIDS, f"call {call!r} already holds {MAX_BIDS} bids"))
         t = p.receipt
