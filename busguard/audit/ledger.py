@@ -18,7 +18,7 @@ from busguard.protocol.records import Coordinates, Decision, Resolution, SignedC
 
 
 LEDGER_VERSION: Final = 1
-#: Whose key verified an audit record's seal (busguard.audit.reader).
+#: Whose key verified an audit record's seal (busguard.audit.checks).
 Sealer = Literal["guard", "reconciler"]
 #: Where a record was read in the log: (partition, offset) of its topic.
 At = tuple[int, int]

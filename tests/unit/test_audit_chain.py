@@ -9,7 +9,7 @@ import random
 
 from busguard.audit.ledger import Ledger
 from busguard.audit.lineage import judge
-from busguard.audit.reader import apply_audit, check_audit_record, check_forwarded, note_head
+from busguard.audit.checks import apply_audit, check_audit_record, check_forwarded, note_head
 from busguard.protocol.attestation import HeadCache, attest, decision_bytes
 from busguard.protocol.records import Coordinates, Decision
 from busguard.protocol.signing import Signer

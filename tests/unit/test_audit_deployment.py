@@ -17,7 +17,7 @@ import msgspec
 from busguard.admission.types import AdmissionPolicy
 from busguard.audit.run import new_ledger
 from busguard.audit.lineage import AuditReport, Ledger, judge
-from busguard.audit.reader import apply_audit, apply_forwarded, check_audit_record, check_forwarded
+from busguard.audit.checks import apply_audit, apply_forwarded, check_audit_record, check_forwarded
 from busguard.audit.report import render_table
 from busguard.config import AdmissionConfig, AuditConfig, Config, Route
 from busguard.protocol.attestation import attest, decision_bytes

@@ -23,7 +23,7 @@ from busguard.protocol.records import Coordinates, Decision
 from busguard.audit.run import Checkpoint, load_checkpoint, new_ledger, save_checkpoint
 from busguard.commands.audit import add_commands
 from busguard.audit.lineage import AuditReport, INVARIANTS, Ledger, judge
-from busguard.audit.reader import apply_audit, check_audit_record, check_forwarded
+from busguard.audit.checks import apply_audit, check_audit_record, check_forwarded
 from busguard.audit.report import StderrProgress, render_json, render_pending, render_table
 from busguard.config import Config, Route, TopicsConfig, load_config
 from busguard.errors import ConfigError
@@ -340,7 +340,7 @@ def test_a_downstream_record_without_decision_id_header(world: World) -> None:
 def test_the_known_seal_shortcut_agrees_with_verify_admitted(world: World) -> None:
     """A seal verified on the audit record is not verified again downstream;
     the remaining checks must judge exactly as verify_admitted does."""
-    from busguard.audit.reader import SealCache, seal_digest
+    from busguard.audit.checks import SealCache, seal_digest
     from busguard.protocol.attestation import AttestationError, verify_admitted
 
     seals = SealCache(capacity=2)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from busguard.audit.lineage import Ledger, judge
-from busguard.audit.reader import apply_audit, check_audit_record
+from busguard.audit.checks import apply_audit, check_audit_record
 from busguard.protocol.identity import multikey_decode
 
 DOC = json.loads((Path(__file__).resolve().parents[1] / "vectors" / "resolutions.json").read_text(encoding="ascii"))
