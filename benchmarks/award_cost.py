@@ -49,7 +49,7 @@ import msgspec  # noqa: E402
 from busguard.policies.award.canonicalizers import JcsSha256  # noqa: E402
 from busguard.policies.award.policy import AwardPolicy  # noqa: E402
 from busguard.policies.award.wire import AwardPayload, BidPayload, CallPayload, ReceiptTemplate, ResultPayload  # noqa: E402
-from busguard.policies.seam import Objection, PolicyKey, PolicyOutcome  # noqa: E402
+from busguard.policies.seam import Objection, PolicyKey, PolicyOutcome, bare_context, policy_input  # noqa: E402
 from busguard.protocol.envelope import Envelope, open_envelope  # noqa: E402
 from busguard.protocol.timestamps import format_timestamp  # noqa: E402
 from busguard.sdk.sender import Sender  # noqa: E402
@@ -71,7 +71,7 @@ def envelope(who: Sender, kind: str, task: str, payload: msgspec.Struct | dict[s
 def run(policy: AwardPolicy, view: View, envs: list[Envelope], apply: bool) -> float:
     start = time.thread_time_ns()
     for env in envs:
-        parsed = policy.parse(env)
+        parsed = policy.parse(policy_input(env), bare_context(NOW))
         assert not isinstance(parsed, Objection)
         list(policy.keys(parsed))
         out: PolicyOutcome = policy.decide(parsed, view, NOW)
@@ -83,7 +83,7 @@ def run(policy: AwardPolicy, view: View, envs: list[Envelope], apply: bool) -> f
 
 def apply(policy: AwardPolicy, view: View, env: Envelope) -> int:
     """Decide `env` against `view`, apply its writes; the bytes written (-1: refused)."""
-    parsed = policy.parse(env)
+    parsed = policy.parse(policy_input(env), bare_context(NOW))
     assert not isinstance(parsed, Objection), parsed
     list(policy.keys(parsed))
     out = policy.decide(parsed, view, NOW)
@@ -118,7 +118,7 @@ def settlement(policy: AwardPolicy, repeats: int) -> dict[str, object]:
     parse_us, decide_us = [], []
     for _ in range(repeats):
         t0 = time.thread_time_ns()
-        parsed = policy.parse(env)
+        parsed = policy.parse(policy_input(env), bare_context(NOW))
         t1 = time.thread_time_ns()
         assert not isinstance(parsed, Objection)
         out = policy.decide(parsed, view, NOW)

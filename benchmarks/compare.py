@@ -858,7 +858,7 @@ async def make_setup(broker: EmbeddedBroker, tmp: Path, args: argparse.Namespace
 
 def table(rows: Sequence[tuple[str, ...]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.rjust(w) if j else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    lines = ["  ".join(c.rjust(w) if j else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -888,7 +888,7 @@ async def throughput_mode(setup: Setup, work: Workload, contenders: list[str], r
     def per_round_ratio(a: str, b: str) -> list[float | None]:
         if a not in results or b not in results:
             return []
-        return [x["per_s"] / y["per_s"] for x, y in zip(results[a], results[b])]
+        return [x["per_s"] / y["per_s"] for x, y in zip(results[a], results[b], strict=True)]
 
     out: dict[str, Any] = {}
     rows: list[tuple[str, ...]] = [("contender", "records/s median (range)", "CPU µs/record", "p50 ms", "p99 ms", "RSS MB peak")]
@@ -918,10 +918,10 @@ async def throughput_mode(setup: Setup, work: Workload, contenders: list[str], r
     if "busguard" in results and "naive" in results:
         # CPU per record of the hand-written guard over busguard's: steadier on a shared machine
         # than wall time, but blind to parallelism (busguard's verify threads).
-        ratios["cpu_ratio_naive"] = [y / x for x, y in zip(cpu("busguard"), cpu("naive"))]
+        ratios["cpu_ratio_naive"] = [y / x for x, y in zip(cpu("busguard"), cpu("naive"), strict=True)]
     if "busguard" in results and "quix" in results:
         # busguard's over the Quix stateful guard's (issue 20's way round: <= 1.0 is the target)
-        ratios["cpu_ratio_quix"] = [x / y for x, y in zip(cpu("busguard"), cpu("quix"))]
+        ratios["cpu_ratio_quix"] = [x / y for x, y in zip(cpu("busguard"), cpu("quix"), strict=True)]
     text = table(rows)
     for name, values in ratios.items():
         if values:

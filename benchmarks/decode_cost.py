@@ -37,7 +37,7 @@ def main() -> int:
     for codec in ("none", "zstd"):
         raw = b"".join(batch([record(i, b"key", value, headers) for i in range(100)], base_offset=100 * k, codec=CODECS[codec]) for k in range(5))
 
-        def run(tolerant: bool) -> list[object]:
+        def run(tolerant: bool, raw: bytes = raw) -> list[object]:
             pr = fetcher.PartitionRecords(TopicPartition("t", 0), fetcher.MemoryRecords(raw), None, 0, RAW_KEYS if tolerant else None, None, True, 0)
             return list(pr)
 

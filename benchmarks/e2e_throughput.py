@@ -46,7 +46,7 @@ sys.path.insert(0, str(REPO))
 import structlog  # noqa: E402
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
 
-from busguard.audit.commands import DEFAULT_IDLE_MS, run_audit  # noqa: E402
+from busguard.audit.run import DEFAULT_IDLE_MS, run_audit  # noqa: E402
 from busguard.wiring import init_state  # noqa: E402
 from busguard.config import load_config  # noqa: E402
 from busguard.devconfig import Topics, embedded_config  # noqa: E402

@@ -26,6 +26,7 @@ from benchmarks.taint_validate import make_trace  # noqa: E402
 from busguard.policies.taint.replay import Parsed, TaintReplayPolicy, encode_request  # noqa: E402
 from busguard.protocol.envelope import Envelope, open_envelope  # noqa: E402
 from busguard.sdk.sender import Sender  # noqa: E402
+from busguard.policies.seam import bare_context, policy_input  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "taint"
 MIB = 1_048_576
@@ -43,7 +44,7 @@ def envelope(payload: bytes) -> Envelope:
 
 def once(policy: TaintReplayPolicy, env: Envelope) -> tuple[float, str, int]:
     t0 = time.thread_time()
-    parsed = policy.parse(env)
+    parsed = policy.parse(policy_input(env), bare_context(0))
     out = policy.decide(parsed, _NoState(), 0) if isinstance(parsed, Parsed) else None
     dt = time.thread_time() - t0
     if out is None:
@@ -77,7 +78,7 @@ def main() -> int:
         ("incident (refused)", 3, encode_request(trace)),
         ("incident + ledger", 3, encode_request(trace, ledger)),
         (f"window {args.nodes}", args.nodes, encode_request(big)),
-        (f"window, 1 MiB max", fit_nodes, fit),
+        ("window, 1 MiB max", fit_nodes, fit),
     ]
     policy = TaintReplayPolicy()
     print(f"{'request':22} {'nodes':>7} {'bytes':>9} {'ms/request':>11} {'forward_bytes':>14}  verdict")

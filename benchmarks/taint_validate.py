@@ -37,7 +37,7 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from busguard.policies.taint.command import cycle_collection_paused  # noqa: E402
+from busguard.commands.taint import cycle_collection_paused  # noqa: E402
 from busguard.policies.taint.hashing import derive_input_hash  # noqa: E402
 from busguard.policies.taint.model import Node, Trace, build_graph, decode_trace  # noqa: E402
 from busguard.policies.taint.validate import ReplayPlan, validate  # noqa: E402

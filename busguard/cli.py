@@ -10,9 +10,12 @@ from collections.abc import Callable
 from typing import Any
 
 from busguard.commands.admin import cmd_check_config, cmd_keygen, cmd_resolve, cmd_send, cmd_state_init, cmd_state_show
+from busguard.commands.audit import add_commands as add_audit_commands
+from busguard.commands.kinds import cmd_kinds
 from busguard.commands.services import cmd_broker, cmd_demo, cmd_reconcile, cmd_run
+from busguard.commands.taint import add_commands as add_taint_commands
 from busguard.errors import ConfigError, StoreUnreachable
-from busguard.policies import kind_names
+from busguard.policies import kind_names, load_errors
 
 __all__ = ["build_parser", "main"]
 
@@ -82,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
         """)
     sp.add_argument("--config", required=True)
 
+    sp = add("kinds", cmd_kinds, "List the kinds this installation guards: built-in and from installed busguard.kinds plugins.", """
+        busguard kinds
+        busguard kinds --json
+        """)
+    sp.add_argument("--json", action="store_true", help="one JSON object per kind")
+
     sp = add("check-config", cmd_check_config, "Validate a config file and the key registry it names, then summarise them.", """
         busguard check-config --config configs/busguard.toml
         """)
@@ -149,7 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
         busguard demo --dir /tmp/busguard-demo     # keep configs, keys and state for a look afterwards
         """)
     sp.add_argument("--dir", help="working directory to keep (default: a temporary one)")
-    sp.add_argument("scenario", nargs="?", choices=["award", "taint", "handoff"], help="a seed's own scenario instead of the default one: award (seed 002's contract net), taint (seed 003's incident through the taint-replay route), handoff (seed 004's compromised-session handoffs)")
+    sp.add_argument("scenario", nargs="?", choices=["award", "taint", "handoff"], help=(
+            "a seed's own scenario instead of the default one: award (seed 002's contract net), "
+            "taint (seed 003's incident through the taint-replay route), handoff (seed 004's compromised-session handoffs)"
+        ),
+    )
 
     add_esc = _adder(
         _group(
@@ -159,15 +172,19 @@ def build_parser() -> argparse.ArgumentParser:
             """
             busguard escalations list --config configs/busguard.toml
             busguard escalations show 3f2a... --config configs/busguard.toml
-            busguard escalations resolve 3f2a... --as retransmission --note "one execution" --operator alice --key ~/.busguard/alice.key --config configs/busguard.toml
+            busguard escalations resolve 3f2a... --as retransmission --note "one execution" \\
+              --operator alice --key ~/.busguard/alice.key --config configs/busguard.toml
             """,
         )
     )
 
     sp = add_esc("resolve", cmd_resolve, "Settle an escalation by hand, signed with your own key; the resolution carries your signed command, so the audit proves your name.", """
-        busguard escalations resolve 3f2a... --as retransmission --note "executor restarted at 12:04, one execution" --operator alice --key ~/.busguard/alice.key --config configs/busguard.toml
-        busguard escalations resolve 3f2a... --as reject --note "payload differs; sender asked to re-issue" --operator alice --key ~/.busguard/alice.key --config configs/busguard.toml
-        busguard escalations resolve 3f2a... --as replay --note "second witness" --config configs/busguard.toml     # guard key: applied, but the name is unproven
+        busguard escalations resolve 3f2a... --as retransmission --note "executor restarted at 12:04, one execution" \\
+          --operator alice --key ~/.busguard/alice.key --config configs/busguard.toml
+        busguard escalations resolve 3f2a... --as reject --note "payload differs; sender asked to re-issue" \\
+          --operator alice --key ~/.busguard/alice.key --config configs/busguard.toml
+        # with the guard key: applied, but the name is unproven
+        busguard escalations resolve 3f2a... --as replay --note "second witness" --config configs/busguard.toml
         """)
     sp.add_argument("escalation_id", help="the escalation's decision id (see `busguard escalations list`)")
     sp.add_argument("--as", dest="resolve_as", required=True, choices=["retransmission", "replay", "reject"])
@@ -177,23 +194,21 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--wait", type=float, default=30.0, help="seconds to wait for the reconciler's resolution (0: don't wait)")
     sp.add_argument("--config", required=True)
     _register_audit(sub, add, add_esc)
-    from busguard.policies.taint.command import add_commands as add_taint_commands
-
     add_taint_commands(sub)
     return p
 
 
 def _register_audit(sub: Any, add: Any, add_esc: Any) -> None:
-    """The auditor's commands live with the auditor."""
-    try:
-        from busguard.audit.commands import add_commands
-    except ImportError:
-        return
-    add_commands(sub, add, add_esc)
+    add_audit_commands(sub, add, add_esc)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    refused = load_errors()
+    if refused:  # a guard must not run without a kind its operator installed
+        for why in refused:
+            print(f"busguard: {why}", file=sys.stderr)
+        return 2
     try:
         return int(args.fn(args))
     except ConfigError as exc:

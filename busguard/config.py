@@ -24,8 +24,8 @@ import msgspec
 from busguard.admission.types import AdmissionPolicy
 from busguard.errors import ConfigError, read_toml
 from busguard.policies import KINDS
-from busguard.policies.compromise.policy import CompromiseSettings
 from busguard.policies.award.limits import AwardConfig
+from busguard.policies.award.policy import AwardPolicy
 from busguard.policies.award.registry import VerificationConfig, VerificationRegistry, build_registry
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.timestamps import parse_timestamp
@@ -49,10 +49,6 @@ MIN_MAX_MESSAGE_BYTES: Final = 65_536
 #: uncompressed, the Java client's 16 KiB default batch.size at ten times
 #: compression is 160 KiB; a raised batch.size at that ratio still fits.
 DEFAULT_MAX_INFLATED_BYTES: Final = 16 * 1024 * 1024
-#: Room beside the largest payload in one record batch: the receipt (4096),
-#: other headers and the record framing (the fetch headroom of
-#: busguard.runtime.clients is the same).
-INFLATED_HEADROOM: Final = 262_144
 
 
 class KafkaConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -205,15 +201,6 @@ class AuditConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     former_inputs: list[str] = []
 
 
-class CompromiseConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
-    """Seed 004's session handoffs (busguard/policies/compromise/policy.py)."""
-
-    require_declaration_for_compromised: bool = False
-    trusted_attesters: list[str] = []
-    trusted_notice_issuers: list[str] = []
-    notice_retention_ms: Positive = 30 * 86_400_000
-
-
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     kafka: KafkaConfig = KafkaConfig()
     routes: list[Route] = []
@@ -226,10 +213,13 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
     ops: OpsConfig = OpsConfig()
     reconcile: ReconcileConfig = ReconcileConfig()
     audit: AuditConfig = AuditConfig()
-    compromise: CompromiseConfig = CompromiseConfig()
     verification: VerificationConfig = VerificationConfig()
     award: AwardConfig = AwardConfig()
     source: str = ""  # the file this was loaded from; set by load_config
+    #: The settings of every registered kind that declares them
+    #: (`KindSpec.settings`), by section, decoded from `[<section>]`; set by
+    #: load_config, handed to the kinds' policies by `policy()`.
+    kind_settings: dict[str, Any] = {}
 
     @property
     def base_dir(self) -> Path:
@@ -279,17 +269,12 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
             session_retention_ms=a.session_retention_ms,
             task_retention_ms=a.task_retention_ms,
             decision_retention_ms=a.decision_retention_ms,
-            policy_settings={"compromise": self.compromise_settings()},
+            policy_settings={
+                **self.kind_settings,
+                "award": AwardPolicy(self.verification_registry(), self.award),
+            },
         )
 
-    def compromise_settings(self) -> CompromiseSettings:
-        c = self.compromise
-        return CompromiseSettings(
-            require_declaration_for_compromised=c.require_declaration_for_compromised,
-            trusted_attesters=tuple(c.trusted_attesters),
-            trusted_notice_issuers=tuple(c.trusted_notice_issuers),
-            notice_retention_ms=c.notice_retention_ms,
-        )
 
 
 def _env_overrides(raw: dict[str, Any], env: Mapping[str, str]) -> dict[str, str]:
@@ -319,20 +304,43 @@ def _env_overrides(raw: dict[str, Any], env: Mapping[str, str]) -> dict[str, str
     return applied
 
 
+def _kind_sections() -> type[msgspec.Struct]:
+    """One table per settings section the registered kinds declare
+    (`KindSpec.settings`), as a Struct so errors name `section.key`."""
+    fields: dict[str, type] = {}
+    for spec in KINDS.values():
+        if spec.settings is not None:
+            if spec.section in Config.__struct_fields__:
+                raise ConfigError("busguard.policies", f"{spec.kind}.settings_section", spec.section, "a name that is not a section busguard itself has")
+            fields[spec.section] = spec.settings
+    return msgspec.defstruct(
+        "KindSections",
+        [(name, t, msgspec.field(default_factory=t)) for name, t in sorted(fields.items())],
+        kw_only=True,
+        forbid_unknown_fields=True,
+        frozen=True,
+    )
+
+
 def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Config:
     path = Path(path)
     raw = read_toml(path, "config file")
-    if "source" in raw:
-        raise ConfigError(str(path), "source", raw["source"], "not a known key here (see docs/config.md)")
+    for internal in ("source", "kind_settings"):
+        if internal in raw:
+            raise ConfigError(str(path), internal, raw[internal], "not a known key here (see docs/config.md)")
     from_env = _env_overrides(raw, os.environ if env is None else env)
+    sections = _kind_sections()
+    kind_raw = {f.name: raw.pop(f.name) for f in msgspec.structs.fields(sections) if f.name in raw}
     try:
         cfg = msgspec.convert(raw, Config)
+        kinds = msgspec.convert(kind_raw, sections)
     except msgspec.ValidationError as exc:
-        err = ConfigError.from_validation(str(path), exc, raw)
+        err = ConfigError.from_validation(str(path), exc, {**raw, **kind_raw})
         if err.field in from_env:  # blame the variable, not the file
             err = ConfigError(f"${from_env[err.field]}", err.field, err.value, err.allowed)
         raise err from None
-    cfg = msgspec.structs.replace(cfg, source=str(path))
+    settings = msgspec.structs.asdict(kinds)
+    cfg = msgspec.structs.replace(cfg, source=str(path), kind_settings=settings)
     try:
         validate(cfg)
     except ConfigError as err:

@@ -7,10 +7,11 @@ and what is allowed; docs/config.md lists the rules.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from busguard.errors import ConfigError
 from busguard.policies import KINDS
+from busguard.policies.compromise.policy import SETTINGS_KEY, CompromiseSettings
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.timestamps import parse_timestamp
 
@@ -54,7 +55,9 @@ def _codec_available(codec: str) -> bool:
 
 
 def _validate_compromise(cfg: Config) -> None:
-    c = cfg.compromise
+    c = cfg.kind_settings.get(SETTINGS_KEY)
+    if not isinstance(c, CompromiseSettings):
+        return
     for name in ("trusted_attesters", "trusted_notice_issuers"):
         for agent in getattr(c, name):
             try:
@@ -72,13 +75,17 @@ def _validate_compromise(cfg: Config) -> None:
         )
 
 
+#: Room beside the largest payload in one record batch: the receipt (4096),
+#: other headers and the record framing (the fetch headroom of
+#: busguard.runtime.clients is the same).
+INFLATED_HEADROOM: Final = 262_144
+
+
 def _validate_inflated(cfg: Config) -> None:
     # A batch holding one record at the payload limit must inflate within the
     # bound, and so must the batches busguard itself writes (at most
     # kafka.max_message_bytes uncompressed), which the auditor and the
     # reconciler read back through the same bound.
-    from busguard.config import INFLATED_HEADROOM
-
     b = cfg.batch
     least = max(b.max_payload_bytes + INFLATED_HEADROOM, cfg.kafka.max_message_bytes)
     if b.max_inflated_bytes < least:

@@ -210,10 +210,8 @@ def build_guard(
     metrics: Metrics | None = None,
     clock_ms: Callable[[], int] | None = None,
 ) -> Guard:
-    from busguard.policies.award.policy import configure as configure_award
     from busguard.runtime.guard import Guard
 
-    configure_award(cfg.verification_registry(), cfg.award)  # the award policy's registry (docs/verification-registry.md) and [award] limits
     return Guard(cfg, keys=keys.registry, identity=keys.identity, store=store, faults=faults, metrics=metrics, clock_ms=clock_ms)
 
 

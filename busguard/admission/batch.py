@@ -18,7 +18,7 @@ import msgspec
 from busguard.admission.decide import Candidate, decide, precheck, undecodable, verify
 from busguard.admission.policystep import Prepared, policy_kinds, prepare
 from busguard.policies import KINDS, run_policies
-from busguard.policies.seam import PolicyContext
+from busguard.policies.seam import PolicyContext, PolicyInput
 from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Effects
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES
 from busguard.protocol.keys import KeyRegistry, KeyWindow
@@ -119,7 +119,8 @@ def keys_for(inputs: Sequence[Input], candidates: Sequence[Candidate], prepared:
     nonces, windows, tasks = set(), set(), set()
     for c in candidates:
         nonces.add(c.nonce_key)
-        tasks.add(c.task_key)
+        if KINDS[c.task_key[0]].task_index:
+            tasks.add(c.task_key)
         if c.window_key is not None:
             windows.add(c.window_key)
     policy: set[PolicyKey] = set().union(*(p.keys for p in prepared))
@@ -185,7 +186,7 @@ def check_batch(
             env = c.envelope
             p = once.get((env.receipt_id, env.signature))
             if p is None:
-                p = once[(env.receipt_id, env.signature)] = prepare(env, context)
+                p = once[(env.receipt_id, env.signature)] = prepare(PolicyInput(env, c.principal, c.task_key), context)
             prepared[id(c)] = p
     return Checked(inputs, digests, checked, keys_by_candidate, prepared, keys_for(inputs, candidates, prepared.values()))
 

@@ -2,8 +2,9 @@
 the state changes it needs out. No I/O, no clock, no Kafka (docs/design.md,
 "Principles", 1: pure core, thin I/O shell).
 
-The shape follows Bytewax's `StatefulLogic`: the shell owns the state and the
-clock; this module only computes. It runs in three stages so the shell can
+The shape follows Bytewax's `stateful_map`, not its `StatefulLogic`: the
+shell owns the state and the clock and hands this module a view of both; it
+only computes and returns what to write. It runs in three stages so the shell can
 batch the expensive middle one across threads:
 
 1. `precheck`  — parse and cheap checks; never touches state.
@@ -77,7 +78,7 @@ def _decision(
     source: Coordinates,
     now_ms: int,
     outcome: Outcome,
-    reason: Reason,
+    reason: str,
     detail: str,
     envelope: Envelope | None = None,
     principal: str | None = None,
@@ -252,7 +253,8 @@ def decide(
     if key is None:
         detail = "Ed25519 signature does not verify over the receipt bytes"
         return _decision(did, src, now_ms, Outcome.REJECT, Reason.BAD_SIGNATURE, detail, env, principal, None, None, None, rs), NO_EFFECTS
-    objection = run_policies(env) if KINDS[r.kind].interceptors else None
+    spec = KINDS[r.kind]
+    objection = run_policies(env) if spec.interceptors else None
     if objection is not None:
         return _decision(did, src, now_ms, objection.outcome, objection.reason, objection.detail, env, principal, key, None, None, rs), NO_EFFECTS
     # The fence (admission/fence.py): a store that is new, was lost or was
@@ -264,7 +266,8 @@ def decide(
         )
         return _decision(did, src, now_ms, Outcome.REJECT, Reason.STORE_WARMING, detail, env, principal, key, None, None, rs), NO_EFFECTS
 
-    prior = view.task(c.task_key)
+    # A kind without the task index (KindSpec.task_index) has no entry to find.
+    prior = view.task(c.task_key) if spec.task_index else None
     # The task index outlives the nonce store, so an exact resend is
     # recognised even after its nonce has aged out.
     if prior is not None and prior.nonce == r.nonce and prior.payload_hash == r.payload_hash and prior.principal == principal:
@@ -287,6 +290,9 @@ def decide(
         window_record = WindowRecord(c.window_key, after, now_ms + policy.session_retention_ms)
 
     nonce_record = NonceRecord(c.nonce_key, now_ms + policy.nonce_retention_ms)
+    if prior is None and not spec.task_index:
+        assert prepared is not None  # KindSpec: a kind without the task index has a policy
+        return _policy_decision(prepared, view, c, key, did, now_ms, Effects(nonce_record, window_record))
     if prior is None:
         entry = TaskEntry(  # positional, in field order
             r.kind,

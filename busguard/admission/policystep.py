@@ -19,14 +19,16 @@ from collections.abc import Iterable, Set
 from typing import NamedTuple, Protocol
 
 from busguard.policies import KINDS, KindSpec
-from busguard.policies.seam import ContextualPolicy, Objection, PolicyContext, PolicyOutcome
-from busguard.protocol.envelope import Envelope
-from busguard.protocol.reasons import Outcome
+from busguard.policies.seam import Objection, PolicyContext, PolicyInput, PolicyOutcome
+from busguard.protocol.reasons import Outcome, Reason
 from busguard.state.keys import PolicyKey
 
 
 class PolicyContractError(RuntimeError):
     pass
+
+
+_CORE_REASONS: frozenset[str] = frozenset(Reason)
 
 
 class PolicyState(Protocol):
@@ -44,20 +46,15 @@ def policy_kinds() -> frozenset[str]:
     return frozenset(k for k, s in KINDS.items() if s.policy is not None)
 
 
-def prepare(envelope: Envelope, context: PolicyContext | None = None) -> Prepared:
+def prepare(record: PolicyInput, context: PolicyContext) -> Prepared:
     """Parse and keys for a record of a kind with a policy (`policy_kinds`).
 
     Call it only for an authentic record (its signature verified): the work
     a policy does here is bounded by the payload, not by who sent it."""
-    spec = KINDS[envelope.receipt.kind]
+    spec = KINDS[record.envelope.receipt.kind]
     if spec.policy is None:
         raise PolicyContractError(f"kind {spec.kind!r} has no policy")
-    if isinstance(spec.policy, ContextualPolicy):
-        if context is None:
-            raise PolicyContractError(f"kind {spec.kind!r} parses in a PolicyContext and none was given")
-        parsed = spec.policy.parse_in(envelope, context)
-    else:
-        parsed = spec.policy.parse(envelope)
+    parsed = spec.policy.parse(record, context)
     if isinstance(parsed, Objection):
         return Prepared(spec, parsed, frozenset())
     keys = frozenset(spec.policy.keys(parsed))
@@ -85,8 +82,11 @@ def run(prepared: Prepared, state: PolicyState, now_ms: int) -> PolicyOutcome:
     else:
         assert spec.policy is not None
         outcome = spec.policy.decide(parsed, _View(state, prepared.keys), now_ms)
-    if outcome.objection is not None and outcome.objection.outcome not in (Outcome.REJECT, Outcome.ESCALATE):
-        raise PolicyContractError(f"kind {spec.kind!r}: an objection must reject or escalate, not {outcome.objection.outcome}")
+    o = outcome.objection
+    if o is not None and o.outcome not in (Outcome.REJECT, Outcome.ESCALATE):
+        raise PolicyContractError(f"kind {spec.kind!r}: an objection must reject or escalate, not {o.outcome}")
+    if o is not None and o.reason not in _CORE_REASONS and o.reason not in spec.reasons:
+        raise PolicyContractError(f"kind {spec.kind!r} objects with reason {o.reason!r}, neither busguard's nor one it declares (KindSpec.reasons)")
     _check_namespaces(spec, (w.key for w in outcome.writes), "writes")
     stray = sorted({n.route for n in outcome.notices} - set(spec.routes))
     if stray:

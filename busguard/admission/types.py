@@ -32,7 +32,8 @@ class AdmissionPolicy(msgspec.Struct, frozen=True, kw_only=True):
     task_retention_ms: int = 7 * 24 * 3600 * 1000
     decision_retention_ms: int = 7 * 24 * 3600 * 1000
     #: Per-policy settings by name (a policy's own Struct), handed to
-    #: `ContextualPolicy.parse_in`; e.g. "compromise" (busguard.config).
+    #: every policy's `parse` in its `PolicyContext`; e.g. "compromise", "award"
+    #: (busguard.config `Config.policy`).
     policy_settings: Mapping[str, object] = msgspec.field(default_factory=dict)
 
 

@@ -40,7 +40,7 @@ _SHOWN: Final = 4
 
 class Deployment(msgspec.Struct, frozen=True, kw_only=True):
     """What the auditor is told about the deployment whose log it reads
-    (busguard.audit.commands.new_ledger fills it from the config).
+    (busguard.audit.run.new_ledger fills it from the config).
 
     `namespaces`: the decision-id namespace (`admission.namespace`, else
     `kafka.group_id`) and any it used before (`audit.former_namespaces`).

@@ -9,18 +9,16 @@ source coordinates and the SHA-256 of the record), never the record bytes.
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Final, Literal, TypeVar
+from typing import Final, Literal, TypeVar
 
 import msgspec
 
 from busguard.audit.deployment import Deployment
 from busguard.protocol.records import Coordinates, Decision, Resolution, SignedCommand, Stage
 
-if TYPE_CHECKING:
-    from busguard.audit.findings import AuditReport
 
 LEDGER_VERSION: Final = 1
-#: Whose key verified an audit record's seal (busguard.audit.reader).
+#: Whose key verified an audit record's seal (busguard.audit.checks).
 Sealer = Literal["guard", "reconciler"]
 #: Where a record was read in the log: (partition, offset) of its topic.
 At = tuple[int, int]
@@ -280,13 +278,6 @@ class Ledger(msgspec.Struct, kw_only=True):
         if claimed is not None and (bad.claimed_id is None or claimed < bad.claimed_id):
             bad.claimed_id = claimed
         bad.sealed = bad.sealed or sealed
-
-    # -- the verdict ----------------------------------------------------------
-
-    def report(self) -> AuditReport:
-        from busguard.audit.lineage import judge  # the judge reads the ledger: imported late, no cycle
-
-        return judge(self)
 
 
 F = TypeVar("F", DecisionFact, ResolutionFact)

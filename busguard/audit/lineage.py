@@ -1,7 +1,7 @@
 """Task lineage rebuilt from the audit log alone, and the invariants it must satisfy. Pure.
 
 No I/O, no clock: the reader (busguard.audit.reader) verifies each record's
-seal and feeds the result in; `Ledger.report()` is a pure function of what was
+seal and feeds the result in; `judge(ledger)` is a pure function of what was
 fed, and does not depend on the order records arrived in nor on how often an
 identical record was fed (re-emissions after a crash are byte-identical
 copies and count once). Where two different records claim one id (a
@@ -22,7 +22,7 @@ docs/design.md, "The auditor's invariants"):
 
 | code | inv. | meaning |
 | --- | --- | --- |
-| `multiple_forwards` | 1 | a (kind, task_id) has more than one distinct `forward` decision id |
+| `multiple_forwards` | 1 | a (kind, task_id) has more than one distinct `forward` decision id (a kind with its task index off excepted) |
 | `missing_witness` | 1 | a task of a single-witness kind (`KindSpec.single_witness`, e.g. handoff) has a non-reject decision but no `forward` decision |
 | `prior_mismatch` | 1 | a duplicate/escalation names a prior admission that is not the task's witness |
 | `unknown_escalation` | 2 | a resolution settles an id that is not an `escalate` decision in the log |
@@ -34,9 +34,9 @@ docs/design.md, "The auditor's invariants"):
 | `forwarded_wrong_topic` | 3 | a forwarded record is on another route's downstream topic |
 | `forwarded_mismatch` | 3 | a downstream attestation is bound to another record than the audit log's |
 | `nonce_reused` | 4 | one (scope, nonce) has two `forward` decisions |
-| `forged_record` | 5 | an audit record's seal does not verify (a decision with the guard key, a resolution with the reconciler's or the guard's): excluded from the lineage |
-| `guard_sealed_resolution` | 5 | a resolution is sealed with the guard key, not the reconciler's, outside what `keys.single_key_audit` / `single_key_until` accept |
-| `unproven_operator` | 5 | a resolution's `by: operator:<name>` is not backed by a command signed with the key the operators file lists for `<name>` (or the signed command says something else) |
+| `forged_record` | 5 | an audit record's seal does not verify (decisions: the guard key; resolutions: the reconciler's or the guard's): excluded |
+| `guard_sealed_resolution` | 5 | a resolution sealed with the guard key, not the reconciler's, beyond `keys.single_key_audit` / `single_key_until` |
+| `unproven_operator` | 5 | `by: operator:<name>` without a command signed by the key listed for `<name>`, or one that says something else |
 | `unreadable_record` | 5 | a sealed audit record is not a decision or resolution: excluded |
 | `conflicting_reemission` | 3P | two different audit records with one decision (or resolution) id |
 | `bad_inclusion` | 5 | a record under a verified tree head whose inclusion proof does not prove its attestation: excluded |
@@ -57,14 +57,14 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Final
 
-import msgspec
 
+from busguard.audit.authority import operator_problem
 from busguard.audit.awards import call_reports
+from busguard.audit.chains import chain_reports
 from busguard.audit.deployment import bind
 from busguard.audit.coverage import coverage
 from busguard.audit.findings import (
     AuditReport,
-    ChainReport,
     EscalationStatus,
     PendingEscalation,
     Summary,
@@ -73,9 +73,8 @@ from busguard.audit.findings import (
     Violation,
 )
 from busguard.audit.ledger import LEDGER_VERSION, DecisionFact, F, Ledger, ResolutionFact, Sealer
-from busguard.policies import single_witness
-from busguard.protocol.identity import multikey_decode
-from busguard.protocol.records import ResolveCommand, command_seal_ok, resolution_id
+from busguard.policies import single_witness, task_indexed
+from busguard.protocol.records import resolution_id
 
 #: code -> invariant number (1-5 and 0 as docs/design.md, "The auditor's invariants", numbers them).
 INVARIANTS: Final[dict[str, int]] = {
@@ -108,47 +107,7 @@ INVARIANTS: Final[dict[str, int]] = {
     "offsets_overlap": 8,
     "offsets_undecided": 8,
 }
-#: leaf indices a `leaf_missing` detail lists before "…"
-_SHOWN: Final = 8
 
-
-
-_OPERATOR: Final = "operator:"
-
-
-def _operator_problem(r: ResolutionFact, operators: dict[str, str]) -> str | None:
-    """Why `r.by` is not proven by the signed command it carries, or None."""
-    c = r.command
-    if r.by == "policy":
-        return None if c is None else "a policy resolution carries an operator's command"
-    if not r.by.startswith(_OPERATOR):
-        return f"{r.by!r} is neither 'policy' nor 'operator:<name>'"
-    name = r.by[len(_OPERATOR) :]
-    if c is None:
-        return "it carries no signed command, so the name is not proven"
-    if c.signer is None:
-        return "its command was signed with the guard key, which proves no operator's name"
-    listed = operators.get(name)
-    if listed is None:
-        return f"{name!r} is not in the operators file"
-    if c.signer != listed:
-        return f"its command was signed with {c.signer}, not {listed}, the key the operators file lists for {name!r}"
-    try:
-        key = multikey_decode(c.signer)
-    except ValueError as exc:
-        return f"its command's signer is not a multikey ({exc})"
-    if not command_seal_ok(c.body, c.seal, key):
-        return f"its command's seal does not verify with {name!r}'s key"
-    try:
-        cmd = msgspec.json.decode(c.body, type=ResolveCommand)
-    except msgspec.MsgspecError as exc:
-        return f"its signed command is not a resolve command ({exc})"
-    signed = {"escalation_id": cmd.escalation_id, "resolved_as": cmd.resolve_as, "operator": cmd.operator, "note": cmd.note}
-    recorded = {"escalation_id": r.escalation_id, "resolved_as": r.resolved_as, "operator": name, "note": r.note}
-    wrong = [k for k in signed if signed[k] != recorded[k]]
-    if wrong:
-        return f"the command {name!r} signed differs in {', '.join(wrong)}"
-    return None
 
 
 def _distinct(facts: dict[str, F], variants: dict[str, list[str]]) -> int:
@@ -191,7 +150,7 @@ class _Judge:
         self._forwarded()
         self._bad_records()
         self._conflicts()
-        chains = self._chains()
+        chains = chain_reports(self.led, self.flag)
         inputs, gaps = coverage(led.decisions.values())
         for g in gaps:
             self.flag(g.code, g.detail, decision_id=g.decision_id)
@@ -224,7 +183,7 @@ class _Judge:
         kind, task_id = key
         forwards = [f for f in facts if f.outcome == "forward"]
         forward_ids = {f.decision_id for f in forwards}
-        if len(forwards) > 1:
+        if len(forwards) > 1 and task_indexed(kind):
             ids = ", ".join(f.decision_id for f in forwards)
             self.flag("multiple_forwards", f"{kind} {task_id!r} was admitted {len(forwards)} times: {ids}", task=key, decision_id=forwards[1].decision_id)
         if single_witness(kind) and not forwards and any(f.outcome != "reject" for f in facts):
@@ -303,7 +262,7 @@ class _Judge:
             else:
                 why = "keys.single_key_audit is off" if not led.single_key_audit else "its escalation was decided at or after keys.single_key_until"
                 self.flag("guard_sealed_resolution", f"resolution {r.resolution_id} is sealed with the guard key, not the reconciler's ({why})", task=task, decision_id=r.escalation_id)
-        problem = _operator_problem(r, led.operators)
+        problem = operator_problem(r, led.operators)
         if problem is not None:
             if legacy:
                 excused = True
@@ -401,64 +360,11 @@ class _Judge:
             else:
                 self.flag("forged_record", f"audit record sha256 {sha[:16]}…{claim} does not verify (excluded from the lineage): {why}", decision_id=bad.claimed_id)
 
-    # invariant 6: the log is complete (batch-seal chains)
-    def _chains(self) -> list[ChainReport]:
-        for sha, why in sorted(self.led.bad_inclusions.items()):
-            self.flag("bad_inclusion", f"audit record sha256 {sha[:16]}… is not proven by its tree head (excluded from the lineage): {why}")
-        out = []
-        for name, c in sorted(self.led.chains.items()):
-            label = f"chain {c.chain} of {c.guard}"
-            seqs = sorted(c.heads)
-            for seq in seqs:
-                if len(c.heads[seq]) > 1:
-                    shas = ", ".join(h.sha256[:16] + "…" for h in c.heads[seq])
-                    self.flag("chain_fork", f"{label} has {len(c.heads[seq])} different signed heads at seq {seq}: {shas}")
-            missing = sorted(set(range(seqs[-1] + 1)) - set(seqs))
-            if missing:
-                self.flag("chain_gap", f"{label} lacks {len(missing)} head(s) before its tip {seqs[-1]}: seq {_runs(missing)}")
-            for seq in seqs:
-                before = c.heads.get(seq - 1)
-                for h in c.heads[seq]:
-                    if before is not None and h.prev not in {b.sha256 for b in before}:
-                        self.flag("chain_broken", f"{label}: head {seq} names previous head {h.prev}, not {before[0].sha256}")
-                    gone = h.missing()
-                    if gone:
-                        shown = ", ".join(map(str, gone[:_SHOWN])) + (", …" if len(gone) > _SHOWN else "")
-                        self.flag("leaf_missing", f"{label}: head {seq} covers {h.size} records, {len(gone)} of them not in the audit log (leaves {shown})")
-            tip = c.heads[seqs[-1]][0]
-            out.append(
-                ChainReport(
-                    guard=c.guard,
-                    chain=c.chain,
-                    heads=sum(len(hs) for hs in c.heads.values()),
-                    leaves=sum(h.size for hs in c.heads.values() for h in hs),
-                    first_seq=seqs[0],
-                    tip_seq=seqs[-1],
-                    tip_sha256=tip.sha256,
-                    tip_sealed_at=tip.sealed_at,
-                )
-            )
-        return out
-
     # "decide once, re-emit identically"
     def _conflicts(self) -> None:
         for did, shas in self.led.decision_variants.items():
             f = self.led.decisions[did]
             self.flag("conflicting_reemission", f"decision {did} appears as {len(shas)} different audit records (re-emissions must be byte-identical)", task=(f.kind, f.task_id), decision_id=did)
-
-
-def _runs(numbers: list[int]) -> str:
-    """Sorted integers as ranges: 0-3, 7, 9-10."""
-    parts: list[str] = []
-    start = prev = numbers[0]
-    for n in [*numbers[1:], None]:
-        if n is not None and n == prev + 1:
-            prev = n
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if n is not None:
-            start = prev = n
-    return ", ".join(parts[:_SHOWN]) + (", …" if len(parts) > _SHOWN else "")
 
 
 def judge(ledger: Ledger) -> AuditReport:

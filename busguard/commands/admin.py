@@ -13,7 +13,7 @@ from busguard.wiring import init_state, state_location
 
 
 def cmd_resolve(args: argparse.Namespace) -> int:
-    from busguard.reconcile.operator import resolve
+    from busguard.commands.resolve import resolve
 
     cfg = load_config(args.config)
     return resolve(cfg, args.escalation_id, args.resolve_as, args.note, args.operator, key_file=args.key, wait_s=args.wait)

@@ -219,14 +219,20 @@ async def _run(cfg: Config, steps: list[NetStep], services: Any, guard_key: byte
             continue  # an operator's command, not an escalation
         esc = msgspec.json.decode(e.value, type=Decision)
         a = esc.annotations or {}
-        print(f"escalated on {t.reconciliation} (the reconciler holds it for an operator): {esc.reason}, attributed to {a.get('attributed_to')}: committed {a.get('committed_root')}, recomputed {a.get('recomputed_root')}")
+        print(
+            f"escalated on {t.reconciliation} (the reconciler holds it for an operator): {esc.reason}, "
+            f"attributed to {a.get('attributed_to')}: committed {a.get('committed_root')}, recomputed {a.get('recomputed_root')}"
+        )
     for f in seen[downstream]:
         hv = dict(f.headers).get("busguard-annotation-verification")
         if hv is not None:
             print(f"settled result forwarded to {downstream} with busguard-annotation-verification: {hv.decode()}")
     print("\naudit, per call:")
     for c in call_reports(ledger.decisions.values()):
-        print(f"  {c.call}: {c.bids} bids; refused awards {c.refused_awards}; awarded to {c.awarded_to} ({c.winner}) mode {c.mode}; {c.settlement}; escalations {c.escalations}")
+        print(
+            f"  {c.call}: {c.bids} bids; refused awards {c.refused_awards}; awarded to {c.awarded_to} ({c.winner}) "
+            f"mode {c.mode}; {c.settlement}; escalations {c.escalations}"
+        )
     if failed:
         print(f"\ndemo FAILED: {failed} record(s) did not go where expected")
         return 1

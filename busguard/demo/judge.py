@@ -16,7 +16,7 @@ from busguard.protocol.envelope import HEADER_RECEIPT
 
 def operator_resolve(cfg: Config, escalation_id: str) -> tuple[int, str]:
     """What `busguard escalations resolve ID --as reject --note ... --operator demo --key operator.key` does, captured."""
-    from busguard.reconcile.operator import resolve
+    from busguard.commands.resolve import resolve
 
     out = io.StringIO()
     note = "payload differs from the admitted task-1; planner asked to re-issue as a new task"

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 def run_auditor(cfg: Config, guard_public_key: bytes, reconciler_public_key: bytes) -> AuditReport:
     """The auditor, imported lazily (it is the heaviest import and optional for the rest)."""
-    from busguard.audit.commands import run_audit
+    from busguard.audit.run import run_audit
 
     return run_audit(cfg, guard_public_key=guard_public_key, reconciler_public_key=reconciler_public_key, idle_ms=1500)
 

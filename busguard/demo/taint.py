@@ -41,19 +41,19 @@ PLANS: Final = "agents.taint-plans"
 #: The incident as examples/taint/ has it (make_examples.py), inlined so an installed busguard
 #: needs no repository checkout; the integration test checks the two agree.
 INCIDENT_TRACE: Final = (
-    '{"format": "busguard.taint-trace.v1", "trace_id": "incident-2026-11-08", "tainted_output": "post_message", "nodes": [\n'
-    ' {"id": "read_secret", "predecessors": [], "operation": "read_secret", "side_effects": false, "outcome": "success",'
-    ' "external_input_hash": "9fa89a56d35eea7e9ea027bcd351080276780da8cedc0bebb6b6090e51a7da10",'
-    ' "output_hash": "33848a4d42975d12826315d5095a144e49593cc63143046f28be7098e0035815",'
-    ' "input_hash": "ca93fb5e2b519ac930104bd2e8ca809ac4bff463656888e6276ad9202b24e1b2"},\n'
-    ' {"id": "summarize", "predecessors": ["read_secret"], "operation": "summarize", "side_effects": false, "outcome": "success",'
-    ' "external_input_hash": "8435d045733df8488850b6e01397bee352a272f61a6480d0f2c65d8e54d3c12a",'
-    ' "output_hash": "9790e53a5868fb0adee7660d1c30730afcabe3d8f500e4e112d9aadd7ff7ffe7",'
-    ' "input_hash": "8298f7132929983ce75eab09d831bb363c12e8d1d56bb252b4561919e9c3261d"},\n'
-    ' {"id": "post_message", "predecessors": ["summarize"], "operation": "post_message", "side_effects": true, "outcome": "pending",'
-    ' "token": "tok-post-7", "output_hash": null, "sinks": ["chat:#ops"],'
-    ' "input_hash": "8537433f96ed09dc22726b4f2386cfb0812b7133a93f87f4fe2eade3da488828"}]}\n'
-).encode()
+    b'{"format": "busguard.taint-trace.v1", "trace_id": "incident-2026-11-08", "tainted_output": "post_message", "nodes": [\n'
+    b' {"id": "read_secret", "predecessors": [], "operation": "read_secret", "side_effects": false, "outcome": "success",'
+    b' "external_input_hash": "9fa89a56d35eea7e9ea027bcd351080276780da8cedc0bebb6b6090e51a7da10",'
+    b' "output_hash": "33848a4d42975d12826315d5095a144e49593cc63143046f28be7098e0035815",'
+    b' "input_hash": "ca93fb5e2b519ac930104bd2e8ca809ac4bff463656888e6276ad9202b24e1b2"},\n'
+    b' {"id": "summarize", "predecessors": ["read_secret"], "operation": "summarize", "side_effects": false, "outcome": "success",'
+    b' "external_input_hash": "8435d045733df8488850b6e01397bee352a272f61a6480d0f2c65d8e54d3c12a",'
+    b' "output_hash": "9790e53a5868fb0adee7660d1c30730afcabe3d8f500e4e112d9aadd7ff7ffe7",'
+    b' "input_hash": "8298f7132929983ce75eab09d831bb363c12e8d1d56bb252b4561919e9c3261d"},\n'
+    b' {"id": "post_message", "predecessors": ["summarize"], "operation": "post_message", "side_effects": true, "outcome": "pending",'
+    b' "token": "tok-post-7", "output_hash": null, "sinks": ["chat:#ops"],'
+    b' "input_hash": "8537433f96ed09dc22726b4f2386cfb0812b7133a93f87f4fe2eade3da488828"}]}\n'
+)
 INCIDENT_LEDGER: Final = (
     b'{"format": "busguard.taint-ledger.v1", "entries": [{"token": "tok-post-7", "effects": ['
     b'{"id": "delivery-1", "status": "success", "sinks": ["chat:#ops"]},'

@@ -9,26 +9,29 @@ it emits to beyond downstream / reconciliation / dead-letter / audit (the
 dev config creates them). `cli`, the dev config, the demo and the auditor
 read this registry and name no kind themselves.
 
-Adding a kind is its policy module and one entry in `_SPECS`
-(docs/design.md, "Adding a kind").
+Adding a kind is its policy module and one entry in `_SPECS`, or, for a
+kind in a package of its own, one `busguard.kinds` entry point
+(busguard.policies.plugins; docs/design.md, "Adding a kind").
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Final
 
 import msgspec
 
 from busguard.policies.award import policy as award
-from busguard.policies.award import wire as cnet
+from busguard.policies.award import wire as award_wire
 from busguard.policies.compromise import policy as compromise
+from busguard.policies import plugins
 from busguard.policies.seam import AnyPolicy, Objection
 from busguard.policies.taint import replay as taint_replay
 from busguard.protocol.envelope import Envelope
-from busguard.protocol.reasons import Reason
 
 Interceptor = Callable[[Envelope], Objection | None]
+_REASON_CODE: Final = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 
 class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -38,12 +41,46 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
     #: PolicyKey namespaces the policy may read and write; empty: its own kind name.
     namespaces: tuple[str, ...] = ()
     single_witness: bool = False
-    reasons: tuple[Reason, ...] = ()
+    #: The reason codes its policy may object with. busguard's own `Reason`s
+    #: may be named; any other code is the kind's own (lowercase, `_`, at most
+    #: 64 characters, documented by the kind), and an objection with a code
+    #: neither busguard's nor listed here is a `PolicyContractError`.
+    reasons: tuple[str, ...] = ()
     routes: tuple[str, ...] = ()
     #: Annotations of an admitted record that its forward also carries, as
     #: `busguard-annotation-<name>` headers (a caution flag a consumer acts on
     #: without reading the audit topic); every annotation is on the audit record.
     forward_annotations: tuple[str, ...] = ()
+    #: Whether the task index judges the kind's records (docs/protocol.md 7.1
+    #: rows 13 and 17-20): one admission per (kind, task_id), later records of
+    #: the task duplicates or escalations. Off, the kind owns its tasks: no
+    #: task entry is read or written, every authentic, fresh record that the
+    #: nonce and session checks pass goes to its policy's `decide`, which may
+    #: admit several records of one task (quotas, streams, multi-part
+    #: payloads), and the auditor's `multiple_forwards` rule does not apply.
+    task_index: bool = True
+    #: The kind's own settings: a msgspec Struct type decoded from the
+    #: config's `[<settings_section>]` table (absent: the Struct's defaults),
+    #: handed to its policy's `parse` as `context.settings[<settings_section>]`.
+    settings: type | None = None
+    #: The config table and settings key; "" means the kind's name. Kinds
+    #: that share a policy share a section.
+    settings_section: str = ""
+
+    def __post_init__(self) -> None:
+        if self.settings is not None and not (isinstance(self.settings, type) and issubclass(self.settings, msgspec.Struct)):
+            raise ValueError(f"kind {self.kind!r}: settings must be a msgspec.Struct type, not {self.settings!r}")
+        for code in self.reasons:
+            if not _REASON_CODE.fullmatch(code):
+                raise ValueError(f"kind {self.kind!r}: reason {code[:80]!r} is not a reason code (lowercase letters, digits and _, at most 64)")
+        if not self.task_index and self.policy is None:
+            raise ValueError(f"kind {self.kind!r}: task_index off needs a policy to decide its records")
+        if not self.task_index and self.single_witness:
+            raise ValueError(f"kind {self.kind!r}: a single-witness kind needs the task index")
+
+    @property
+    def section(self) -> str:
+        return self.settings_section or self.kind
 
     def may_use(self, namespace: str) -> bool:
         return namespace in self.namespaces if self.namespaces else namespace == self.kind
@@ -53,32 +90,44 @@ _SPECS: Final = (
     KindSpec(kind="handoff", single_witness=True),
     KindSpec(kind="ack"),
     # contract-net awards (seed 002): one policy, one row per call (docs/protocol.md, 15)
-    KindSpec(kind=cnet.KIND_CALL, policy=award.POLICY, namespaces=award.NAMESPACES, reasons=award.CALL_REASONS),
-    KindSpec(kind=cnet.KIND_BID, policy=award.POLICY, namespaces=award.NAMESPACES, reasons=award.BID_REASONS),
-    KindSpec(kind=cnet.KIND_AWARD, policy=award.POLICY, namespaces=award.NAMESPACES, reasons=award.AWARD_REASONS, routes=(award.REBID_ROUTE,)),
-    KindSpec(kind=cnet.KIND_RESULT, policy=award.POLICY, namespaces=award.NAMESPACES, reasons=award.RESULT_REASONS, forward_annotations=("verification",)),
+    KindSpec(kind=award_wire.KIND_CALL, policy=award.POLICY, namespaces=award.NAMESPACES, reasons=award.CALL_REASONS),
+    KindSpec(kind=award_wire.KIND_BID, policy=award.POLICY, namespaces=award.NAMESPACES, reasons=award.BID_REASONS),
+    KindSpec(kind=award_wire.KIND_AWARD, policy=award.POLICY, namespaces=award.NAMESPACES, reasons=award.AWARD_REASONS, routes=(award.REBID_ROUTE,)),
+    KindSpec(kind=award_wire.KIND_RESULT, policy=award.POLICY, namespaces=award.NAMESPACES, reasons=award.RESULT_REASONS, forward_annotations=("verification",)),
     KindSpec(kind=taint_replay.KIND, policy=taint_replay.TaintReplayPolicy(), reasons=taint_replay.REASONS, forward_annotations=("taint.unit",)),
-    KindSpec(kind="session-handoff", policy=compromise.HANDOFF_POLICY, namespaces=("compromise",), reasons=compromise.HANDOFF_REASONS, routes=("quarantine",), forward_annotations=compromise.FORWARD_ANNOTATIONS),
-    KindSpec(kind="compromise-notice", policy=compromise.NOTICE_POLICY, namespaces=("compromise",), reasons=compromise.NOTICE_REASONS),
+    KindSpec(kind="session-handoff", policy=compromise.HANDOFF_POLICY, namespaces=("compromise",), reasons=compromise.HANDOFF_REASONS, routes=("quarantine",), forward_annotations=compromise.FORWARD_ANNOTATIONS, settings=compromise.CompromiseSettings, settings_section=compromise.SETTINGS_KEY),
+    KindSpec(kind="compromise-notice", policy=compromise.NOTICE_POLICY, namespaces=("compromise",), reasons=compromise.NOTICE_REASONS, settings=compromise.CompromiseSettings, settings_section=compromise.SETTINGS_KEY),
 )
 
-#: By kind name. A Mapping to its readers; tests add a test-only kind with
+_PLUGINS, _PLUGIN_ERRORS = plugins.discover({s.kind for s in _SPECS}, KindSpec)
+
+#: By kind name: the built-ins, then the installed `busguard.kinds` plugins.
+#: A Mapping to its readers; tests add a test-only kind with
 #: `monkeypatch.setitem(KINDS, spec.kind, spec)`.
-KINDS: Final[Mapping[str, KindSpec]] = {s.kind: s for s in _SPECS}
+KINDS: Final[Mapping[str, KindSpec]] = {s.kind: s for s in (*_SPECS, *_PLUGINS)}
+#: The kinds that came from plugins (`busguard kinds` shows where each is from).
+PLUGIN_KINDS: Final = frozenset(s.kind for s in _PLUGINS)
+
+
+def load_errors() -> tuple[str, ...]:
+    """Why each refused kind plugin was refused (busguard.policies.plugins)."""
+    return tuple(_PLUGIN_ERRORS)
 
 
 def kind_names() -> tuple[str, ...]:
     return tuple(KINDS)
 
 
-def is_known_kind(kind: str) -> bool:
-    return kind in KINDS
-
-
 def single_witness(kind: str | None) -> bool:
     """Whether a task of this kind must have one admitted witness (auditor)."""
     spec = KINDS.get(kind) if kind is not None else None
     return spec is not None and spec.single_witness
+
+
+def task_indexed(kind: str | None) -> bool:
+    """Whether the task index judges this kind (an unknown kind: yes, the strict rule; auditor)."""
+    spec = KINDS.get(kind) if kind is not None else None
+    return spec is None or spec.task_index
 
 
 def run_policies(envelope: Envelope) -> Objection | None:
@@ -90,4 +139,4 @@ def run_policies(envelope: Envelope) -> Objection | None:
     return None
 
 
-__all__ = ["KINDS", "Interceptor", "KindSpec", "Objection", "is_known_kind", "kind_names", "run_policies", "single_witness"]
+__all__ = ["KINDS", "PLUGIN_KINDS", "Interceptor", "KindSpec", "Objection", "kind_names", "load_errors", "run_policies", "single_witness", "task_indexed"]

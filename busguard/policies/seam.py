@@ -1,11 +1,15 @@
 """The policy seam: what a kind's policy is given and what it may answer.
 
-A policy is a pure object shaped like Bytewax's `StatefulLogic`: the shell
-owns the state and the clock; the policy only computes. Admission calls, in
+A policy is pure, shaped like the function of Bytewax's `stateful_map`
+rather than its `StatefulLogic` (which holds its own state): the shell owns
+the state and the clock and passes a view of both; the policy only computes. Admission calls, in
 this order (docs/design.md, "The policy seam"; docs/protocol.md 7.1):
 
-1. `parse(envelope)` (or `ContextualPolicy.parse_in`) -> the kind's parsed
-   payload, or an `Objection`. Called before the batch's state transaction
+1. `parse(record, context)` -> the kind's parsed payload, or an
+   `Objection`. `record` (`PolicyInput`) is the envelope with what admission
+   already computed from it: the sender's canonical principal and the task
+   key; `context` the batch's key registry, clock reading and the
+   deployment's settings. Called before the batch's state transaction
    (it needs no state), after the signatures of the whole batch are
    checked, and only for a record that passed every stateless check, whose
    signature verified and which no interceptor of its kind refused: a
@@ -40,13 +44,14 @@ they cannot use is an `Objection`, never an exception.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Final, NamedTuple, Protocol, TypeVar, runtime_checkable
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import msgspec
 
 from busguard.protocol.envelope import Envelope
-from busguard.protocol.keys import KeyLookup
-from busguard.protocol.reasons import Outcome, Reason
+from busguard.protocol.identity import canonical_principal
+from busguard.protocol.keys import KeyLookup, KeyRegistry
+from busguard.protocol.reasons import Outcome
 from busguard.protocol.records import Notice
 
 #: busguard.state.keys.PolicyKey, spelled out: the policy packages (taint,
@@ -58,7 +63,8 @@ P = TypeVar("P")
 
 class Objection(msgspec.Struct, frozen=True):
     outcome: Outcome
-    reason: Reason
+    #: one of busguard's `Reason`s, or one the kind declares (`KindSpec.reasons`)
+    reason: str
     detail: str
 
 
@@ -78,9 +84,6 @@ class PolicyOutcome(msgspec.Struct, frozen=True, kw_only=True):
     notices: tuple[Notice, ...] = ()
 
 
-ADMIT: Final = PolicyOutcome()
-
-
 class PolicyView(Protocol):
     def get(self, key: PolicyKey) -> bytes | None:
         """The row's bytes, None when absent or expired. Only keys the
@@ -88,8 +91,19 @@ class PolicyView(Protocol):
         ...
 
 
+class PolicyInput(NamedTuple):
+    """A verified record as its kind's policy parses it: what admission
+    already derived from the envelope is passed, not recomputed."""
+
+    envelope: Envelope
+    #: the canonical principal of `receipt.sender` (docs/protocol.md 5.2)
+    principal: str
+    #: (kind, task_id): the task index's key for the record
+    task_key: tuple[str, str]
+
+
 class Policy(Protocol[P]):
-    def parse(self, envelope: Envelope) -> P | Objection: ...
+    def parse(self, record: PolicyInput, context: PolicyContext) -> P | Objection: ...
 
     def keys(self, parsed: P) -> Iterable[PolicyKey]: ...
 
@@ -106,7 +120,7 @@ class KeySource(Protocol):
 
 
 class PolicyContext(NamedTuple):
-    """What a `ContextualPolicy` parses with: the batch's key registry (for
+    """What every policy parses with: the batch's key registry (for
     signatures inside a payload, judged at `now_ms`, the receiver's clock) and
     the deployment's per-policy settings (`AdmissionPolicy.policy_settings`,
     from the config). Immutable for the batch, so parsing stays pure."""
@@ -116,10 +130,22 @@ class PolicyContext(NamedTuple):
     settings: Mapping[str, object]
 
 
-@runtime_checkable
-class ContextualPolicy(Protocol):
-    """A policy whose payload carries its own signatures or depends on
-    deployment settings implements `parse_in` as well; admission then calls it
-    instead of `parse` (policystep.prepare)."""
+def policy_key(namespace: str, *parts: str) -> PolicyKey:
+    """The row key for a value named by one or more parts: the parts as a
+    compact JSON array of strings (`["session","ink:z…","s-1"]`, msgspec's
+    encoding, no spaces), so no choice of part text makes two different
+    tuples one key, as a separator could. docs/design.md, "The policy seam"."""
+    return (namespace, msgspec.json.encode(parts).decode())
 
-    def parse_in(self, envelope: Envelope, context: PolicyContext) -> object: ...
+
+def policy_input(envelope: Envelope) -> PolicyInput:
+    """The `PolicyInput` admission passes for `envelope`, derived afresh: for
+    a policy's own tests and benchmarks, which call `parse` directly."""
+    r = envelope.receipt
+    return PolicyInput(envelope, canonical_principal(r.sender), (r.kind, r.task_id))
+
+
+def bare_context(now_ms: int) -> PolicyContext:
+    """A context with no keys and no settings (each policy's defaults), for a
+    policy's own tests and benchmarks that call `parse` directly."""
+    return PolicyContext(KeyRegistry({}), now_ms, {})

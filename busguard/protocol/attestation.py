@@ -58,23 +58,6 @@ HEADER_PRIOR: Final = "busguard-prior-decision-id"
 HEADER_REPLACED: Final = "busguard-replaced"
 HEADER_ROUTE: Final = "busguard-route"
 HEADER_ANNOTATION_PREFIX: Final = "busguard-annotation-"
-#: Headers only busguard may write. An input that carries one is rejected
-#: (`reserved_header`) so a sender cannot smuggle a fake attestation downstream.
-RESERVED_HEADERS: Final = frozenset(
-    {
-        HEADER_ATTESTATION,
-        HEADER_SEAL,
-        HEADER_TREE_HEAD,
-        HEADER_HEAD_SEAL,
-        HEADER_INCLUSION,
-        HEADER_DECISION_ID,
-        HEADER_OUTCOME,
-        HEADER_REASON,
-        HEADER_DETAIL,
-        HEADER_SOURCE,
-        HEADER_PRIOR,
-    }
-)
 #: The headers that carry a seal, of either kind (`open_sealed`).
 _SEAL_HEADERS: Final = (HEADER_ATTESTATION, HEADER_SEAL, HEADER_TREE_HEAD, HEADER_HEAD_SEAL, HEADER_INCLUSION)
 

@@ -5,8 +5,8 @@ bidder's committed state root from the raw records, so both sides must build
 exactly the same tree. RFC 9162 (Certificate Transparency v2) fixes every
 choice that otherwise differs between implementations. The guard's batch
 seal (busguard.protocol.treehead) uses the same tree over a batch's
-attestations, so the hashing core lives here, in the wire layer, and the
-award policy (busguard.policies.award.merkle) re-exports it:
+attestations, so it lives here, in the wire layer, and the award policy
+imports it from here:
 
 * leaf hash  = SHA-256(0x00 || leaf bytes), node hash = SHA-256(0x01 || left || right);
   the distinct prefixes stop a leaf from being passed off as an interior node

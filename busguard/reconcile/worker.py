@@ -148,7 +148,8 @@ class Reconciler(SealingStage):
         self.guard_public_key = guard_public_key
         if identity.public_key == guard_public_key:
             log.warning(
-                "the reconciler seals with the guard key (one-key deployment); give it its own key (keys.reconciler_key) so the auditor can tell the roles apart",
+                "the reconciler seals with the guard key (one-key deployment); "
+                "give it its own key (keys.reconciler_key) so the auditor can tell the roles apart",
                 reconciler=identity.agent_id,
             )
         self.store = store

@@ -27,7 +27,7 @@ Every run of offsets that cannot be attributed (a whole batch, or the offsets
 after its last readable record) is ONE `undecodable_batch` placeholder for
 the span [offset, last_offset], however many offsets its header claims: the
 work and output an undecodable batch causes are a constant, not a number its
-writer chooses (issue 19; docs/protocol.md 2.1).
+writer chooses (docs/protocol.md 2.1).
 
 Control batches (transaction markers) are skipped as aiokafka skips them;
 legacy (v0/v1) message sets go through aiokafka's legacy decoder once the
@@ -121,7 +121,7 @@ class _Corrupt(Exception):
 def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     """Zigzag varint (as Kafka's records use), at most 10 bytes, within `end`."""
     shift = value = 0
-    for i in range(10):
+    for _ in range(10):
         if pos >= end:
             raise _Corrupt("truncated varint")
         b = buf[pos]

@@ -62,7 +62,8 @@ class Metrics:
         )
         self.reloads = Counter(
             "busguard_config_reloads_total",
-            "Changes of a followed file (key registry, operators) picked up (result=reloaded) or refused, the previous contents staying in force (result=error)",
+            "Changes of a followed file (key registry, operators) picked up (result=reloaded) "
+            "or refused, the previous contents staying in force (result=error)",
             ["file", "result"],
             registry=self.registry,
         )

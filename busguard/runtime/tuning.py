@@ -12,8 +12,8 @@ everything loaded at start-up (modules, the key registry) out of the
 collector's view for good.
 
 The C heap has settings of its own (`tune_malloc`): glibc's defaults let
-free space fragment inside the heap under steady load (issue 13,
-`compare.py --soak`).
+free space fragment inside the heap under steady load (measured with
+`benchmarks/compare.py --soak`).
 """
 
 from __future__ import annotations

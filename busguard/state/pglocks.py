@@ -11,7 +11,7 @@ rows themselves.
 Why a bound. One lock per key made the lock count a function of the input:
 a session handoff names about three rows (its sender, its receiver, its
 session, its voucher), so 500 handoffs with distinct names took about 1 500
-locks, forged or not (issue 19 item 9). PostgreSQL's lock table is shared by
+locks, forged or not. PostgreSQL's lock table is shared by
 every session of the server and sized `max_locks_per_transaction ×
 (max_connections + max_prepared_transactions)` (6 400 by default); a few
 guards with such batches, or a raised `batch.max_records`, fill it and every

@@ -49,7 +49,7 @@ INSERT INTO reconcile_escalations(k, state, ver) SELECT * FROM unnest(%b::text[]
 ON CONFLICT (k) DO UPDATE SET state = excluded.state, ver = excluded.ver WHERE reconcile_escalations.ver = excluded.ver - 1
 RETURNING k"""
 
-O = TypeVar("O")
+Out = TypeVar("Out")
 S = TypeVar("S")
 
 
@@ -57,13 +57,13 @@ def _key(s: SourceKey) -> bytes:
     return text_key(*s).encode()
 
 
-class PostgresReconcileStore(Generic[O, S]):
+class PostgresReconcileStore(Generic[Out, S]):
     """Generic in the two value types, which the reconciler names (busguard.reconcile.store)."""
 
-    def __init__(self, dsn: str, *, output: type[O], state: type[S], schema: str = "busguard", retry_s: float = 120.0) -> None:
+    def __init__(self, dsn: str, *, output: type[Out], state: type[S], schema: str = "busguard", retry_s: float = 120.0) -> None:
         import psycopg.sql
 
-        self._outputs: msgspec.msgpack.Decoder[list[O]] = msgspec.msgpack.Decoder(list[output])  # type: ignore[valid-type]
+        self._outputs: msgspec.msgpack.Decoder[list[Out]] = msgspec.msgpack.Decoder(list[output])  # type: ignore[valid-type]
         self._state = msgspec.msgpack.Decoder(state)
 
         self.schema = schema
@@ -84,12 +84,12 @@ class PostgresReconcileStore(Generic[O, S]):
     def session(self) -> Session:
         return self._session
 
-    def run_batch(self, sources: list[SourceKey], escalation_ids: set[str], fn: ReconcileFn[O, S]) -> Processed[O]:
+    def run_batch(self, sources: list[SourceKey], escalation_ids: set[str], fn: ReconcileFn[Out, S]) -> Processed[Out]:
         """Outputs for every source: re-read for those already processed, new for the rest."""
 
-        def body(cur: Cursor) -> Processed[O]:
+        def body(cur: Cursor) -> Processed[Out]:
             by_key = {_key(s): s for s in sources}
-            processed: Processed[O] = {}
+            processed: Processed[Out] = {}
             if by_key:
                 cur.execute(_LOAD_PROCESSED, (list(by_key),), binary=True)
                 processed = {by_key[k]: self._outputs.decode(v) for k, v in cur.fetchall()}

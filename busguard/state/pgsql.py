@@ -333,7 +333,9 @@ LOAD_TIP: Final = "SELECT seq, head FROM seal_heads WHERE chain = %s ORDER BY se
 LOAD_SPANS: Final = "SELECT DISTINCT chain, seq FROM seal_spans WHERE topic = %s AND part = %s AND hi >= %s AND lo <= %s AND exp > %s"
 LOAD_HEAD: Final = "SELECT head, seal, leaves, spans, sealed_at FROM seal_heads WHERE chain = %s AND seq = %s AND exp > %s"
 WRITE_HEAD: Final = "INSERT INTO seal_heads VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (chain, seq) DO NOTHING"
-WRITE_SPANS: Final = "INSERT INTO seal_spans SELECT * FROM unnest(%s::text[], %s::integer[], %s::bigint[], %s::bigint[], %s::text[], %s::bigint[], %s::bigint[])"
+WRITE_SPANS: Final = (
+    "INSERT INTO seal_spans SELECT * FROM unnest(%s::text[], %s::integer[], %s::bigint[], %s::bigint[], %s::text[], %s::bigint[], %s::bigint[])"
+)
 
 
 def load_seals(cur: psycopg.Cursor[tuple[Any, ...]], snap: Snapshot, chain: str | None, now_ms: int) -> None:

@@ -1,6 +1,6 @@
 """PostgreSQL store: one shared state for guards on many hosts.
 
-The same contract as the SQLite store (state/base.py): a batch loads the rows
+The same contract as the SQLite store (the `StateStore` protocol, state/store.py): a batch loads the rows
 for its keys, decides, and writes, in one transaction; rows are the same
 msgpack-encoded Structs, so a decision read back re-encodes to the bytes
 first emitted. SQL and connection handling live in state/pgsql.py.

@@ -28,7 +28,7 @@ from busguard.state.codecs import encode
 from busguard.state.keys import SourceKey
 from busguard.state.sqlitedb import connect, key, select_in, transaction
 
-O = TypeVar("O")
+Out = TypeVar("Out")
 S = TypeVar("S")
 
 _SCHEMA: Final = (
@@ -37,14 +37,14 @@ _SCHEMA: Final = (
 )
 
 
-Processed = dict[SourceKey, list[O]]
+Processed = dict[SourceKey, list[Out]]
 """Per input position, the outputs it produced."""
-ReconcileFn = Callable[[Processed[O], dict[str, S]], tuple[Processed[O], dict[str, S]]]
+ReconcileFn = Callable[[Processed[Out], dict[str, S]], tuple[Processed[Out], dict[str, S]]]
 """(processed, states) -> (new outputs, changed states)"""
 
 
-class ReconcileStateStore(Protocol[O, S]):
-    def run_batch(self, sources: list[SourceKey], escalation_ids: set[str], fn: ReconcileFn[O, S]) -> Processed[O]:
+class ReconcileStateStore(Protocol[Out, S]):
+    def run_batch(self, sources: list[SourceKey], escalation_ids: set[str], fn: ReconcileFn[Out, S]) -> Processed[Out]:
         """Call `fn(processed, states)` with what is stored for these sources and
         escalations; persist the new outputs and changed states it returns, in
         one transaction. Returns the outputs of every source: re-read for those
@@ -56,16 +56,16 @@ class ReconcileStateStore(Protocol[O, S]):
     def close(self) -> None: ...
 
 
-class SqliteReconcileStore(Generic[O, S]):
-    def __init__(self, path: str | Path, *, output: type[O], state: type[S], synchronous: str = "FULL") -> None:
-        self._outputs: msgspec.msgpack.Decoder[list[O]] = msgspec.msgpack.Decoder(list[output])  # type: ignore[valid-type]
+class SqliteReconcileStore(Generic[Out, S]):
+    def __init__(self, path: str | Path, *, output: type[Out], state: type[S], synchronous: str = "FULL") -> None:
+        self._outputs: msgspec.msgpack.Decoder[list[Out]] = msgspec.msgpack.Decoder(list[output])  # type: ignore[valid-type]
         self._state = msgspec.msgpack.Decoder(state)
         self._db = connect(path, synchronous=synchronous)
         with transaction(self._db) as db:
             for statement in _SCHEMA:
                 db.execute(statement)
 
-    def run_batch(self, sources: list[SourceKey], escalation_ids: set[str], fn: ReconcileFn[O, S]) -> Processed[O]:
+    def run_batch(self, sources: list[SourceKey], escalation_ids: set[str], fn: ReconcileFn[Out, S]) -> Processed[Out]:
         with transaction(self._db) as db:
             by_key = {key(*s): s for s in sources}
             rows = select_in(db, "SELECT k, outputs FROM processed WHERE k IN ({})", list(by_key))

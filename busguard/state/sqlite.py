@@ -17,7 +17,7 @@ Layout (schema version 3; every key is `key(parts…)`):
     windows(k=principal,session_id) -> top, bitmap, exp
     tasks(k=kind,task_id) -> body, exp           first admission per task (insert-only)
 
-Decisions are stored a run at a time, not a row each (issue 13: a row per
+Decisions are stored a run at a time, not a row each (a row per
 record was a third of the state transaction's cost, and every batch looked up
 all its positions only to find nothing). A run holds, for one input
 partition, the decisions one batch wrote that share one expiry (in practice:
@@ -65,7 +65,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-import msgspec
 
 from busguard.protocol.records import Coordinates, Decision, TaskEntry
 from busguard.state import sealrows

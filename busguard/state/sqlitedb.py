@@ -10,7 +10,7 @@ batch's commit: with the WAL's default auto-checkpoint, the commit that
 crossed the threshold copied every frame into the database file and synced
 it, and on a store holding a million live nonces (random keys, so each
 record dirties its own pages) that one commit took 0.55 s against 12 ms for
-the others (benchmarks/compare.py --preload, issue 13).
+the others (benchmarks/compare.py --preload).
 """
 
 from __future__ import annotations

@@ -403,7 +403,7 @@ class Generator:
             return None, value, self._signed_raw(receipt, value)
         if kind == 8:  # integer edges in sessions and sequences, correctly signed
             seq = rng.choice(INT_TEXT)
-            receipt = self._receipt(value, session_id='"s-%d"' % rng.randrange(3), sequence=seq, v=rng.choice(["1", "1", seq]))
+            receipt = self._receipt(value, session_id=f'"s-{rng.randrange(3)}"', sequence=seq, v=rng.choice(["1", "1", seq]))
             return None, value, self._signed_raw(receipt, value)
         if kind == 9:  # timestamps at the grammar's edges, correctly signed
             receipt = self._receipt(value, issued_at=msgspec.json.encode(rng.choice(TIMESTAMP_EDGES)).decode())

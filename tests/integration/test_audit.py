@@ -17,7 +17,7 @@ from pathlib import Path
 import msgspec
 
 from busguard.protocol.records import Coordinates, Decision
-from busguard.audit.commands import load_checkpoint, run_audit
+from busguard.audit.run import load_checkpoint, run_audit
 from busguard.audit.lineage import AuditReport
 from busguard.audit.reader import read_log
 from busguard.config import Config, load_config
@@ -91,7 +91,7 @@ async def test_audit_after_a_crash_and_restart_proves_exactly_once(broker: Embed
     survivor = GuardProcess(s)
     try:
         survivor.wait_ready()
-        got = await collect(s.bootstrap, s.outputs, lambda c: all_decided(s, c, total) and len({(r.topic, r.value) for r in c[s.audit]}) >= total)
+        await collect(s.bootstrap, s.outputs, lambda c: all_decided(s, c, total) and len({(r.topic, r.value) for r in c[s.audit]}) >= total)
     finally:
         assert survivor.terminate() == 0, survivor.tail()
     raw = await collect_all(s.bootstrap, [s.audit])

@@ -19,7 +19,7 @@ from pathlib import Path
 import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from busguard.audit.commands import run_audit
+from busguard.audit.run import run_audit
 from busguard.config import load_config
 from busguard.devtools.broker import EmbeddedBroker
 from busguard.protocol.records import Decision
@@ -100,7 +100,10 @@ async def test_claimed_spans_cost_one_decision_each_and_the_partition_moves_on(b
 
     span_ids = {d.decision_id.encode() for d in spans_decided}
     span_out = [size(r) for t in (s.audit, s.dead_letter) for r in got[t] if header(r, "busguard-decision-id") in span_ids]
-    print(f"claims {CLAIMS}: {len(span_out)} span outputs (audit + dead letter, each emitted twice across the crash), {sum(span_out)} bytes, at most {max(span_out)} per record; all decided {decided_s:.1f}s after the restart")
+    print(
+        f"claims {CLAIMS}: {len(span_out)} span outputs (audit + dead letter, each emitted twice across the crash), "
+        f"{sum(span_out)} bytes, at most {max(span_out)} per record; all decided {decided_s:.1f}s after the restart"
+    )
 
     # the auditor accounts for every offset: the spans, and nothing undecided
     report = await asyncio.to_thread(run_audit, load_config(s.config), guard_public_key=s.guard.public_key, idle_ms=2000)

@@ -27,7 +27,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.consumer import fetcher
 
 from busguard.protocol.records import Decision
-from busguard.audit.commands import run_audit
+from busguard.audit.run import run_audit
 from busguard.config import load_config
 from busguard.devtools.broker import EmbeddedBroker
 from busguard.runtime.records import consumer_options

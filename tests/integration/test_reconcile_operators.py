@@ -139,8 +139,15 @@ async def test_the_audit_proves_operator_names_and_refuses_a_forged_one(broker: 
                and msgspec.json.decode(r.value, type=Decision).decision_id == second)  # fmt: skip
     body = msgspec.json.encode(ResolveCommand(escalation_id=second, resolve_as="reject", operator="alice", note="conflict", issued_at=1))
     forged_command = SignedCommand(body=body, seal=b64url_encode(sign(mallory.seed, COMMAND_CONTEXT + body)), signer=multikey_encode(alice.public_key))
-    forged = msgspec.structs.replace(resolution, resolution_id=resolution_id(second, "final"), escalation_id=second, task_id=esc.task_id,
-                                     receipt_id=esc.receipt_id, prior_decision_id=esc.prior.decision_id if esc.prior else None, command=forged_command)  # fmt: skip
+    forged = msgspec.structs.replace(
+        resolution,
+        resolution_id=resolution_id(second, "final"),
+        escalation_id=second,
+        task_id=esc.task_id,
+        receipt_id=esc.receipt_id,
+        prior_decision_id=esc.prior.decision_id if esc.prior else None,
+        command=forged_command,
+    )
     value = msgspec.json.encode(forged)
     att = attest_record(s.reconciler.agent_id, forged.resolution_id, "resolved", "reject", forged.receipt_id, forged.source, forged.resolved_at, value)
     headers = [("busguard-decision-id", forged.resolution_id.encode()), ("busguard-attestation", att), ("busguard-seal", seal(Signer(s.reconciler.seed), att))]

@@ -16,8 +16,7 @@ from collections.abc import Iterable
 import msgspec
 
 from busguard.policies import KindSpec
-from busguard.policies.seam import Objection, PolicyOutcome, PolicyView, PolicyWrite
-from busguard.protocol.envelope import Envelope
+from busguard.policies.seam import Objection, PolicyContext, PolicyInput, PolicyOutcome, PolicyView, PolicyWrite
 from busguard.protocol.reasons import Outcome, Reason
 from busguard.protocol.records import Notice
 from busguard.state.keys import PolicyKey
@@ -32,9 +31,9 @@ _decode = msgspec.json.Decoder(Claim).decode
 
 
 class ProbePolicy:
-    def parse(self, envelope: Envelope) -> Claim | Objection:
+    def parse(self, record: PolicyInput, context: PolicyContext) -> Claim | Objection:
         try:
-            return _decode(envelope.payload)
+            return _decode(record.envelope.payload)
         except msgspec.DecodeError as exc:
             return Objection(Outcome.REJECT, Reason.MALFORMED_FIELD, f"probe payload: {exc}")
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import random
 
 from busguard.audit.ledger import Ledger
-from busguard.audit.reader import apply_audit, check_audit_record, check_forwarded, note_head
+from busguard.audit.lineage import judge
+from busguard.audit.checks import apply_audit, check_audit_record, check_forwarded, note_head
 from busguard.protocol.attestation import HeadCache, attest, decision_bytes
 from busguard.protocol.records import Coordinates, Decision
 from busguard.protocol.signing import Signer
@@ -53,7 +54,7 @@ def _report(records: list[Record]):  # type: ignore[no-untyped-def]
     cache = HeadCache()
     for value, headers in records:
         apply_audit(led, check_audit_record(value, headers, GUARD_PK, RECONCILER_PK, heads=cache))
-    return led.report()
+    return judge(led)
 
 
 def test_a_complete_chain_passes_in_any_order_and_reports_its_tip() -> None:
@@ -110,7 +111,7 @@ def test_chains_are_separate_and_heads_seen_only_downstream_still_need_their_rec
     checked = check_audit_record(value, headers, GUARD_PK)
     assert checked.opened is not None
     note_head(led, checked.opened, leaf=False)
-    assert codes(led.report()) == ["leaf_missing"]
+    assert codes(judge(led)) == ["leaf_missing"]
     assert check_forwarded(DOWNSTREAM, b"", headers, GUARD_PK).opened is None  # not a forward: refused before its head counts
 
 
@@ -131,8 +132,8 @@ def test_the_chain_facts_survive_a_checkpoint_and_the_table_prints_the_tip() -> 
     for value, headers in [*batches[0], batches[1][0]]:
         apply_audit(led, check_audit_record(value, headers, GUARD_PK))
     resumed = msgspec.json.decode(msgspec.json.encode(led), type=Ledger)
-    assert resumed.report() == led.report() and codes(led.report()) == ["leaf_missing"]
+    assert judge(resumed) == judge(led) and codes(judge(led)) == ["leaf_missing"]
     value, headers = batches[1][1]
     apply_audit(resumed, check_audit_record(value, headers, GUARD_PK))  # the rest of the log, read later
-    report = resumed.report()
+    report = judge(resumed)
     assert report.ok and report.chains[0].tip_sha256 in render_table(report)

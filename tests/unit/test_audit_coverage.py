@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from busguard.audit.ledger import DecisionFact, Ledger
+from busguard.audit.lineage import judge
 from busguard.protocol.attestation import decision_bytes
 from busguard.protocol.records import Coordinates, Decision, decision_id
 
@@ -23,7 +24,7 @@ def _report(*decisions: Decision):  # type: ignore[no-untyped-def]
     led = Ledger()
     for d in decisions:
         led.add_decision(decision_bytes(d), d, True)
-    return led.report()
+    return judge(led)
 
 
 def _codes(report) -> list[str]:  # type: ignore[no-untyped-def]

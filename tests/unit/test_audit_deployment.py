@@ -15,9 +15,9 @@ from pathlib import Path
 import msgspec
 
 from busguard.admission.types import AdmissionPolicy
-from busguard.audit.commands import new_ledger
-from busguard.audit.lineage import AuditReport, Ledger
-from busguard.audit.reader import apply_audit, apply_forwarded, check_audit_record, check_forwarded
+from busguard.audit.run import new_ledger
+from busguard.audit.lineage import AuditReport, Ledger, judge
+from busguard.audit.checks import apply_audit, apply_forwarded, check_audit_record, check_forwarded
 from busguard.audit.report import render_table
 from busguard.config import AdmissionConfig, AuditConfig, Config, Route
 from busguard.protocol.attestation import attest, decision_bytes
@@ -102,7 +102,7 @@ def feed(led: Ledger, log: list[Logged], skip: int = 0) -> Ledger:
 
 
 def report(log: list[Logged], cfg: Config | None = None) -> AuditReport:
-    return feed(new_ledger(cfg or config()), log).report()
+    return judge(feed(new_ledger(cfg or config()), log))
 
 
 def counts(r: AuditReport) -> tuple[object, ...]:
@@ -173,7 +173,7 @@ def test_the_verdict_does_not_depend_on_order_copies_or_a_checkpoint(tmp_path: P
     half = feed(new_ledger(config()), log[: len(log) // 2])
     resumed = msgspec.json.decode(msgspec.json.encode(half), type=Ledger)
     assert resumed.deployment == half.deployment
-    assert feed(resumed, log, skip=len(log) // 2).report() == expected
+    assert judge(feed(resumed, log, skip=len(log) // 2)) == expected
 
 
 def test_part_of_a_foreign_chain_neither_breaks_nor_extends_the_own_chain(tmp_path: Path) -> None:

@@ -20,9 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from busguard.protocol.records import Coordinates, Decision
-from busguard.audit.commands import Checkpoint, add_commands, load_checkpoint, new_ledger, save_checkpoint
-from busguard.audit.lineage import INVARIANTS, AuditReport, Ledger
-from busguard.audit.reader import apply_audit, check_audit_record, check_forwarded
+from busguard.audit.run import Checkpoint, load_checkpoint, new_ledger, save_checkpoint
+from busguard.commands.audit import add_commands
+from busguard.audit.lineage import AuditReport, INVARIANTS, Ledger, judge
+from busguard.audit.checks import apply_audit, check_audit_record, check_forwarded
 from busguard.audit.report import StderrProgress, render_json, render_pending, render_table
 from busguard.config import Config, Route, TopicsConfig, load_config
 from busguard.errors import ConfigError
@@ -177,7 +178,7 @@ def world(tmp_path: Path) -> World:
 
 
 def test_clean_log_proves_every_invariant_and_lists_the_pending_escalation(world: World) -> None:
-    report = world.ledger().report()
+    report = judge(world.ledger())
     assert report.ok, report.violations
     s = report.summary
     assert (s.records, s.decisions, s.resolutions, s.forwarded, s.duplicates, s.escalations, s.pending, s.violations) == (7, 7, 0, 3, 2, 1, 1, 0)
@@ -197,7 +198,7 @@ def test_clean_log_proves_every_invariant_and_lists_the_pending_escalation(world
 
 
 def test_a_witness_missing_downstream_is_shown_but_is_not_a_violation(world: World) -> None:
-    report = feed(ledger(), *world.audit).report()
+    report = judge(feed(ledger(), *world.audit))
     assert report.ok
     assert not any(t.delivered for t in report.tasks)
 
@@ -211,7 +212,7 @@ def test_two_admissions_of_one_task_are_a_violation(tmp_path: Path) -> None:
     a, b = handoff(legacy), handoff(legacy)
     first, second = harness(0).one(a), harness(100).one(b)
     assert first.outcome == second.outcome == "forward"
-    report = feed(ledger(), audit_record(first), audit_record(second)).report()
+    report = judge(feed(ledger(), audit_record(first), audit_record(second)))
     assert codes(report) == ["multiple_forwards"]
     v = report.violations[0]
     assert (v.kind, v.task_id, v.decision_id) == ("handoff", "task-1", second.decision_id)
@@ -221,25 +222,25 @@ def test_two_admissions_of_one_task_are_a_violation(tmp_path: Path) -> None:
 def test_at_most_one_ack_but_an_ack_without_witness_is_allowed(world: World) -> None:
     dup_ack = harness(0).feed(world.ack, world.ack)[1]
     assert dup_ack.reason == "exact_duplicate"
-    assert feed(ledger(), audit_record(dup_ack)).report().ok  # "at most one" for acks
+    assert judge(feed(ledger(), audit_record(dup_ack))).ok  # "at most one" for acks
     second_ack = harness(100).one(sender("executor").sign(kind="ack", task_id="task-1", receiver=agent("planner"), payload=b"ok"))
-    assert codes(feed(ledger(), audit_record(world.ack_d), audit_record(second_ack)).report()) == ["multiple_forwards"]
+    assert codes(judge(feed(ledger(), audit_record(world.ack_d), audit_record(second_ack)))) == ["multiple_forwards"]
 
 
 def test_a_handoff_with_decisions_but_no_witness_is_a_violation(world: World) -> None:
-    report = feed(ledger(), audit_record(world.dup), audit_record(world.esc)).report()
+    report = judge(feed(ledger(), audit_record(world.dup), audit_record(world.esc)))
     assert [(v.invariant, v.task_id) for v in report.violations if v.invariant != "offsets_undecided"] == [("missing_witness", "legacy-1"), ("missing_witness", "task-1")]
 
 
 def test_missing_witness_for_each_task_without_one(world: World) -> None:
-    report = feed(ledger(), audit_record(world.dup), audit_record(world.esc), audit_record(world.legacy_fwd)).report()
+    report = judge(feed(ledger(), audit_record(world.dup), audit_record(world.esc), audit_record(world.legacy_fwd)))
     assert [(v.invariant, v.task_id) for v in report.violations if v.invariant != "offsets_undecided"] == [("missing_witness", "task-1")]
 
 
 def test_a_duplicate_naming_another_prior_is_a_violation(world: World) -> None:
     assert world.dup.prior is not None
     lying = msgspec.structs.replace(world.dup, prior=msgspec.structs.replace(world.dup.prior, decision_id="f" * 32))
-    report = feed(ledger(), audit_record(world.fwd), audit_record(lying)).report()
+    report = judge(feed(ledger(), audit_record(world.fwd), audit_record(lying)))
     assert codes(report) == ["prior_mismatch"] and report.violations[0].decision_id == world.dup.decision_id
 
 
@@ -248,13 +249,13 @@ def test_a_duplicate_naming_another_prior_is_a_violation(world: World) -> None:
 
 def test_escalation_resolved_held_and_pending(world: World) -> None:
     held = resolve(world.esc, "held")
-    report = feed(world.ledger(), resolution_record(held)).report()
+    report = judge(feed(world.ledger(), resolution_record(held)))
     assert report.ok and report.summary.pending == 1 and report.pending[0].held == held.resolution_id
     (e,) = next(t for t in report.tasks if t.task_id == "legacy-1").escalations
     assert (e.status, e.resolution_id) == ("held", held.resolution_id)
 
     final = resolve(world.esc)
-    report = feed(world.ledger(), resolution_record(held), resolution_record(final), resolution_record(final)).report()
+    report = judge(feed(world.ledger(), resolution_record(held), resolution_record(final), resolution_record(final)))
     assert report.ok and report.pending == [] and report.summary.resolutions == 2
     (e,) = next(t for t in report.tasks if t.task_id == "legacy-1").escalations
     assert (e.status, e.resolution_id, e.resolved_as, e.by) == ("resolved", final.resolution_id, "retransmission", "policy")
@@ -262,16 +263,16 @@ def test_escalation_resolved_held_and_pending(world: World) -> None:
 
 def test_a_resolution_of_an_unknown_escalation_is_a_violation(world: World) -> None:
     ghost = resolve(world.esc, escalation_id="e" * 32, resolution_id=resolution_id("e" * 32, "final"))
-    assert codes(feed(world.ledger(), resolution_record(ghost)).report()) == ["unknown_escalation"]
+    assert codes(judge(feed(world.ledger(), resolution_record(ghost)))) == ["unknown_escalation"]
     of_a_forward = resolve(world.fwd, resolution_id=resolution_id(world.fwd.decision_id, "final"))
-    report = feed(world.ledger(), resolution_record(of_a_forward)).report()
+    report = judge(feed(world.ledger(), resolution_record(of_a_forward)))
     assert codes(report) == ["unknown_escalation"] and "forward decision" in report.violations[0].detail
 
 
 def test_two_final_resolution_ids_for_one_escalation_are_violations(world: World) -> None:
     right = resolve(world.esc)
     other = resolve(world.esc, resolution_id="d" * 32, resolved_as="reject")
-    report = feed(world.ledger(), resolution_record(right), resolution_record(other)).report()
+    report = judge(feed(world.ledger(), resolution_record(right), resolution_record(other)))
     assert sorted(codes(report)) == ["bad_resolution_id", "duplicate_resolution"]
     assert all(v.decision_id == world.esc.decision_id for v in report.violations)
 
@@ -279,19 +280,19 @@ def test_two_final_resolution_ids_for_one_escalation_are_violations(world: World
 def test_two_different_final_records_under_one_id_are_a_duplicate_resolution(world: World) -> None:
     a = resolve(world.esc)
     b = resolve(world.esc, resolved_as="replay")
-    report = feed(world.ledger(), resolution_record(a), resolution_record(b)).report()
+    report = judge(feed(world.ledger(), resolution_record(a), resolution_record(b)))
     assert codes(report) == ["duplicate_resolution"]
     assert report.summary.records == 9  # 7 decisions + two different resolution records
 
 
 def test_conflicting_held_re_emission(world: World) -> None:
     a, b = resolve(world.esc, "held"), resolve(world.esc, "held", note="again")
-    assert codes(feed(world.ledger(), resolution_record(a), resolution_record(b)).report()) == ["conflicting_reemission"]
+    assert codes(judge(feed(world.ledger(), resolution_record(a), resolution_record(b)))) == ["conflicting_reemission"]
 
 
 def test_a_resolution_about_another_task_is_a_violation(world: World) -> None:
     wrong = resolve(world.esc, task_id="someone-else")
-    assert codes(feed(world.ledger(), resolution_record(wrong)).report()) == ["resolution_mismatch"]
+    assert codes(judge(feed(world.ledger(), resolution_record(wrong)))) == ["resolution_mismatch"]
 
 
 # -- invariant 3: every forwarded record has a forward decision ------------------------------
@@ -299,7 +300,7 @@ def test_a_resolution_about_another_task_is_a_violation(world: World) -> None:
 
 def test_forwarded_record_without_its_decision(world: World) -> None:
     led = feed(ledger(), *[r for r, d in zip(world.audit, world.decisions, strict=True) if d is not world.fwd])
-    report = feed_fwd(led, *world.downstream).report()
+    report = judge(feed_fwd(led, *world.downstream))
     # (the task's duplicate and retransmission now lack their witness, too)
     assert codes(report) == ["missing_witness", "forwarded_without_decision"] and report.violations[1].decision_id == world.fwd.decision_id
 
@@ -309,37 +310,37 @@ def test_tampered_or_unsealed_downstream_records_are_violations(world: World) ->
     tampered = (topic, b'{"op":"rm -rf"}', headers)
     unsealed = (topic, value, [h for h in headers if h[0] != "busguard-seal"])
     for bad in (tampered, unsealed):
-        report = feed_fwd(world.ledger(), bad).report()
+        report = judge(feed_fwd(world.ledger(), bad))
         assert codes(report) == ["forwarded_unattested"] and report.violations[0].decision_id == world.fwd.decision_id
 
 
 def test_a_forwarded_copy_of_a_non_forward_decision_is_refused(world: World) -> None:
     # a guard bug: the duplicate's attestation says `duplicate`, so verify_admitted refuses it
-    report = feed_fwd(world.ledger(), forwarded(world.dup, world.first)).report()
+    report = judge(feed_fwd(world.ledger(), forwarded(world.dup, world.first)))
     assert codes(report) == ["forwarded_unattested"]
     led = world.ledger()
     led.add_forwarded(DOWNSTREAM, world.dup.decision_id, True)
-    assert codes(led.report()) == ["forwarded_without_decision"]
+    assert codes(judge(led)) == ["forwarded_without_decision"]
 
 
 def test_forwarded_on_the_wrong_route_and_bound_to_another_record(world: World) -> None:
-    report = feed_fwd(world.ledger(), forwarded(world.fwd, world.first, topic="other.admitted")).report()
+    report = judge(feed_fwd(world.ledger(), forwarded(world.fwd, world.first, topic="other.admitted")))
     assert codes(report) == ["forwarded_wrong_topic"]
     led = world.ledger()
     led.add_forwarded(DOWNSTREAM, world.fwd.decision_id, True, "0" * 64)
-    assert codes(led.report()) == ["forwarded_mismatch"]
+    assert codes(judge(led)) == ["forwarded_mismatch"]
 
 
 def test_a_downstream_record_without_decision_id_header(world: World) -> None:
     topic, value, headers = world.downstream[0]
-    report = feed_fwd(world.ledger(), (topic, value, [h for h in headers if h[0] != "busguard-decision-id"])).report()
+    report = judge(feed_fwd(world.ledger(), (topic, value, [h for h in headers if h[0] != "busguard-decision-id"])))
     assert codes(report) == ["forwarded_unattested"]
 
 
 def test_the_known_seal_shortcut_agrees_with_verify_admitted(world: World) -> None:
     """A seal verified on the audit record is not verified again downstream;
     the remaining checks must judge exactly as verify_admitted does."""
-    from busguard.audit.reader import SealCache, seal_digest
+    from busguard.audit.checks import SealCache, seal_digest
     from busguard.protocol.attestation import AttestationError, verify_admitted
 
     seals = SealCache(capacity=2)
@@ -388,9 +389,9 @@ def nonce_pair(tmp: Path) -> tuple[Decision, Decision]:
 
 def test_nonce_scope_global_vs_principal(tmp_path: Path) -> None:
     a, b = nonce_pair(tmp_path)
-    report = feed(ledger("global"), audit_record(a), audit_record(b)).report()
+    report = judge(feed(ledger("global"), audit_record(a), audit_record(b)))
     assert codes(report) == ["nonce_reused"] and "globally" in report.violations[0].detail
-    assert not codes(feed(ledger("principal"), audit_record(a), audit_record(b)).report())
+    assert not codes(judge(feed(ledger("principal"), audit_record(a), audit_record(b))))
 
 
 def test_nonce_reuse_by_one_principal_violates_either_scope(tmp_path: Path) -> None:
@@ -398,13 +399,13 @@ def test_nonce_reuse_by_one_principal_violates_either_scope(tmp_path: Path) -> N
     a = harness(0).one(handoff(s, task="n-1", nonce="same-nonce-0123456789ab"))
     b = harness(100).one(handoff(s, task="n-2", nonce="same-nonce-0123456789ab"))
     for scope in ("global", "principal"):
-        assert codes(feed(ledger(scope), audit_record(a), audit_record(b)).report()) == ["nonce_reused"]
+        assert codes(judge(feed(ledger(scope), audit_record(a), audit_record(b)))) == ["nonce_reused"]
 
 
 def test_nonces_of_non_forward_decisions_do_not_count(world: World) -> None:
     # the exact duplicate carries the witness's nonce: not a second admission
     assert world.dup.nonce == world.fwd.nonce
-    assert world.ledger().report().ok
+    assert judge(world.ledger()).ok
 
 
 # -- invariant 5: the records themselves verify --------------------------------------------------
@@ -414,7 +415,7 @@ def test_a_forged_audit_record_is_a_violation_and_excluded(world: World) -> None
     legacy = sender("planner")
     second = harness(100).one(handoff(legacy))  # a second "admission" of task-1 ...
     forged = audit_record(second, seed=OTHER_SEED)  # ... sealed by someone else
-    report = feed(world.ledger(), forged).report()
+    report = judge(feed(world.ledger(), forged))
     assert codes(report) == ["forged_record"]  # and no multiple_forwards: it is not used
     assert report.violations[0].decision_id == second.decision_id
     assert report.summary.decisions == 7 and report.summary.records == 8
@@ -425,64 +426,64 @@ def test_a_record_altered_after_sealing_is_forged(world: World) -> None:
     value, headers = world.audit[0]
     altered = value.replace(b'"outcome":"forward"', b'"outcome":"reject"')
     assert altered != value
-    report = feed(world.ledger(), (altered, headers)).report()
+    report = judge(feed(world.ledger(), (altered, headers)))
     assert codes(report) == ["forged_record"] and "not the decision the guard attested" in report.violations[0].detail
 
 
 def test_a_seal_for_another_record_id_is_forged(world: World) -> None:
-    (v1, h1), (v2, _) = world.audit[0], world.audit[1]
+    v1, _ = world.audit[0]
     moved = msgspec.json.encode(msgspec.structs.replace(msgspec.json.decode(v1, type=Decision), decision_id=world.dup.decision_id))
     # re-seal the moved body with a valid attestation of the first decision's id
     att = attest_record(GUARD_ID, world.fwd.decision_id, "forward", "admitted", None, world.fwd.source, 0, moved)
-    report = feed(ledger(), (moved, [("busguard-attestation", att), ("busguard-seal", seal(Signer(GUARD_SEED), att))])).report()
+    report = judge(feed(ledger(), (moved, [("busguard-attestation", att), ("busguard-seal", seal(Signer(GUARD_SEED), att))])))
     assert codes(report) == ["forged_record"] and "names" in report.violations[0].detail
 
 
 def test_unreadable_sealed_and_unsealed_records(world: World) -> None:
     body = b'{"type":"mystery"}'
     att = attest_record(GUARD_ID, "x", "?", "?", None, world.fwd.source, 0, body)
-    report = feed(ledger(), (body, [("busguard-attestation", att), ("busguard-seal", seal(Signer(GUARD_SEED), att))]), (b"junk", [])).report()
+    report = judge(feed(ledger(), (body, [("busguard-attestation", att), ("busguard-seal", seal(Signer(GUARD_SEED), att))]), (b"junk", [])))
     assert sorted(codes(report)) == ["forged_record", "unreadable_record"]
     led = ledger()
     apply_audit(led, check_audit_record(None, [], GUARD_PK))
-    assert codes(led.report()) == ["forged_record"]
+    assert codes(judge(led)) == ["forged_record"]
 
 
 # -- re-emission after a crash ---------------------------------------------------------------
 
 
 def test_identical_re_emissions_count_once(world: World) -> None:
-    once = world.ledger().report()
+    once = judge(world.ledger())
     led = world.ledger()
     feed(led, *world.audit)
     feed_fwd(led, *world.downstream)
-    assert msgspec.json.encode(led.report()) == msgspec.json.encode(once)
+    assert msgspec.json.encode(judge(led)) == msgspec.json.encode(once)
 
 
 def test_a_conflicting_re_emission_is_a_violation(world: World) -> None:
     variant = msgspec.structs.replace(world.fwd, decided_at=world.fwd.decided_at + 1)
     a = world.ledger()
     feed(a, audit_record(variant))
-    report = a.report()
+    report = judge(a)
     assert codes(report) == ["conflicting_reemission"] and report.violations[0].decision_id == world.fwd.decision_id
     assert report.summary.decisions == 7 and report.summary.records == 8
     # whichever arrives first, the same variant is used
     b = feed(ledger(), audit_record(variant))
     feed(b, *world.audit)
     feed_fwd(b, *world.downstream)
-    assert msgspec.json.encode(b.report()) == msgspec.json.encode(report)
+    assert msgspec.json.encode(judge(b)) == msgspec.json.encode(report)
 
 
 # -- checkpoints -------------------------------------------------------------------------------
 
 
 def test_ledger_checkpoint_round_trip_gives_the_same_report(world: World) -> None:
-    whole = world.ledger().report()
+    whole = judge(world.ledger())
     half = feed(ledger(), *world.audit[:3])
     restored = msgspec.json.decode(msgspec.json.encode(half), type=Ledger)
     feed(restored, *world.audit[3:])
     feed_fwd(restored, *world.downstream)
-    assert msgspec.json.encode(restored.report()) == msgspec.json.encode(whole)
+    assert msgspec.json.encode(judge(restored)) == msgspec.json.encode(whole)
     # and msgpack, too
     assert msgspec.msgpack.decode(msgspec.msgpack.encode(restored), type=Ledger) == restored
 
@@ -499,7 +500,7 @@ def test_checkpoint_file_round_trip_and_refusals(world: World, tmp_path: Path) -
     save_checkpoint(path, Checkpoint(guard_public_key=multikey_encode(GUARD_PK), audit_topic=cfg.topics.audit, offsets={"t.audit": {0: 7, 3: 2}}, ledger=led))
     cp = load_checkpoint(path, cfg, GUARD_PK)
     assert cp is not None and cp.offsets == {"t.audit": {0: 7, 3: 2}}
-    assert msgspec.json.encode(cp.ledger.report()) == msgspec.json.encode(led.report())
+    assert msgspec.json.encode(judge(cp.ledger)) == msgspec.json.encode(judge(led))
     with pytest.raises(ConfigError, match="guard_public_key"):
         load_checkpoint(path, cfg, public_key_from_seed(OTHER_SEED))
     with pytest.raises(ConfigError, match="audit_topic"):
@@ -538,7 +539,7 @@ POOL_AUDIT, POOL_FWD = _pool(_POOL_DIR)
 def _report(audit: list[Record], fwd: list[Fwd], scope: str = "global") -> bytes:
     led = feed(ledger(scope), *audit)
     feed_fwd(led, *fwd)
-    return msgspec.json.encode(led.report())
+    return msgspec.json.encode(judge(led))
 
 
 REFERENCE = _report(POOL_AUDIT, POOL_FWD)
@@ -564,7 +565,7 @@ def test_any_order_and_any_duplication_give_the_same_report(audit: list[int], fw
             feed(led, a[i])
         else:
             feed_fwd(led, f[i])
-    assert msgspec.json.encode(led.report()) == REFERENCE
+    assert msgspec.json.encode(judge(led)) == REFERENCE
 
 
 def test_the_pool_exercises_many_invariants() -> None:
@@ -577,7 +578,7 @@ def test_the_pool_exercises_many_invariants() -> None:
 
 
 def test_table_and_json_rendering(world: World) -> None:
-    report = world.ledger().report()
+    report = judge(world.ledger())
     table = render_table(report)
     assert table.startswith("busguard audit: OK")
     assert world.fwd.decision_id in table and world.esc.decision_id in table and "PENDING" in table
@@ -586,7 +587,7 @@ def test_table_and_json_rendering(world: World) -> None:
     assert set(data) == {"ok", "summary", "tasks", "pending", "violations", "inputs"}
     assert set(data["summary"]) == {"records", "decisions", "resolutions", "tasks", "forwarded", "duplicates", "escalations", "pending", "violations", "single_key", "foreign"}
     assert world.esc.decision_id in render_pending(report.pending)
-    bad = feed(world.ledger(), audit_record(harness(100).one(handoff(sender("planner"))), seed=OTHER_SEED)).report()
+    bad = judge(feed(world.ledger(), audit_record(harness(100).one(handoff(sender("planner"))), seed=OTHER_SEED)))
     assert "VIOLATION" in render_table(bad) and "[forged_record]" in render_table(bad)
 
 
@@ -665,7 +666,7 @@ def keyed(world: World, *, single_key: bool = False, until: int | None = None) -
 
 def test_a_genuine_operator_resolution_passes(world: World) -> None:
     r = by_operator(world.esc, "alice", signed_command(world.esc, "alice", ALICE_SEED, ALICE_MK))
-    report = feed(keyed(world), resolution_record(r)).report()
+    report = judge(feed(keyed(world), resolution_record(r)))
     assert report.ok, report.violations
     (e,) = next(t for t in report.tasks if t.task_id == "legacy-1").escalations
     assert (e.status, e.by) == ("resolved", "operator:alice") and report.summary.single_key == 0
@@ -686,7 +687,7 @@ def test_a_genuine_operator_resolution_passes(world: World) -> None:
 )
 def test_an_operator_name_not_backed_by_that_operators_key_fails_the_audit(world: World, name: str, command: tuple | None, why: str) -> None:  # type: ignore[type-arg]
     signed = None if command is None else signed_command(world.esc, *command)
-    report = feed(keyed(world), resolution_record(by_operator(world.esc, name, signed))).report()
+    report = judge(feed(keyed(world), resolution_record(by_operator(world.esc, name, signed))))
     assert codes(report) == ["unproven_operator"], report.violations
     assert why in report.violations[0].detail and report.violations[0].decision_id == world.esc.decision_id, report.violations[0].detail
 
@@ -696,25 +697,25 @@ def test_a_forged_resolution_sealed_with_the_reconciler_key_fails(world: World) 
     sealed correctly, but alice never signed the command it carries."""
     alice_said = signed_command(world.esc, "alice", ALICE_SEED, ALICE_MK, resolve_as="reject")
     forged = msgspec.structs.replace(alice_said, body=alice_said.body.replace(b'"reject"', b'"replay"'))
-    report = feed(keyed(world), resolution_record(by_operator(world.esc, "alice", forged, resolved_as="replay"))).report()
+    report = judge(feed(keyed(world), resolution_record(by_operator(world.esc, "alice", forged, resolved_as="replay"))))
     assert codes(report) == ["unproven_operator"] and "does not verify" in report.violations[0].detail
 
 
 def test_a_policy_resolution_carrying_a_command_is_a_violation(world: World) -> None:
     r = resolve(world.esc, command=signed_command(world.esc, "alice", ALICE_SEED, ALICE_MK))
-    assert codes(feed(keyed(world), resolution_record(r)).report()) == ["unproven_operator"]
+    assert codes(judge(feed(keyed(world), resolution_record(r)))) == ["unproven_operator"]
 
 
 def test_resolutions_must_be_sealed_with_the_reconciler_key(world: World) -> None:
-    report = feed(keyed(world), resolution_record(resolve(world.esc), seed=GUARD_SEED)).report()
+    report = judge(feed(keyed(world), resolution_record(resolve(world.esc), seed=GUARD_SEED)))
     assert codes(report) == ["guard_sealed_resolution"] and "keys.single_key_audit is off" in report.violations[0].detail
     # and with neither key: forged, excluded
-    report = feed(keyed(world), resolution_record(resolve(world.esc), seed=OTHER_SEED)).report()
+    report = judge(feed(keyed(world), resolution_record(resolve(world.esc), seed=OTHER_SEED)))
     assert codes(report) == ["forged_record"] and report.summary.resolutions == 0
 
 
 def test_a_decision_sealed_with_the_reconciler_key_is_forged(world: World) -> None:
-    report = feed(ledger(), audit_record(world.fwd, seed=RECONCILER_SEED)).report()
+    report = judge(feed(ledger(), audit_record(world.fwd, seed=RECONCILER_SEED)))
     assert codes(report) == ["forged_record"] and "only the guard key seals decisions" in report.violations[0].detail
 
 
@@ -724,18 +725,18 @@ def test_a_one_key_deployment_passes_only_when_the_config_says_so(world: World) 
     escalations decided before the move to separate keys."""
     policy = resolution_record(resolve(world.esc, "held"), seed=GUARD_SEED)
     unproven = resolution_record(by_operator(world.esc, "ana", signed_command(world.esc, "ana", None, None)), seed=GUARD_SEED)
-    assert sorted(codes(feed(keyed(world), policy, unproven).report())) == ["guard_sealed_resolution", "guard_sealed_resolution", "unproven_operator"]
-    report = feed(keyed(world, single_key=True), policy, unproven).report()
+    assert sorted(codes(judge(feed(keyed(world), policy, unproven)))) == ["guard_sealed_resolution", "guard_sealed_resolution", "unproven_operator"]
+    report = judge(feed(keyed(world, single_key=True), policy, unproven))
     assert report.ok and report.summary.single_key == 2
     assert "2 resolution(s) accepted only under keys.single_key_audit" in render_table(report)
     decided = world.esc.decided_at
-    assert feed(keyed(world, single_key=True, until=decided + 1), policy, unproven).report().ok  # decided before the cut-over
-    after = feed(keyed(world, single_key=True, until=decided), policy, unproven).report()
+    assert judge(feed(keyed(world, single_key=True, until=decided + 1), policy, unproven)).ok  # decided before the cut-over
+    after = judge(feed(keyed(world, single_key=True, until=decided), policy, unproven))
     assert sorted(codes(after)) == ["guard_sealed_resolution", "guard_sealed_resolution", "unproven_operator"]
     assert "at or after keys.single_key_until" in after.violations[0].detail
     # after the cut-over, the reconciler's own seal and alice's own signature pass
     genuine = resolution_record(by_operator(world.esc, "alice", signed_command(world.esc, "alice", ALICE_SEED, ALICE_MK)))
-    assert feed(keyed(world, single_key=True, until=decided), genuine).report().ok
+    assert judge(feed(keyed(world, single_key=True, until=decided), genuine)).ok
 
 
 def test_the_auditor_takes_operators_and_single_key_settings_from_the_config(tmp_path: Path) -> None:
@@ -752,8 +753,8 @@ def test_missing_witness_follows_the_kind_registry(world: World, monkeypatch: py
     from busguard.policies import KINDS, KindSpec
 
     records = [audit_record(msgspec.structs.replace(d, kind="probe")) for d in (world.dup, world.esc)]
-    assert not codes(feed(ledger(), *records).report())  # an unregistered kind: no single-witness rule
+    assert not codes(judge(feed(ledger(), *records)))  # an unregistered kind: no single-witness rule
     monkeypatch.setitem(KINDS, "probe", KindSpec(kind="probe", single_witness=True))  # type: ignore[index]
-    assert set(codes(feed(ledger(), *records).report())) == {"missing_witness"}
+    assert set(codes(judge(feed(ledger(), *records)))) == {"missing_witness"}
     monkeypatch.setitem(KINDS, "handoff", KindSpec(kind="handoff", single_witness=False))  # type: ignore[index]
-    assert not codes(feed(ledger(), audit_record(world.dup), audit_record(world.esc)).report())
+    assert not codes(judge(feed(ledger(), audit_record(world.dup), audit_record(world.esc))))

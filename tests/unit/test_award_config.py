@@ -47,17 +47,27 @@ def test_errors_name_the_file_and_the_key(tmp_path: Path, section: str, field: s
     assert info.value.field.startswith(field) and "b.toml" in str(info.value)
 
 
-def test_the_award_section_reaches_the_policy_busguard_run_uses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_award_section_reaches_the_policy_through_its_context(tmp_path: Path) -> None:
+    """`Config.policy()` carries the `[award]` limits to the registered award
+    policy as a setting; records admitted under that policy are judged by them,
+    and nothing process-wide changes."""
+    import msgspec
+
     from busguard.policies.award import policy as award
     from busguard.policies.award.limits import AwardConfig
+    from busguard.protocol.reasons import Outcome, Reason
+    from tests.unit.test_award_policy import B, Net
 
-    (tmp_path / "b.toml").write_text(ROUTE + "[award]\ndeadline_horizon_ms = 3600000\nmax_bids_per_bidder = 2\n")
+    (tmp_path / "b.toml").write_text(ROUTE + "[award]\nmax_bids_per_bidder = 2\n")
     cfg = load_config(tmp_path / "b.toml", env={})
-    assert cfg.award == AwardConfig(deadline_horizon_ms=3_600_000, max_bids_per_bidder=2)
-    monkeypatch.setattr(award.POLICY, "limits", award.POLICY.limits)  # restored after the test
-    monkeypatch.setattr(award.POLICY, "registry", award.POLICY.registry)
-    award.configure(cfg.verification_registry(), cfg.award)  # what busguard.wiring.build_guard does
-    assert award.POLICY.limits.max_bids_per_bidder == 2
+    assert cfg.award == AwardConfig(max_bids_per_bidder=2)
+    rules = cfg.policy().policy_settings[award.SETTINGS_KEY]
+    assert isinstance(rules, award.AwardPolicy) and rules.limits == cfg.award
+    net = Net()
+    net.h.policy = msgspec.structs.replace(net.h.policy, policy_settings=cfg.policy().policy_settings)
+    assert net.call().outcome == Outcome.FORWARD
+    assert [net.bid(B, f"b{i}", 1, "jcs-sha256").reason for i in range(3)] == [Reason.ADMITTED, Reason.ADMITTED, Reason.AWARD_BIDDER_LIMIT]
+    assert award.POLICY.limits == AwardConfig()  # the registered policy's own rules are untouched
 
 
 @pytest.mark.parametrize(("line", "value"), [("max_bids_per_bidder = 0", 0), ("max_bids_per_bidder = 65", 65), ("deadline_horizon_ms = 0", 0), ("horizon = 5", None)])

@@ -20,7 +20,7 @@ from busguard.policies.award.limits import AwardConfig
 from busguard.policies.award.policy import AwardPolicy
 from busguard.policies.award.registry import VerificationConfig, build_registry
 from busguard.policies.award.wire import AwardPayload, BidPayload, CallPayload, ReceiptTemplate, ResultPayload
-from busguard.policies.seam import Objection, PolicyKey, PolicyOutcome
+from busguard.policies.seam import Objection, PolicyKey, PolicyOutcome, bare_context, policy_input
 from busguard.protocol.envelope import Envelope, open_envelope
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.reasons import Outcome, Reason
@@ -127,7 +127,7 @@ def envelope(who: str, kind: str, task: str, payload: msgspec.Struct) -> Envelop
 
 
 def run(policy: AwardPolicy, view: View, env: Envelope) -> PolicyOutcome:
-    parsed = policy.parse(env)
+    parsed = policy.parse(policy_input(env), bare_context(NOW))
     assert not isinstance(parsed, Objection), parsed
     out = policy.decide(parsed, view, NOW)
     for w in out.writes:
@@ -159,7 +159,7 @@ def test_an_award_ranking_64_bids_reads_at_most_10_rows_and_still_checks_every_r
         run(policy, view, envelope(f"bidder-{i}", "cnet.bid", f"bid-{i:02d}", BidPayload(call="c1", cost=i, deadline=deadline, receipt=TEMPLATE)))
     ranked = [f"bid-{i:02d}" for i in range(64)]
     good = envelope(A, "cnet.award", "c1", AwardPayload(winner="bid-40", ranked=ranked, mode="verified"))
-    parsed = policy.parse(good)
+    parsed = policy.parse(policy_input(good), bare_context(NOW))
     assert not isinstance(parsed, Objection) and len(set(policy.keys(parsed))) == 10
     bad = ranked[:40] + ["bid-xx"] + ranked[41:]
     refused = run(policy, view, envelope(A, "cnet.award", "c1", AwardPayload(winner="bid-40", ranked=[*bad, "bid-40"][:64], mode="verified")))
@@ -187,7 +187,7 @@ def test_the_settlement_root_is_recomputed_in_parse_not_in_decide() -> None:
     run(policy, view, envelope(B, "cnet.bid", "bid-b", BidPayload(call="c1", cost=1, deadline=deadline, receipt=TEMPLATE)))
     run(policy, view, envelope(A, "cnet.award", "c1", AwardPayload(winner="bid-b", ranked=["bid-b"], mode="verified")))
     for _ in range(3):  # the awardee resends a wrong root
-        parsed = policy.parse(envelope(B, "cnet.result", "c1", ResultPayload(state_root="0" * 64, output=b64(OUTPUT))))
+        parsed = policy.parse(policy_input(envelope(B, "cnet.result", "c1", ResultPayload(state_root="0" * 64, output=b64(OUTPUT)))), bare_context(NOW))
         assert not isinstance(parsed, Objection)
         before = Counting.calls
         out = policy.decide(parsed, view, NOW)

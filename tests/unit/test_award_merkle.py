@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from busguard.policies.award.canonicalizers import MalformedOutput, MerkleSha256, merkle_leaves
-from busguard.policies.award.merkle import (
+from busguard.protocol.merkle import (
     EMPTY_ROOT,
     ProofError,
     leaf_hash,

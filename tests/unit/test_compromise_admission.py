@@ -403,11 +403,16 @@ def test_stripped_components_never_reach_the_successor(
         assert d.outcome in (Outcome.REJECT, Outcome.ESCALATE) and not d.notices
 
 
-def test_a_contextual_policy_is_never_parsed_without_its_context() -> None:
+def test_the_handoff_policy_parses_with_the_principal_admission_derived() -> None:
+    """The seam passes the canonical principal; the policy does not derive its own."""
     from busguard.admission import policystep
+    from busguard.policies.seam import PolicyContext, policy_input
     from busguard.protocol.envelope import Envelope
 
     r = handoff_record(handoff([LOG]))
     env = Envelope(r.receipt, r.receipt_bytes, b"\x00" * 64, r.receipt_id, r.value)
-    with pytest.raises(policystep.PolicyContractError, match="PolicyContext"):
-        policystep.prepare(env)
+    record = policy_input(env)
+    context = PolicyContext(registry(), NOW, {})
+    assert policystep.prepare(record, context).keys >= {agent_row(record.principal)}
+    elsewhere = record._replace(principal="ink:zElsewhere")
+    assert agent_row("ink:zElsewhere") in policystep.prepare(elsewhere, context).keys

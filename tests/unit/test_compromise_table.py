@@ -68,7 +68,7 @@ def table(name: str) -> tuple[list[str], list[Row]]:
 
 def first_match(rows: list[Row], inputs: tuple[str, ...]) -> int:
     for i, row in enumerate(rows):
-        if all(cell is None or value in cell for cell, value in zip(row, inputs)):
+        if all(cell is None or value in cell for cell, value in zip(row, inputs, strict=False)):
             return i
     raise AssertionError(f"no row matches {inputs}")
 

@@ -523,6 +523,6 @@ def test_scoped_forwards_only_bytes_whose_hash_the_session_signed(
     by_name = {c.name: c for c in components}
     for moved in v.transfer:
         assert component_sha256(by_name[moved.name]) == signed[moved.name] == moved.sha256
-    for name, (_, _, where) in zip(by_name, spec):
+    for name, (_, _, where) in zip(by_name, spec, strict=True):
         if where == "forged":
             assert name in whys(v) and whys(v)[name] in (StripReason.SCOPE_HASH_MISMATCH, StripReason.HANDOFF_PROHIBITED)

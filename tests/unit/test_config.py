@@ -46,14 +46,18 @@ def refused(tmp_path: Path, text: str, env: dict[str, str] | None = None) -> Con
 
 
 def _sections() -> dict[str, type[msgspec.Struct]]:
-    """Config's tables: section name -> Struct (routes -> Route)."""
+    """Config's tables: section name -> Struct (routes -> Route), and the
+    built-in kinds' own sections (KindSpec.settings, e.g. [compromise])."""
     out: dict[str, type[msgspec.Struct]] = {}
     for f in msgspec.structs.fields(Config):
-        if f.name == "source":
+        if f.name in ("source", "kind_settings"):  # set by the loader, not sections of the file
             continue
         t = Route if f.name == "routes" else f.type
         assert isinstance(t, type) and issubclass(t, msgspec.Struct), f.name
         out[f.name] = t
+    for spec in KINDS.values():
+        if spec.settings is not None:
+            out[spec.section] = spec.settings
     return out
 
 
@@ -69,7 +73,7 @@ def _toml_literal(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, str):
         return json.dumps(value)
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):  # a TOML array either way
         return "[" + ", ".join(_toml_literal(v) for v in value) + "]"
     return str(value)
 
@@ -120,7 +124,8 @@ def test_the_reference_mentions_source_and_every_env_example_is_a_real_key(tmp_p
 
 def test_a_file_with_only_a_route_gets_every_default(tmp_path: Path) -> None:
     cfg = load(tmp_path, ROUTE)
-    assert msgspec.structs.replace(cfg, routes=[], source="") == Config()
+    assert msgspec.structs.replace(cfg, routes=[], source="", kind_settings={}) == Config()
+    assert cfg.kind_settings == {s.section: s.settings() for s in KINDS.values() if s.settings is not None}  # each kind's defaults
     assert cfg.routes == [Route(name="handoffs", inputs=["agents.handoffs"], downstream="agents.handoffs.admitted")]
     # production-safe defaults (the dev file flips these)
     assert cfg.kafka.idempotence is True and cfg.kafka.create_topics is False and cfg.keys.create_guard_key is False
@@ -390,7 +395,7 @@ def test_the_shipped_compose_overrides_are_real_keys() -> None:
     assert len(ids) == 2 and len(set(ids)) == 2, ids
     assert "BUSGUARD_KAFKA__BOOTSTRAP_SERVERS" in env and "BUSGUARD_OPS__HOST" in env
     cfg = load_config(REPO / "configs" / "busguard.toml", env=env)
-    for name, value in env.items():
+    for name in env:
         section, key = name[len("BUSGUARD_") :].lower().split("__")
         assert hasattr(getattr(cfg, section), key), name
     assert cfg.kafka.bootstrap_servers == "kafka:9092" and cfg.kafka.idempotence is True and cfg.ops.host == "0.0.0.0"

@@ -28,6 +28,7 @@ LAYERS: dict[str, int] = {
     "busguard.sdk": 5,
     "busguard": 5,  # the package facade re-exports the SDK and conformance hooks
     "busguard.wiring": 6,
+    "busguard.testing": 6,  # the admission harness for kind authors: admission + the SDK sender
     "busguard.cli": 7,
     "busguard.commands": 7,
     "busguard.demo": 7,
@@ -135,3 +136,66 @@ def test_the_pure_core_loads_no_kafka_client_and_no_asyncio() -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def _runtime_edges(path: Path, text: str | None = None) -> set[str]:
+    """The busguard modules `path` imports when it runs: at module level or
+    late inside a function (a late import hides a cycle, it does not break
+    it), but not under `if TYPE_CHECKING:` (annotations only)."""
+    tree = ast.parse(path.read_text() if text is None else text, str(path))
+    typing_lines = {
+        n.lineno for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node) if hasattr(n, "lineno")
+    }
+    modules = {_name(p) for p in MODULES}
+    edges = set()
+    for line, target in _imports(path, text):
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        if target and target != _name(path) and line not in typing_lines:
+            edges.add(target)
+    return edges
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of more than one module; a package and its
+    own submodules importing each other are not a cycle."""
+    related = lambda a, b: _within(a, b) or _within(b, a)  # noqa: E731
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        order[v] = low[v] = len(order)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if related(v, w):
+                continue
+            if w not in order:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], order[w])
+        if low[v] == order[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in order:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles_not_even_behind_a_late_import() -> None:
+    graph = {_name(p): _runtime_edges(p) for p in MODULES}
+    assert _cycles(graph) == []
+    # the checker sees one: the auditor's ledger importing its judge late, as it once did
+    ledger = PACKAGE / "audit" / "ledger.py"
+    late = ledger.read_text() + "\n\ndef _late() -> None:\n    from busguard.audit.lineage import judge\n"
+    assert _cycles({**graph, _name(ledger): _runtime_edges(ledger, late)}) != []

@@ -1,6 +1,6 @@
 """A kind's policy sees only records the core would otherwise admit.
 
-Its parse (or parse_in) and keys steps run before the batch's transaction,
+Its parse and keys steps run before the batch's transaction,
 but only for records whose signature verified: a record refused by any
 stateless check (bad signature, stale or future timestamp, unknown sender or
 key, malformed receipt, payload hash, wrong receiver) or by its kind's
@@ -20,7 +20,7 @@ import pytest
 
 from busguard.admission.batch import Input, admit_batch
 from busguard.policies import KINDS, KindSpec
-from busguard.policies.seam import Objection, PolicyContext
+from busguard.policies.seam import Objection, PolicyContext, PolicyInput
 from busguard.protocol.envelope import HEADER_RECEIPT, HEADER_SIGNATURE, Envelope
 from busguard.protocol.reasons import Outcome, Reason
 from busguard.protocol.records import Coordinates, Decision
@@ -44,20 +44,13 @@ class CountingProbe(ProbePolicy):
         self.parsed: list[bytes] = []
         self.keyed: list[str] = []
 
-    def parse(self, envelope: Envelope) -> Claim | Objection:
-        self.parsed.append(envelope.payload)
-        return super().parse(envelope)
+    def parse(self, record: PolicyInput, context: PolicyContext) -> Claim | Objection:
+        self.parsed.append(record.envelope.payload)
+        return super().parse(record, context)
 
     def keys(self, parsed: Claim) -> Iterable[PolicyKey]:
         self.keyed.append(parsed.slot)
         return super().keys(parsed)
-
-
-class ContextualCountingProbe(CountingProbe):
-    """The same through `parse_in` (a ContextualPolicy, as the session handoff is)."""
-
-    def parse_in(self, envelope: Envelope, context: PolicyContext) -> Claim | Objection:
-        return self.parse(envelope)
 
 
 class RecordingStore(MemoryStore):
@@ -120,11 +113,8 @@ def admit(items: list[tuple[bytes | None, list[tuple[str, bytes]]]], store: Reco
     return admit_batch(inputs, store=store, registry=h.registry, now_ms=NOW, policy=h.policy)
 
 
-@pytest.mark.parametrize("policy_type", [CountingProbe, ContextualCountingProbe], ids=["parse", "parse_in"])
-def test_records_refused_before_or_at_the_signature_cost_no_policy_work_and_load_no_policy_key(
-    policy_type: type[CountingProbe], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    probe = policy_type()
+def test_records_refused_before_or_at_the_signature_cost_no_policy_work_and_load_no_policy_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    probe = CountingProbe()
     monkeypatch.setitem(KINDS, "probe", msgspec.structs.replace(PROBE, policy=probe))
     h = Harness()
     store = RecordingStore(created_at=NOW - 3_600_000)

@@ -10,8 +10,7 @@ import pytest
 
 from busguard.admission import policystep
 from busguard.policies import KINDS, KindSpec, kind_names, single_witness
-from busguard.policies.seam import PolicyOutcome, PolicyView
-from busguard.protocol.envelope import Envelope
+from busguard.policies.seam import PolicyContext, PolicyInput, PolicyOutcome, PolicyView
 from busguard.protocol.reasons import Outcome, Reason
 from busguard.protocol.records import Notice
 from busguard.state.sqlite import SqliteStore
@@ -87,8 +86,8 @@ def test_a_bad_payload_is_refused_only_after_the_signature(probe: None) -> None:
 class _Greedy:
     """Reads a key it never named."""
 
-    def parse(self, envelope: Envelope) -> bytes:
-        return envelope.payload
+    def parse(self, record: PolicyInput, context: PolicyContext) -> bytes:
+        return record.envelope.payload
 
     def keys(self, parsed: bytes) -> list[tuple[str, str]]:
         return [("greedy", "a")]

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from busguard.audit.lineage import Ledger
-from busguard.audit.reader import apply_audit, check_audit_record
+from busguard.audit.lineage import Ledger, judge
+from busguard.audit.checks import apply_audit, check_audit_record
 from busguard.protocol.identity import multikey_decode
 
 DOC = json.loads((Path(__file__).resolve().parents[1] / "vectors" / "resolutions.json").read_text(encoding="ascii"))
@@ -34,6 +34,6 @@ def test_resolution_vector(vec: Any) -> None:
     led = Ledger(operators={o["name"]: o["public_key"] for o in DOC["operators"]})
     for rec in [*DOC["log"], vec]:
         apply_audit(led, check_audit_record(*_record(rec), guard, reconciler))
-    report = led.report()
+    report = judge(led)
     assert sorted(v.invariant for v in report.violations) == vec["expect"]["violations"], [v.detail for v in report.violations]
     assert report.ok is vec["expect"]["ok"]

@@ -365,7 +365,9 @@ def _racer(path: str, name: str, barrier: Any, out: Any) -> None:
 
         decided: list[bool] = []
 
-        def fn(snap: Snapshot, i: int = i, nonce: tuple[str, str] = nonce, sources: list[SourceKey] = sources) -> BatchWrites:
+        def fn(
+            snap: Snapshot, i: int = i, nonce: tuple[str, str] = nonce, sources: list[SourceKey] = sources, decided: list[bool] = decided
+        ) -> BatchWrites:
             w = _writes(_decision(t, p, o, name, NOW + i) for t, p, o in sources)
             decided[:] = [nonce not in snap.nonces]
             if decided[0]:

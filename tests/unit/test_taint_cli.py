@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from busguard.cli import main
-from busguard.policies.taint.command import EXIT_MALFORMED, EXIT_REFUSED, EXIT_VALID, check
+from busguard.commands.taint import EXIT_MALFORMED, EXIT_REFUSED, EXIT_VALID, check
 from busguard.policies.taint.model import Ledger, Trace, build_graph, decode_ledger, decode_trace, schema_document
 from busguard.policies.taint.render import FORMATS, Format
 from busguard.policies.taint.validate import ReplayPlan, ReplayRefused, validate
@@ -148,7 +148,7 @@ def test_the_taint_package_imports_only_the_standard_library_msgspec_and_errors(
     # `import busguard` itself loads parts of admission and the SDK; the taint package must add nothing of that kind.
     probe = (
         "import sys, busguard; before = set(sys.modules);"
-        "import busguard.policies.taint, busguard.policies.taint.command, busguard.policies.taint.render, busguard.policies.taint.replay;"
+        "import busguard.policies.taint, busguard.commands.taint, busguard.policies.taint.render, busguard.policies.taint.replay;"
         "print(sorted(m for m in set(sys.modules) - before if m.split('.')[:2] in "
         "[['busguard', x] for x in ('admission', 'runtime', 'state', 'reconcile', 'audit', 'cli', 'config', 'sdk')]))"
     )

@@ -8,6 +8,7 @@ nested loop, the input hash rebuilt from the documented preimage text.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections import Counter
 from typing import Any
 
@@ -16,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from busguard.policies.taint.model import Ledger, Node, Trace
-from busguard.policies.taint.validate import ReplayPlan, ReplayRefused, Result, validate
+from busguard.policies.taint.validate import ReplayRefused, Result, validate
 
 TERMINAL = {"success", "failure", "abort"}
 OUTCOMES = ["success", "failure", "abort", "pending", "unknown"]
@@ -251,7 +252,7 @@ def test_cycles_are_refused_exactly_when_a_node_reaches_itself(pred_lists: list[
         assert cyclic and "cycle" in str(exc)
         shown = str(exc).split("cycle (")[1].split(")")[0].split(" -> ")
         assert shown[0] == shown[-1]
-        for a, b in zip(shown, shown[1:]):  # each step of the reported cycle is a real edge a -> b
+        for a, b in itertools.pairwise(shown):  # each step of the reported cycle is a real edge a -> b
             assert a in nodes[int(b[1:])].predecessors
     else:
         assert not cyclic

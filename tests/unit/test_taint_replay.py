@@ -19,6 +19,7 @@ from busguard.protocol.envelope import Envelope
 from busguard.protocol.reasons import Outcome, Reason
 from busguard.protocol.records import Decision
 from busguard.protocol.receipt import decode_receipt
+from busguard.policies.seam import bare_context, policy_input
 from tests.unit.harness import Harness, agent, sender
 from tests.unit.taint_build import incident, node, trace
 
@@ -175,7 +176,7 @@ def test_the_verdict_matches_busguard_taint_check_on_the_same_files() -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=200) | st.integers(0, len(TRACE)).map(lambda k: request(TRACE[:k] + TRACE[k + 1 :])))
 def test_the_policy_never_raises_and_gives_one_of_its_outcomes(payload: bytes) -> None:
-    parsed = replay.TaintReplayPolicy().parse(_envelope(payload))
+    parsed = replay.TaintReplayPolicy().parse(policy_input(_envelope(payload)), bare_context(0))
     if isinstance(parsed, replay.Parsed):
         out = replay.TaintReplayPolicy().decide(parsed, _NoState(), 0)
         assert (out.objection is None) == (out.replacement is not None)

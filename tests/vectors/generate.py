@@ -25,7 +25,7 @@ import argparse
 import base64
 import hashlib
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +39,8 @@ HEADER_RECEIPT = "busguard-receipt"
 HEADER_SIGNATURE = "busguard-signature"
 
 NOW = "2026-11-29T12:00:00.000Z"
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-NOW_MS = int((datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc) - EPOCH) / timedelta(milliseconds=1))
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+NOW_MS = int((datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC) - EPOCH) / timedelta(milliseconds=1))
 STORE_CREATED_MS = NOW_MS - 3_600_000
 TOPIC = "agents.in"
 

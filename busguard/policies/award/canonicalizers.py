@@ -39,7 +39,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 import rfc8785
 
-from busguard.policies.award.merkle import leaf_hash, merkle_root
+from busguard.protocol.merkle import leaf_hash, merkle_root
 
 __all__ = [
     "BUILTIN",

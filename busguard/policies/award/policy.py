@@ -21,9 +21,12 @@ microseconds however often its sender resends it.
 
 The registry (what this deployment can recompute, whom it trust-delegates
 to, which task classes tolerate best-effort) comes from the config's
-`[verification]` section and the limits from `[award]`: `busguard.wiring`
-calls `configure` before the guard starts; until then the policy holds the
-built-in canonicalizers, no delegations, no best-effort task classes and
+`[verification]` section and the limits from `[award]`: `Config.policy()`
+puts an `AwardPolicy` holding both in the policy settings under "award",
+and `parse` finds it in its `PolicyContext` like every other kind's
+settings and names it in what it parsed, so `decide` judges by the same
+rules. Without one (a bare context) the registered policy's own rules hold:
+the built-in canonicalizers, no delegations, no best-effort task classes and
 the default limits (the sections' defaults).
 """
 
@@ -54,7 +57,7 @@ from busguard.policies.award.wire import (
     delivered,
     notice_encode,
 )
-from busguard.policies.seam import Objection, PolicyKey, PolicyOutcome, PolicyView, PolicyWrite
+from busguard.policies.seam import Objection, PolicyContext, PolicyInput, PolicyKey, PolicyOutcome, PolicyView, PolicyWrite
 from busguard.protocol.envelope import Envelope
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.reasons import Outcome, Reason
@@ -75,12 +78,18 @@ DEFAULT_REGISTRY: Final = VerificationRegistry(
 )
 
 
+#: the key of this policy's settings in `PolicyContext.settings`
+SETTINGS_KEY: Final = "award"
+
+
 class Parsed(msgspec.Struct, frozen=True):
     envelope: Envelope
     principal: str
     call: str
     payload: Payload
     recomputed: Recomputed | None = None
+    #: the rules it was parsed under (the context's), which decide it too
+    rules: AwardPolicy | None = None
 
 
 def _reject(reason: Reason, detail: str) -> Objection:
@@ -97,27 +106,23 @@ class _Call(msgspec.Struct, frozen=True):
 
 
 class AwardPolicy:
-    """Pure: the registry and limits are fixed per process (configure), the state is the view."""
+    """Pure: the registry and limits are fixed per object (the deployment's
+    comes through the context, `SETTINGS_KEY`), the state is the view."""
 
     def __init__(self, registry: VerificationRegistry = DEFAULT_REGISTRY, limits: AwardConfig = DEFAULT_LIMITS) -> None:
         self.registry = registry
         self.limits = limits
 
-    def configure(self, registry: VerificationRegistry, limits: AwardConfig = DEFAULT_LIMITS) -> None:
-        self.registry = registry
-        self.limits = limits
-
     # ---------------------------------------------------------------- seam
 
-    def parse(self, envelope: Envelope) -> Parsed | Objection:
+    def parse(self, record: PolicyInput, context: PolicyContext) -> Parsed | Objection:
+        configured = context.settings.get(SETTINGS_KEY)
+        rules = configured if isinstance(configured, AwardPolicy) else self
+        envelope, principal = record.envelope, record.principal
         r = envelope.receipt
         payload = decode_payload(r.kind, envelope.payload)
         if isinstance(payload, Objection):
             return payload
-        try:
-            principal = canonical_principal(r.sender)
-        except ValueError as exc:
-            return _reject(Reason.MALFORMED_AGENT_ID, f"{r.kind}: {exc}")
         if isinstance(payload, CallPayload):
             try:
                 canonical_principal(payload.awarder)
@@ -129,8 +134,8 @@ class AwardPolicy:
             except ValueError as exc:
                 return _reject(Reason.MALFORMED_TIMESTAMP, f"{r.kind} payload: {name}: {exc}")
         call = payload.call if isinstance(payload, BidPayload) else r.task_id
-        recomputed = recompute(self.registry, delivered(payload)) if isinstance(payload, ResultPayload) else None
-        return Parsed(envelope, principal, call, payload, recomputed)
+        recomputed = recompute(rules.registry, delivered(payload)) if isinstance(payload, ResultPayload) else None
+        return Parsed(envelope, principal, call, payload, recomputed, rules)
 
     def keys(self, parsed: Parsed) -> Iterable[PolicyKey]:
         call, p = parsed.call, parsed.payload
@@ -141,6 +146,8 @@ class AwardPolicy:
         return (rows.call_key(call),)
 
     def decide(self, parsed: Parsed, view: PolicyView, now_ms: int) -> PolicyOutcome:
+        if parsed.rules is not None and parsed.rules is not self:
+            return parsed.rules.decide(parsed, view, now_ms)
         raw = view.get(rows.call_key(parsed.call))
         state = None if raw is None else _state(rows.decode_call(raw))
         p = parsed.payload
@@ -193,7 +200,10 @@ class AwardPolicy:
         legacy_counts = Counter(b.principal for b in state.legacy)
         mine = legacy_counts[parsed.principal] + _count(view, call, parsed.principal)
         if mine >= self.limits.max_bids_per_bidder:
-            return PolicyOutcome(objection=_reject(Reason.AWARD_BIDDER_LIMIT, f"{parsed.envelope.receipt.sender!r} already holds {mine} bids on call {call!r}; at most {self.limits.max_bids_per_bidder} (award.max_bids_per_bidder)"))
+            return PolicyOutcome(objection=_reject(Reason.AWARD_BIDDER_LIMIT, (
+                f"{parsed.envelope.receipt.sender!r} already holds {mine} bids on call {call!r}; "
+                f"at most {self.limits.max_bids_per_bidder} (award.max_bids_per_bidder)"
+            )))
         if len(row.bid_ids) >= MAX_BIDS:
             return PolicyOutcome(objection=_reject(Reason.AWARD_TOO_MANY_BIDS, f"call {call!r} already holds {MAX_BIDS} bids"))
         t = p.receipt
@@ -266,7 +276,7 @@ class AwardPolicy:
             call=parsed.call,
             awarder=row.awarder if row is not None else parsed.envelope.receipt.sender,
             winner=p.winner,
-            reason=objection.reason.value,
+            reason=str(objection.reason),
             detail=objection.detail,
             awardable=awardable,
         )
@@ -338,10 +348,6 @@ def _write(key: PolicyKey, value: CallRow | BidRow | rows.Count, call: CallRow, 
 
 POLICY: Final = AwardPolicy()
 
-
-def configure(registry: VerificationRegistry, limits: AwardConfig = DEFAULT_LIMITS) -> None:
-    """Install the config's registry and `[award]` limits (busguard.wiring, before the guard starts)."""
-    POLICY.configure(registry, limits)
 
 
 #: The reason codes each kind may give (KindSpec.reasons).

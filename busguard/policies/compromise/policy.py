@@ -1,9 +1,9 @@
 """Seed 004 on the stream: the `session-handoff` and `compromise-notice` policies.
 
-Both are `ContextualPolicy`s (busguard.policies.seam): the statements inside
-a handoff are signed by their own authors, so parsing needs the batch's key
-registry, and the trusted attesters / notice issuers and the declaration
-flag come from the deployment's `[compromise]` settings.
+Both parse in the seam's `PolicyContext` (busguard.policies.seam): the
+statements inside a handoff are signed by their own authors, so parsing needs
+the batch's key registry, and the trusted attesters / notice issuers and the
+declaration flag come from the deployment's `[compromise]` settings.
 
 State. A compromise notice is its own kind: an operator or detector sends a
 receipt of kind `compromise-notice` whose value is the notice (message.py)
@@ -36,7 +36,7 @@ components (by hash) as annotations, so they are on the audit topic.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Final
+from typing import Annotated, Final
 
 import msgspec
 
@@ -54,7 +54,7 @@ from busguard.policies.compromise.message import (
     open_statement,
 )
 from busguard.policies.compromise.verdict import CompromisePolicy, HandoffFacts, Route, Verdict, VerdictReason, evaluate
-from busguard.policies.seam import KeySource, Objection, PolicyContext, PolicyKey, PolicyOutcome, PolicyView, PolicyWrite
+from busguard.policies.seam import KeySource, Objection, PolicyContext, PolicyInput, PolicyKey, PolicyOutcome, PolicyView, PolicyWrite, policy_key
 from busguard.protocol.envelope import Envelope
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.reasons import Outcome, Reason
@@ -97,13 +97,15 @@ HANDOFF_REASONS: Final = (Reason.HANDOFF_MALFORMED, Reason.HANDOFF_UNAUTHENTIC, 
 NOTICE_REASONS: Final = (Reason.NOTICE_MALFORMED, Reason.NOTICE_UNAUTHENTIC)
 
 
-class CompromiseSettings(msgspec.Struct, frozen=True, kw_only=True):
-    """`[compromise]` as the policies read it (validated by busguard.config)."""
+class CompromiseSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The config's `[compromise]` table, shared by both compromise kinds
+    (their `KindSpec.settings`): decoded by busguard.config like any kind's
+    section, its cross-field rules checked by busguard.config_checks."""
 
     require_declaration_for_compromised: bool = False
     trusted_attesters: tuple[str, ...] = ()
     trusted_notice_issuers: tuple[str, ...] = ()
-    notice_retention_ms: int = DEFAULT_NOTICE_RETENTION_MS
+    notice_retention_ms: Annotated[int, msgspec.Meta(ge=1)] = DEFAULT_NOTICE_RETENTION_MS
 
 
 def settings_of(context: PolicyContext) -> CompromiseSettings:
@@ -128,7 +130,7 @@ def key_lookup(registry: KeySource, now_ms: int) -> KeyLookup:
 
 
 def _row(*parts: str) -> PolicyKey:
-    return (NAMESPACE, msgspec.json.encode(parts).decode())  # a JSON array: injective whatever the ids contain
+    return policy_key(NAMESPACE, *parts)
 
 
 def agent_row(subject: str) -> PolicyKey:
@@ -176,10 +178,8 @@ class ParsedNotice(msgspec.Struct, frozen=True, kw_only=True):
 class NoticePolicy:
     """`compromise-notice`: remember a trusted issuer's notice under the row it covers."""
 
-    def parse(self, envelope: Envelope) -> Objection:
-        return Objection(Outcome.REJECT, Reason.NOTICE_MALFORMED, "compromise notices are parsed in a policy context")
-
-    def parse_in(self, envelope: Envelope, context: PolicyContext) -> ParsedNotice | Objection:
+    def parse(self, record: PolicyInput, context: PolicyContext) -> ParsedNotice | Objection:
+        envelope = record.envelope
         settings = settings_of(context)
         try:
             notice = decode_strict(envelope.payload, CompromiseNotice, "notice")
@@ -194,7 +194,7 @@ class NoticePolicy:
         # On the topic the receipt's signature (verified by admission, with the
         # registry) is the issuer's signature over the notice: it covers these
         # exact bytes through payload_hash. So the sender must be the issuer.
-        sender = canonical_principal(envelope.receipt.sender)
+        sender = record.principal
         trusted = {canonical_principal(t) for t in settings.trusted_notice_issuers}
         if issuer not in trusted:
             return Objection(Outcome.REJECT, Reason.NOTICE_UNAUTHENTIC, f"{MessageCode.UNTRUSTED_ISSUER}: notice.issuer: {notice.issuer!r} is not a trusted notice issuer")
@@ -262,13 +262,10 @@ def _integrity_signer(handoff: SessionHandoff) -> str | None:
 class HandoffPolicy:
     """`session-handoff`: the decision boundary of seed 004 on one record."""
 
-    def parse(self, envelope: Envelope) -> Objection:
-        return Objection(Outcome.REJECT, Reason.HANDOFF_MALFORMED, "session handoffs are parsed in a policy context")
-
-    def parse_in(self, envelope: Envelope, context: PolicyContext) -> ParsedHandoff | Objection:
+    def parse(self, record: PolicyInput, context: PolicyContext) -> ParsedHandoff | Objection:
+        envelope, session = record.envelope, record.principal
         try:
             handoff = decode_handoff(envelope.payload)
-            session = principal(envelope.receipt.sender, "receipt.sender")
             successor = principal(envelope.receipt.receiver, "receipt.receiver")
         except MessageError as exc:
             return Objection(Outcome.REJECT, Reason.HANDOFF_MALFORMED, f"{exc.code}: {exc.where}: {exc.detail}")

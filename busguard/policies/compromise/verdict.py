@@ -299,8 +299,12 @@ _DETAILS: Final = {
     ),
     VerdictReason.NOTHING_TRANSFERABLE: "session compromised; no component lies inside a transferable scope ({stripped} stripped)",
     VerdictReason.SCOPED_HANDOFF: "session compromised, successor verified clean: {transfer} component(s) inside the scope transferred, {stripped} stripped",
-    VerdictReason.DOUBLE_COMPROMISE_PARTIAL_TRANSFER: "session and successor compromised ({successor}); interaction rule partial_transfer: {transfer} forwarded with caution",
-    VerdictReason.DOUBLE_COMPROMISE_QUARANTINE: "session and successor compromised ({successor}); interaction rule quarantined_state_only: {transfer} to quarantine",
+    VerdictReason.DOUBLE_COMPROMISE_PARTIAL_TRANSFER: (
+        "session and successor compromised ({successor}); interaction rule partial_transfer: {transfer} forwarded with caution"
+    ),
+    VerdictReason.DOUBLE_COMPROMISE_QUARANTINE: (
+        "session and successor compromised ({successor}); interaction rule quarantined_state_only: {transfer} to quarantine"
+    ),
     VerdictReason.DOUBLE_COMPROMISE_ESCALATE: "session and successor compromised ({successor}); interaction rule escalate: to a third party",
     VerdictReason.DOUBLE_COMPROMISE_NO_RULE: "session and successor compromised ({successor}); no interaction rule signed: escalated to a third party",
 }
@@ -334,11 +338,11 @@ def evaluate(facts: HandoffFacts, policy: CompromisePolicy) -> Verdict:
     if route is Route.REJECT:
         whys = [why or StripReason.HANDOFF_PROHIBITED for why in whys]
     transfer = tuple(
-        TransferredComponent(name=c.name, sha256=c.sha256, operational=c.operational) for c, why in zip(facts.components, whys) if why is None
+        TransferredComponent(name=c.name, sha256=c.sha256, operational=c.operational) for c, why in zip(facts.components, whys, strict=True) if why is None
     )
     stripped = tuple(
         StrippedComponent(name=c.name, sha256=c.sha256, operational=c.operational, why=why)
-        for c, why in zip(facts.components, whys)
+        for c, why in zip(facts.components, whys, strict=True)
         if why is not None
     )
     detail = _DETAILS[reason].format(

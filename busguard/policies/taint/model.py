@@ -41,7 +41,12 @@ class Node(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, gc=False):
     outcome: Annotated[Outcome, msgspec.Meta(description="success, failure and abort are terminal; pending and unknown are not")]
     token: Annotated[Id | None, msgspec.Meta(description="the idempotency token the step ran under (required in effect for side-effecting nodes: see condition 2)")] = None
     external_input_hash: Annotated[Hash | None, msgspec.Meta(description="hash of the input that came from outside the trace (prompt, literal arguments); null if none")] = None
-    input_hash: Annotated[Hash | None, msgspec.Meta(description="the recorded input hash; must equal the one derived from external_input_hash and the predecessors' output hashes (docs/taint.md); null only for an aborted node that took no input")]
+    input_hash: Annotated[Hash | None, msgspec.Meta(
+            description=(
+                "the recorded input hash; must equal the one derived from external_input_hash and the predecessors' "
+                "output hashes (docs/taint.md); null only for an aborted node that took no input"
+            )
+        )]
     output_hash: Annotated[Hash | None, msgspec.Meta(description="SHA-256 of the step's output; null if it produced none")]
     sinks: Annotated[list[Id], msgspec.Meta(description="external destinations the step touched (channels, endpoints, stores); no repeats")] = []
 

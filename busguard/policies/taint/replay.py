@@ -33,10 +33,9 @@ from typing import Annotated, Final, Literal
 
 import msgspec
 
-from busguard.policies.seam import Objection, PolicyOutcome, PolicyView
+from busguard.policies.seam import Objection, PolicyContext, PolicyInput, PolicyOutcome, PolicyView
 from busguard.policies.taint.model import Ledger, Trace, TraceError, _decode, build_graph, check_ledger
 from busguard.policies.taint.validate import ReplayPlan, ReplayRefused, validate
-from busguard.protocol.envelope import Envelope
 from busguard.protocol.reasons import Outcome, Reason
 
 KIND: Final = "taint-replay"
@@ -196,9 +195,9 @@ class TaintReplayPolicy:
     """Stateless on purpose: the verdict depends on the request alone, so it is the same on every
     guard and at every re-delivery."""
 
-    def parse(self, envelope: Envelope) -> Parsed | Objection:
+    def parse(self, record: PolicyInput, context: PolicyContext) -> Parsed | Objection:
         try:
-            return judge(envelope.payload)
+            return judge(record.envelope.payload)
         except Exception as exc:  # the seam's rule: never raise on input; a bug here must not stall the partition
             return _malformed("request", f"could not be judged ({type(exc).__name__}); report this as a busguard bug")
 

@@ -109,7 +109,10 @@ def notice(call_id: str, winner: str, reason: str, detail: str, awardable: list[
         f'{{"bid":"{b}","bidder":"{agent(who)}","cost":{cost},"mode":"{mode}","canonicalizer_id":"{cid}","verifier_manifest":{json.dumps(vm)}}}'
         for b, who, cost, mode, cid, vm in awardable
     )
-    return f'{{"type":"rebid","call":"{call_id}","awarder":"{agent("awarder")}","winner":"{winner}","reason":"{reason}","detail":{json.dumps(detail)},"awardable":[{items}]}}'
+    return (
+        f'{{"type":"rebid","call":"{call_id}","awarder":"{agent("awarder")}","winner":"{winner}",'
+        f'"reason":"{reason}","detail":{json.dumps(detail)},"awardable":[{items}]}}'
+    )
 
 
 def step(sender: str, kind: str, task_id: str, payload: str, outcome: str, reason: str, at: str | None = None, **expect: Any) -> dict[str, Any]:

@@ -60,7 +60,7 @@ def path(m: int, leaves: list[bytes]) -> list[bytes]:
 def attestation(i: int) -> bytes:
     body = hashlib.sha256(f"decision {i}".encode()).hexdigest()
     return (
-        '{"v":1,"guard":"%s","decision_id":"%032x","outcome":"forward","reason":"ok","receipt_id":null,'
+        '{"v":1,"guard":"%s","decision_id":"%032x","outcome":"forward","reason":"ok","receipt_id":null,'  # noqa: UP031 (JSON: literal braces)
         '"source":{"topic":"in","partition":0,"offset":%d},"decided_at":%d,"decision_sha256":"%s"}' % (GUARD, i, i, SEALED_AT, body)
     ).encode()
 

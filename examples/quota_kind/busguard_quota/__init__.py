@@ -1,0 +1,1 @@
+"""`quota`: an example busguard kind that lives outside busguard (docs/design.md, "Adding a kind")."""
