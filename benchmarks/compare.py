@@ -966,7 +966,7 @@ async def rate_mode(setup: Setup, gen: Generator, contenders: list[str], rounds:
         cpu = summary([x["cpu_us_per_record"]["contender"] for x in results[c]])
         busy = {k: summary([x["cpu_us_per_record"][k] * x["per_s"] / 1e6 for x in results[c]], 2)["median"] for k in ("contender", "broker", "bench")}
         # per round: this contender's p99 over the relay's at the same rate (issue 20's latency target)
-        over = summary([x["p99_ms"] - y["p99_ms"] for x, y in zip(results[c], results.get("relay", [])) if x.get("p99_ms") is not None and y.get("p99_ms") is not None])
+        over = summary([x["p99_ms"] - y["p99_ms"] for x, y in zip(results[c], results.get("relay", []), strict=False) if x.get("p99_ms") is not None and y.get("p99_ms") is not None])
         out[f"{c}_cores_busy"] = busy
         out[f"{c}_cpu_us_per_record"] = cpu["median"]
         if c != "relay" and over["median"] is not None:
@@ -1076,7 +1076,10 @@ async def soak_mode(setup: Setup, gen: Generator, seconds: float) -> tuple[dict[
                 str(s["sent"]), str(s["decided"]), f"{s['broker_rss_mb']:.0f}" if s["broker_rss_mb"] else "-",
             )
         )
-    text = f"soak: {seconds:.0f} s at {rate:,.0f} records/s (load producer linger {out['load_linger_ms']} ms), retention {SOAK_RETENTION_MS / 1000:.0f} s, expire every {SOAK_EXPIRE_S} s\n" + table(rows_out)
+    text = (
+        f"soak: {seconds:.0f} s at {rate:,.0f} records/s (load producer linger {out['load_linger_ms']} ms), "
+        f"retention {SOAK_RETENTION_MS / 1000:.0f} s, expire every {SOAK_EXPIRE_S} s\n" + table(rows_out)
+    )
     if steady:
         rss = [s["rss_mb"] for s in steady]
         med = statistics.median(rss)
@@ -1116,7 +1119,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument(
         "--contenders",
-        help=f"comma list from {', '.join(CONTENDERS)} (default: all but direct and busguard_preload; with --preload: busguard,busguard_preload; with --rate: relay,quix,busguard; quix* only with the bench extra installed)",
+        help=(
+            f"comma list from {', '.join(CONTENDERS)} (default: all but direct and busguard_preload; "
+            "with --preload: busguard,busguard_preload; with --rate: relay,quix,busguard; quix* only with the bench extra installed)"
+        ),
     )
     p.add_argument("--max-records", type=int, default=0, help="busguard [batch] max_records (default: the config default)")
     p.add_argument("--verify-threads", type=int, default=0, help="busguard [batch] verify_threads (default: the config default)")
@@ -1132,7 +1138,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=0,
         metavar="MS",
-        help="fetch_max_wait_ms of the relay's, the hand-written guard's and busguard's consumers (default: aiokafka's 500 for the first two, busguard's kafka.fetch_max_wait_ms default for busguard)",
+        help=(
+            "fetch_max_wait_ms of the relay's, the hand-written guard's and busguard's consumers "
+            "(default: aiokafka's 500 for the first two, busguard's kafka.fetch_max_wait_ms default for busguard)"
+        ),
     )
     p.add_argument("--compression", choices=("none", "gzip", "snappy", "lz4", "zstd"), help="busguard [kafka] compression (default: the config default)")
     p.add_argument("--timeout", type=float, default=300, help="seconds a run may take to drain")
@@ -1214,7 +1223,10 @@ async def main(args: argparse.Namespace) -> int:
     m = result["machine"]
     print(f"\nbusguard compare ({mode}) on {m['nproc']} × {m['cpu']}, Python {m['python']}, load average {m['loadavg_at_start']:.1f} at start")
     if mode == "throughput":
-        print(f"{result['records']:,} records of {result['record_bytes_mean']} bytes (value + headers), {result['duplicates']} exact re-sends, {args.senders} senders, {args.partitions} partitions, {args.rounds} interleaved rounds")
+        print(
+            f"{result['records']:,} records of {result['record_bytes_mean']} bytes (value + headers), {result['duplicates']} exact re-sends, "
+            f"{args.senders} senders, {args.partitions} partitions, {args.rounds} interleaved rounds"
+        )
     if mode == "throughput" and setup.preload_note:
         print(setup.preload_note)
     print(text)

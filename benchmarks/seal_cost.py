@@ -116,7 +116,8 @@ def main() -> None:
     result = asyncio.run(run(p.parse_args()))
     print(
         f"after the verify, per record: batch seal {result['batch_us_per_record']} µs, per-record seal {result['record_us_per_record']} µs "
-        f"(batch/record {result['batch_over_record']}); proof headers per input: {result['batch_proof_bytes_per_input']} vs {result['record_proof_bytes_per_input']} bytes"
+        f"(batch/record {result['batch_over_record']}); "
+        f"proof headers per input: {result['batch_proof_bytes_per_input']} vs {result['record_proof_bytes_per_input']} bytes"
     )
     print(json.dumps(result))
 

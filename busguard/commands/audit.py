@@ -203,7 +203,7 @@ def add_commands(
 
         add_esc = own
 
-    p = add_esc("list", _guarded(cmd_escalations_list), "List escalations without a final resolution (from the audit log): task, reason, receipt ids, link.", """
+    p = add_esc("list", _guarded(cmd_escalations_list), "List escalations without a final resolution (audit log): task, reason, receipt ids, link.", """
         busguard escalations list --config configs/busguard.toml
         busguard escalations list --config configs/busguard.toml --json
         """)  # fmt: skip
@@ -212,7 +212,7 @@ def add_commands(
     p.add_argument("--json", action="store_true", help="print the list as JSON")
     p.add_argument("--checkpoint", "--since", dest="checkpoint", metavar="FILE", help="as for `busguard audit`")
 
-    p = add_esc("show", _guarded(cmd_escalations_show), "Print one escalation's facts as JSON: both receipts (base64), the supersedes link, any resolution.", """
+    p = add_esc("show", _guarded(cmd_escalations_show), "Print one escalation's facts as JSON: both receipts (base64), the link, any resolution.", """
         busguard escalations show 3f9c0a1e5b7d2c4e8f6a1b3c5d7e9f01 --config configs/busguard.toml
         """)  # fmt: skip
     p.add_argument("id", metavar="ID", help="the escalation's decision id")

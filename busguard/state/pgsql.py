@@ -334,7 +334,8 @@ LOAD_SPANS: Final = "SELECT DISTINCT chain, seq FROM seal_spans WHERE topic = %s
 LOAD_HEAD: Final = "SELECT head, seal, leaves, spans, sealed_at FROM seal_heads WHERE chain = %s AND seq = %s AND exp > %s"
 WRITE_HEAD: Final = "INSERT INTO seal_heads VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (chain, seq) DO NOTHING"
 WRITE_SPANS: Final = (
-    "INSERT INTO seal_spans SELECT * FROM unnest(%s::text[], %s::integer[], %s::bigint[], %s::bigint[], %s::text[], %s::bigint[], %s::bigint[])"
+    "INSERT INTO seal_spans SELECT * FROM unnest("
+    "%s::text[], %s::integer[], %s::bigint[], %s::bigint[], %s::text[], %s::bigint[], %s::bigint[])"
 )
 
 
