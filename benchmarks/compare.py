@@ -775,7 +775,7 @@ def fill_store(path: Path, created_ms: int, n: int, chunk: int = 20_000) -> dict
     (the guard's own write path) in transactions of `chunk`. Expiries are a
     day (nonces) and the store's task retention (tasks) ahead."""
     t0 = time.perf_counter()
-    store = SqliteStore(path, now_ms=created_ms, synchronous="NORMAL", genesis=True)
+    store = SqliteStore(path, now_ms=created_ms, synchronous="NORMAL", genesis=True, nonce_retention_ms=LONG_MAX_AGE_MS + 60_000)  # the guard's, so its buckets
     now_ms = time.time_ns() // 1_000_000
     rng = random.Random(13)
     receipt = json.dumps({"v": 1, "kind": "handoff", "task_id": "x" * 24, "sender": "tulpa:z" + "k" * 46, "receiver": "executor", "payload_hash": "0" * 64, "nonce": "n" * 22, "issued_at": "2026-12-01T09:00:00.000Z"}).encode()
