@@ -8,14 +8,24 @@ FULL by default: a committed batch survives a power loss, not just `kill -9`.
 Rows are msgpack-encoded msgspec Structs, so a decision read back after a
 crash re-encodes to exactly the bytes that were first emitted.
 
-Layout (schema version 3; every key is `key(parts…)`):
-    meta(k, v)                                   created_at_ms, schema, origin, trusted_from_ms
+Layout (schema version 4; every key is `key(parts…)`):
+    meta(k, v)                                   created_at_ms, schema, origin, trusted_from_ms, expired_to_ms
     watermarks(k=topic,partition) -> topic, part, off  highest input offset decided; never expires
     decision_runs(id, topic, part, first, last, n, exp, body)
                                                  the decisions of one batch, per input partition
-    nonces(k=scope,nonce) -> exp                 recorded after signatures verify
+    nonces_<lo>_<hi>(k=scope,nonce) -> exp       recorded after signatures verify; one table per expiry bucket
     windows(k=principal,session_id) -> top, bitmap, exp
-    tasks(k=kind,task_id) -> body, exp           first admission per task (insert-only)
+    tasks_<lo>_<hi>(k=kind,task_id) -> body, exp first admission per task (insert-only); one table per expiry bucket
+
+Nonces and tasks are time-bucketed (state/buckets.py has the why and the
+bound): a row lives in the table whose [lo, hi) holds its expiry, nothing
+indexes `exp`, and `expire` drops a table once `hi` has passed. Rows of a
+live table that have expired stay until then, and read as absent from the
+later of the batch's `now` and `expired_to_ms` (the `now` of the last
+expiry pass, which counted them): exactly what the reads saw when that pass
+deleted them. The one difference from deleting: a row written after a pass
+with an expiry before that pass's `now` (a writer whose clock is behind
+the expiring one's) reads as absent at once rather than until the next pass.
 
 Decisions are stored a run at a time, not a row each (issue 13: a row per
 record was a third of the state transaction's cost, and every batch looked up
@@ -56,6 +66,9 @@ before, watermarks rebuilt from the decisions it still holds; then as schema
 2. Schema 2 (a `decisions` row per position): every unexpired decision
 becomes a one-decision run with its expiry, bytes unchanged, and the table
 is dropped; they age out as before, and new batches write whole runs.
+Schema 3 (one `nonces` and one `tasks` table, each with an `exp` index):
+every unexpired row moves, bytes unchanged, into its bucket's table, and
+the old tables are dropped.
 """
 
 from __future__ import annotations
