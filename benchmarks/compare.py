@@ -82,6 +82,7 @@ people):
     python benchmarks/compare.py --rate auto [--duration 30]        # steady load at half the measured peak
     python benchmarks/compare.py --rate 200                         # steady load at 200 records/s
     python benchmarks/compare.py --preload 1000000                  # busguard on an empty vs a filled store
+    python benchmarks/compare.py --preload 1000000 --preload-spread # ... its expiries spread over their lifetimes
     python benchmarks/compare.py --soak 600 [--rate 500]            # RSS and state size over time
 
 Soak. One guard, steady signed load, retention 15 s for every table and
