@@ -89,6 +89,7 @@ people):
     python benchmarks/compare.py --rate auto [--duration 30]        # steady load at half the measured peak
     python benchmarks/compare.py --rate 200                         # steady load at 200 records/s
     python benchmarks/compare.py --preload 1000000                  # busguard on an empty vs a filled store
+    python benchmarks/compare.py --preload 1000000 --preload-spread # ... its expiries spread over their lifetimes
     python benchmarks/compare.py --soak 600 [--rate 500]            # RSS and state size over time
 
 Soak. One guard, steady signed load, retention 15 s for every table and
@@ -809,14 +810,19 @@ async def run_stream(kind: str, setup: Setup, work: Workload, rate: float | None
 # --------------------------------------------------------------------------- preload
 
 
-def fill_store(path: Path, created_ms: int, n: int, chunk: int = 20_000) -> dict[str, Any]:
+def fill_store(path: Path, created_ms: int, n: int, chunk: int = 20_000, spread: bool = False) -> dict[str, Any]:
     """`n` live nonces and `n` live tasks, written through SqliteStore.run_batch
     (the guard's own write path) in transactions of `chunk`. Expiries are a
-    day (nonces) and the store's task retention (tasks) ahead."""
+    day (nonces) and the store's task retention (tasks) ahead; with `spread`,
+    spread evenly over the guard's nonce retention and the task retention
+    ahead instead, as in a store that has run at a steady rate for a whole
+    lifetime (the newest rows then share their expiry buckets with the
+    guard's new ones, state/buckets.py)."""
     t0 = time.perf_counter()
-    store = SqliteStore(path, now_ms=created_ms, synchronous="NORMAL", genesis=True)
+    store = SqliteStore(path, now_ms=created_ms, synchronous="NORMAL", genesis=True, nonce_retention_ms=LONG_MAX_AGE_MS + 60_000)  # the guard's, so its buckets
     now_ms = time.time_ns() // 1_000_000
     rng = random.Random(13)
+    nonce_life, task_life = LONG_MAX_AGE_MS + 60_000, store.task_retention_ms
     receipt = json.dumps({"v": 1, "kind": "handoff", "task_id": "x" * 24, "sender": "tulpa:z" + "k" * 46, "receiver": "executor", "payload_hash": "0" * 64, "nonce": "n" * 22, "issued_at": "2026-12-01T09:00:00.000Z"}).encode()
     try:
         for start in range(0, n, chunk):
@@ -825,12 +831,14 @@ def fill_store(path: Path, created_ms: int, n: int, chunk: int = 20_000) -> dict
                 state = BatchWrites()
                 for i in range(start, min(n, start + chunk)):
                     nonce = base64.urlsafe_b64encode(rng.randbytes(16)).rstrip(b"=").decode()
-                    state.nonces[("", nonce)] = NonceRecord(("", nonce), now_ms + 86_400_000)
+                    nonce_exp = now_ms + 1 + i * nonce_life // n if spread else now_ms + 86_400_000
+                    state.nonces[("", nonce)] = NonceRecord(("", nonce), nonce_exp)
                     tid = f"preload-{i}"
+                    admitted = now_ms - task_life + 1 + i * task_life // n if spread else now_ms
                     state.tasks[("handoff", tid)] = TaskEntry(
                         "handoff", tid, hashlib.sha256(nonce.encode()).hexdigest(), hashlib.sha256(tid.encode()).hexdigest(),
                         "tulpa:z" + "k" * 46, nonce, "0" * 64, None, None, Coordinates(topic="preload", partition=0, offset=i),
-                        receipt, rng.randbytes(64), now_ms,
+                        receipt, rng.randbytes(64), admitted,
                     )
                 return state
 
@@ -1130,6 +1138,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--duration", type=float, default=30, help="seconds of steady load per --rate run (default 30)")
     p.add_argument("--peak-rounds", type=int, default=2, help="burst runs that measure the peak for --rate auto (default 2)")
     p.add_argument("--preload", type=int, default=0, metavar="N", help="also run busguard on a store holding N live nonces and N live tasks")
+    p.add_argument("--preload-spread", action="store_true", help="with --preload: the rows' expiries spread over their lifetimes ahead (a steady store), not all a lifetime ahead")
     p.add_argument("--soak", type=float, default=0, metavar="SECONDS", help="soak mode: one guard under steady load (--rate, default 500/s)")
     p.add_argument("--sample-every", type=float, default=10, help="soak sampling period in seconds (default 10)")
     p.add_argument("--linger-ms", type=int, help="the load producer's linger_ms in --rate and --soak runs (default 5 and 100; see the module docstring)")
@@ -1208,7 +1217,7 @@ async def main(args: argparse.Namespace) -> int:
                 result["sign_s"] = round(time.perf_counter() - t_gen, 1)
                 if args.preload:
                     setup.preload_template = tmp / "preload-template.db"
-                    result.update(fill_store(setup.preload_template, work.created_before_ms, args.preload))
+                    result.update(fill_store(setup.preload_template, work.created_before_ms, args.preload, spread=args.preload_spread))
                     print(f"preloaded: {result['preload_rows']} in {result['preload_s']} s", file=sys.stderr, flush=True)
                     rows = result["preload_rows"]
                     setup.preload_note = (

@@ -111,6 +111,7 @@ def open_guard_store(cfg: Config, at_ms: int, *, genesis: bool = False) -> State
         synchronous=st.synchronous.upper(),
         task_retention_ms=a.task_retention_ms,
         decision_retention_ms=a.decision_retention_ms,
+        nonce_retention_ms=a.nonce_retention_ms,
         genesis=genesis,
         dsn=st.dsn,
         schema=st.schema,

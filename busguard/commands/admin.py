@@ -88,7 +88,15 @@ def cmd_state_show(args: argparse.Namespace) -> int:
     elif cfg.state.backend != "sqlite" or not cfg.path(cfg.state.path).exists():
         raise ConfigError(cfg.source, "state.path", str(path), "an existing SQLite or PostgreSQL state store (see `busguard state init`)")
     else:
-        store = SqliteStore(cfg.path(cfg.state.path), now_ms=time.time_ns() // 1_000_000, synchronous=cfg.state.synchronous.upper())
+        a = cfg.admission  # the lifetimes size the buckets of a schema 3 file this open upgrades
+        store = SqliteStore(
+            cfg.path(cfg.state.path),
+            now_ms=time.time_ns() // 1_000_000,
+            synchronous=cfg.state.synchronous.upper(),
+            task_retention_ms=a.task_retention_ms,
+            decision_retention_ms=a.decision_retention_ms,
+            nonce_retention_ms=a.nonce_retention_ms,
+        )
     try:
         ends = fence_ends(store.trusted_from, cfg.admission.max_age_ms, cfg.admission.max_future_ms)
         print(f"{path}: origin {store.origin}, created_at_ms {store.created_at}")

@@ -25,6 +25,8 @@ class StoreOptions(msgspec.Struct, frozen=True, kw_only=True):
     synchronous: str = "FULL"
     task_retention_ms: int = 7 * 86_400_000
     decision_retention_ms: int = 7 * 86_400_000
+    #: SQLite: sizes the nonce buckets (state/buckets.py)
+    nonce_retention_ms: int = 600_000
     genesis: bool = False
     dsn: str = ""
     schema: str = "busguard"
@@ -52,6 +54,7 @@ def _sqlite(o: StoreOptions) -> StateStore:
         synchronous=o.synchronous,
         task_retention_ms=o.task_retention_ms,
         decision_retention_ms=o.decision_retention_ms,
+        nonce_retention_ms=o.nonce_retention_ms,
         genesis=o.genesis,
         checkpoint_every_s=o.checkpoint_every_s,
     )

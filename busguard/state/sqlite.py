@@ -8,14 +8,24 @@ FULL by default: a committed batch survives a power loss, not just `kill -9`.
 Rows are msgpack-encoded msgspec Structs, so a decision read back after a
 crash re-encodes to exactly the bytes that were first emitted.
 
-Layout (schema version 3; every key is `key(parts…)`):
-    meta(k, v)                                   created_at_ms, schema, origin, trusted_from_ms
+Layout (schema version 4; every key is `key(parts…)`):
+    meta(k, v)                                   created_at_ms, schema, origin, trusted_from_ms, expired_to_ms
     watermarks(k=topic,partition) -> topic, part, off  highest input offset decided; never expires
     decision_runs(id, topic, part, first, last, n, exp, body)
                                                  the decisions of one batch, per input partition
-    nonces(k=scope,nonce) -> exp                 recorded after signatures verify
+    nonces_<lo>_<hi>(k=scope,nonce) -> exp       recorded after signatures verify; one table per expiry bucket
     windows(k=principal,session_id) -> top, bitmap, exp
-    tasks(k=kind,task_id) -> body, exp           first admission per task (insert-only)
+    tasks_<lo>_<hi>(k=kind,task_id) -> body, exp first admission per task (insert-only); one table per expiry bucket
+
+Nonces and tasks are time-bucketed (state/buckets.py has the why and the
+bound): a row lives in the table whose [lo, hi) holds its expiry, nothing
+indexes `exp`, and `expire` drops a table once `hi` has passed. Rows of a
+live table that have expired stay until then, and read as absent from the
+later of the batch's `now` and `expired_to_ms` (the `now` of the last
+expiry pass, which counted them): exactly what the reads saw when that pass
+deleted them. The one difference from deleting: a row written after a pass
+with an expiry before that pass's `now` (a writer whose clock is behind
+the expiring one's) reads as absent at once rather than until the next pass.
 
 Decisions are stored a run at a time, not a row each (a row per
 record was a third of the state transaction's cost, and every batch looked up
@@ -56,6 +66,9 @@ before, watermarks rebuilt from the decisions it still holds; then as schema
 2. Schema 2 (a `decisions` row per position): every unexpired decision
 becomes a one-decision run with its expiry, bytes unchanged, and the table
 is dropped; they age out as before, and new batches write whole runs.
+Schema 3 (one `nonces` and one `tasks` table, each with an `exp` index):
+every unexpired row moves, bytes unchanged, into its bucket's table, and
+the old tables are dropped.
 """
 
 from __future__ import annotations
@@ -71,11 +84,12 @@ from busguard.state import sealrows
 from busguard.state.codecs import bitmap_bytes, bitmap_int, encode, run_decoder, task_decoder
 from busguard.state.keys import KeySet, Partition, SourceKey
 from busguard.state.snapshot import Snapshot, WindowState, spans_of
-from busguard.state.sqlitedb import BACKSTOP_PAGES, Checkpointer, connect, key, select_in, transaction
+from busguard.state.buckets import KINDS, Catalog, width_for
+from busguard.state.sqlitedb import BACKSTOP_PAGES, Checkpointer, connect, key, reading, select_in, transaction
 from busguard.state.store import BatchFn, rearmed
 from busguard.state.writes import BatchWrites
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 #: A run's offsets span less than this (last - first < RUN_SPAN); the range
 #: query relies on it, so changing it is a schema change.
 RUN_SPAN: Final = 4096
@@ -85,21 +99,17 @@ CREATED: Final = "created"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS decision_runs(id INTEGER PRIMARY KEY, topic TEXT NOT NULL, part INTEGER NOT NULL, first INTEGER NOT NULL, last INTEGER NOT NULL, n INTEGER NOT NULL, exp INTEGER NOT NULL, body BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS nonces(k TEXT PRIMARY KEY, exp INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS windows(k TEXT PRIMARY KEY, top INTEGER NOT NULL, bitmap BLOB NOT NULL, exp INTEGER NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS tasks(k TEXT PRIMARY KEY, body BLOB NOT NULL, exp INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS policy(k TEXT PRIMARY KEY, body BLOB NOT NULL, exp INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS watermarks(k TEXT PRIMARY KEY, topic TEXT NOT NULL, part INTEGER NOT NULL, off INTEGER NOT NULL) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS decision_runs_at ON decision_runs(topic, part, last, first);
 CREATE INDEX IF NOT EXISTS decision_runs_exp ON decision_runs(exp);
-CREATE INDEX IF NOT EXISTS nonces_exp ON nonces(exp);
 CREATE INDEX IF NOT EXISTS windows_exp ON windows(exp);
-CREATE INDEX IF NOT EXISTS tasks_exp ON tasks(exp);
 CREATE INDEX IF NOT EXISTS policy_exp ON policy(exp);
 """
-_TABLES: Final = ("nonces", "windows", "tasks", "policy")  # one row per entry; decisions are counted by run
+_TABLES: Final = ("windows", "policy")  # one row per entry, in one table; nonces and tasks are in buckets, decisions counted by run
 #: every table `expire` deletes from, with the column that names a row (WITHOUT ROWID tables have no rowid)
-_EXPIRING: Final = (("decision_runs", "id"), ("nonces", "k"), ("windows", "k"), ("tasks", "rowid"), ("policy", "rowid"), *((t, "rowid") for t in sealrows.TABLES))
+_EXPIRING: Final = (("decision_runs", "id"), ("windows", "k"), ("policy", "rowid"), *((t, "rowid") for t in sealrows.TABLES))
 EXPIRE_CHUNK: Final = 20_000  # rows per expiry transaction (as on PostgreSQL: state/pgsql.py)
 #: Runs that may hold a position in [lo, hi] of one partition (see the module docstring).
 _RUNS_IN: Final = "FROM decision_runs WHERE topic=? AND part=? AND last>=? AND last<? AND first<=?"
@@ -114,6 +124,7 @@ class SqliteStore:
         synchronous: str = "FULL",
         task_retention_ms: int = 7 * 86_400_000,
         decision_retention_ms: int = 7 * 86_400_000,
+        nonce_retention_ms: int = 600_000,
         busy_timeout_ms: int = 30_000,
         genesis: bool = False,
         checkpoint_every_s: float | None = None,
@@ -124,10 +135,18 @@ class SqliteStore:
         that already holds a store, since declaring "no history" over one
         would throw its fence away. `checkpoint_every_s` (the guard's
         long-lived store) moves checkpoints off the commits onto a
-        `Checkpointer` thread; None keeps SQLite's auto-checkpoint."""
+        `Checkpointer` thread; None keeps SQLite's auto-checkpoint.
+        `nonce_retention_ms` (admission's) only sizes the nonce buckets
+        (state/buckets.py); each nonce carries its own expiry."""
         self.path = Path(path)
         self.task_retention_ms = task_retention_ms
         self.decision_retention_ms = decision_retention_ms
+        self.nonce_retention_ms = nonce_retention_ms
+        self._buckets = Catalog()
+        self._horizon = 0  # the running batch's: rows with exp <= it read as absent
+        #: per bucketed kind, the table and expiry of every key the batch being run looked up (state/buckets.py)
+        self._held: dict[str, dict[str, tuple[str, int]]] = {k: {} for k in KINDS}
+        self._looked: dict[str, set[str]] = {k: set() for k in KINDS}
         self._db = connect(self.path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms)
         self.checkpointer: Checkpointer | None = None
         try:
@@ -149,6 +168,8 @@ class SqliteStore:
                         meta = self._upgrade_from_1(db, meta)
                     if meta.get("schema") == "2":
                         meta = self._upgrade_from_2(db, meta, now_ms)
+                    if meta.get("schema") == "3":
+                        meta = self._upgrade_from_3(db, meta, now_ms)
                 if meta.get("schema") != str(SCHEMA_VERSION):
                     raise RuntimeError(f"{self.path}: state schema {meta.get('schema')} is not {SCHEMA_VERSION}")
                 self._created_at = int(meta["created_at_ms"])
@@ -186,8 +207,33 @@ class SqliteStore:
                 runs.append((topic, partition, offset, offset, 1, exp, b"\x91" + body))
             db.executemany("INSERT INTO decision_runs(topic, part, first, last, n, exp, body) VALUES (?,?,?,?,?,?,?)", runs)
         db.execute("DROP TABLE decisions")
+        db.execute("INSERT OR REPLACE INTO meta VALUES('schema', '3')")
+        return {**meta, "schema": "3"}
+
+    def _upgrade_from_3(self, db: sqlite3.Connection, meta: dict[str, str], now_ms: int) -> dict[str, str]:
+        """Every unexpired nonce and task moves, bytes unchanged, into the
+        table of its expiry's bucket; the single tables and their `exp`
+        indexes are dropped, and expired rows with them (they read as
+        absent already)."""
+        self._buckets.refresh(db)
+        present = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table' AND name IN ('nonces', 'tasks')")}
+        for kind, columns, width in (("nonces", "k, exp", self._width("nonces")), ("tasks", "k, body, exp", self._width("tasks"))):
+            if kind not in present:
+                continue
+            marks = ",".join("?" * len(columns.split(",")))
+            rows = db.execute(f"SELECT {columns} FROM {kind} WHERE exp > ?", (now_ms,))
+            while chunk := rows.fetchmany(10_000):
+                by_table: dict[str, list[tuple[Any, ...]]] = {}
+                for row in chunk:
+                    by_table.setdefault(self._buckets.table_for(db, kind, row[-1], width), []).append(row)
+                for table, moved in by_table.items():
+                    db.executemany(f"INSERT INTO {table} VALUES ({marks})", moved)
+            db.execute(f"DROP TABLE {kind}")
         db.execute("INSERT OR REPLACE INTO meta VALUES('schema', ?)", (str(SCHEMA_VERSION),))
         return {**meta, "schema": str(SCHEMA_VERSION)}
+
+    def _width(self, kind: str) -> int:
+        return width_for(self.nonce_retention_ms if kind == "nonces" else self.task_retention_ms)
 
     @property
     def created_at(self) -> int:
@@ -221,18 +267,31 @@ class SqliteStore:
         return select_in(self._db, sql, keys, now_ms)
 
     def _load(self, keys: KeySet, now_ms: int) -> Snapshot:
-        snap = Snapshot(trusted_from=_trusted_from(self._db))
+        trusted_from, expired_to = _meta_times(self._db)
+        snap = Snapshot(trusted_from=trusted_from)
+        horizon = now_ms if expired_to is None else max(now_ms, expired_to)
+        self._horizon = horizon
         if keys.sources:
             self._load_decisions(keys.sources, now_ms, snap.decisions)
+        self._buckets.refresh(self._db)
         by_key = {key(*n): n for n in keys.nonces}
-        for (k,) in self._select("SELECT k FROM nonces WHERE +exp > ? AND k IN ({})", list(by_key), now_ms):
-            snap.nonces.add(by_key[k])
+        held = self._held["nonces"] = {}
+        self._looked["nonces"] = set(by_key)
+        for table, (k, exp) in self._buckets.locate(self._db, "nonces", list(by_key)):
+            held[k] = (table, exp)
+            if exp > horizon:
+                snap.nonces.add(by_key[k])
         by_key = {key(*w): w for w in keys.windows}
         for k, top, bitmap in self._select("SELECT k, top, bitmap FROM windows WHERE +exp > ? AND k IN ({})", list(by_key), now_ms):
             snap.windows[by_key[k]] = WindowState(top, bitmap_int(bitmap))
-        for (body,) in self._select("SELECT body FROM tasks WHERE +exp > ? AND k IN ({})", [key(*t) for t in keys.tasks], now_ms):
-            t = task_decoder.decode(body)
-            snap.tasks[(t.kind, t.task_id)] = t
+        task_keys = [key(*t) for t in keys.tasks]
+        held = self._held["tasks"] = {}
+        self._looked["tasks"] = set(task_keys)
+        for table, (k, exp, body) in self._buckets.locate(self._db, "tasks", task_keys, "k, exp, body"):
+            held[k] = (table, exp)
+            if exp > horizon:
+                t = task_decoder.decode(body)
+                snap.tasks[(t.kind, t.task_id)] = t
         by_key = {key(*p): p for p in keys.policy}
         for k, body in self._select("SELECT k, body FROM policy WHERE +exp > ? AND k IN ({})", list(by_key), now_ms):
             snap.policy[by_key[k]] = body
@@ -298,18 +357,64 @@ class SqliteStore:
         )
         if state.decisions:
             self._write_decisions(state.decisions)
-        db.executemany("INSERT OR REPLACE INTO nonces VALUES (?,?)", [(key(*n.key), n.expires_at) for n in state.nonces.values()])
+        self._write_nonces(state)
         db.executemany(
             "INSERT OR REPLACE INTO windows VALUES (?,?,?,?)",
             [(key(*w.key), w.state.top, bitmap_bytes(w.state.bitmap), w.expires_at) for w in state.windows.values()],
         )
-        # Insert-only, except over an expired row: the first admission stays the witness.
-        db.executemany(
-            "INSERT INTO tasks VALUES (?,?,?) ON CONFLICT(k) DO UPDATE SET body=excluded.body, exp=excluded.exp WHERE tasks.exp <= ?",
-            [(key(t.kind, t.task_id), encode(t), t.admitted_at + self.task_retention_ms, now_ms) for t in state.tasks.values()],
-        )
+        self._write_tasks(state)
         db.executemany("INSERT OR REPLACE INTO policy VALUES (?,?,?)", [(key(*p.key), p.value, p.expires_at) for p in state.policy.values()])
         sealrows.write(db, state.heads, self.decision_retention_ms)
+
+    def _prior(self, kind: str, keys: list[str]) -> dict[str, tuple[str, int]]:
+        """Where each of `keys` is held now: what the batch's load found, and
+        for a key it did not look up (a write with nothing read first) a look now."""
+        held, looked = self._held[kind], self._looked[kind]
+        unseen = [k for k in keys if k not in looked]
+        if unseen:
+            for table, (k, exp, *_) in self._buckets.locate(self._db, kind, unseen):
+                held[k] = (table, exp)
+        return held
+
+    def _move(self, kind: str, rows: list[tuple[str, tuple[Any, ...]]], held: dict[str, tuple[str, int]]) -> None:
+        """Write each (table, row), taking the key out of the table that held it before, if another."""
+        db = self._db
+        gone: dict[str, list[tuple[str]]] = {}
+        into: dict[str, list[tuple[Any, ...]]] = {}
+        for table, row in rows:
+            prior = held.get(row[0])
+            if prior is not None and prior[0] != table:
+                gone.setdefault(prior[0], []).append((row[0],))
+            into.setdefault(table, []).append(row)
+        for table, ks in gone.items():
+            db.executemany(f"DELETE FROM {table} WHERE k=?", ks)
+        for table, written in into.items():
+            db.executemany(f"INSERT OR REPLACE INTO {table} VALUES ({','.join('?' * len(written[0]))})", written)
+
+    def _write_nonces(self, state: BatchWrites) -> None:
+        if not state.nonces:
+            return
+        width = self._width("nonces")
+        rows = [(key(*n.key), n.expires_at) for n in state.nonces.values()]
+        held = self._prior("nonces", [r[0] for r in rows])
+        table_for = self._buckets.table_for
+        self._move("nonces", [(table_for(self._db, "nonces", r[1], width), r) for r in rows], held)
+
+    def _write_tasks(self, state: BatchWrites) -> None:
+        """Insert-only, except over an expired row: the first admission stays the witness."""
+        if not state.tasks:
+            return
+        width, retention, horizon = self._width("tasks"), self.task_retention_ms, self._horizon
+        keyed = [(key(t.kind, t.task_id), t) for t in state.tasks.values()]
+        held = self._prior("tasks", [k for k, _ in keyed])
+        rows = []
+        for k, t in keyed:
+            prior = held.get(k)
+            if prior is not None and prior[1] > horizon:
+                continue
+            exp = t.admitted_at + retention
+            rows.append((self._buckets.table_for(self._db, "tasks", exp, width), (k, encode(t), exp)))
+        self._move("tasks", rows, held)
 
     def decision_at(self, source: Coordinates) -> Decision | None:
         """The decision stored at `source`, expired or not (as before runs)."""
@@ -322,8 +427,14 @@ class SqliteStore:
         return None
 
     def task(self, kind: str, task_id: str, now_ms: int) -> TaskEntry | None:
-        row = self._db.execute("SELECT body FROM tasks WHERE k=? AND exp > ?", (key(kind, task_id), now_ms)).fetchone()
-        return None if row is None else task_decoder.decode(row[0])
+        with reading(self._db) as db:
+            expired_to = _meta_times(db)[1]
+            horizon = now_ms if expired_to is None else max(now_ms, expired_to)
+            self._buckets.refresh(db)
+            for _table, (exp, body) in self._buckets.locate(db, "tasks", [key(kind, task_id)], "exp, body"):
+                if exp > horizon:
+                    return task_decoder.decode(body)
+        return None
 
     def expire(self, now_ms: int) -> int:
         """Delete what has expired; returns how many entries (a run counts its decisions).
@@ -332,8 +443,29 @@ class SqliteStore:
         backlog of millions of rows would otherwise hold the file's write lock
         for seconds and stall every other guard sharing it (past its busy
         timeout, "database is locked"). Partial expiry is invisible: every
-        read already ignores rows with `exp <= now`."""
+        read already ignores rows with `exp <= now`.
+
+        Nonces and tasks (state/buckets.py) are not deleted row by row: each
+        table whose bucket has passed is dropped, one per transaction, and
+        the rows still in live tables that expire by `now_ms` are counted
+        and left; `expired_to_ms` in meta records the pass, and from then
+        on every read takes `max(now, expired_to_ms)` as its horizon, so
+        those rows read as absent whatever a reader's clock says, as if
+        deleted."""
         total = 0
+        while True:
+            with transaction(self._db) as db:
+                before = _meta_times(db)[1] or 0
+                self._buckets.refresh(db)
+                passed = [(kind, b) for kind in KINDS for b in self._buckets.passed(kind, now_ms)]
+                if not passed:
+                    for kind in KINDS:
+                        total += self._buckets.expiring(db, kind, before, now_ms)
+                    if now_ms > before:
+                        db.execute("INSERT OR REPLACE INTO meta VALUES('expired_to_ms', ?)", (str(now_ms),))
+                    break
+                kind, bucket = passed[0]
+                total += self._buckets.drop(db, kind, bucket, before)
         for table, rowkey in _EXPIRING:
             counted = table == "decision_runs"  # a run counts as its decisions
             delete = f"DELETE FROM {table} WHERE {rowkey} IN (SELECT {rowkey} FROM {table} WHERE exp <= ? LIMIT {EXPIRE_CHUNK})" + (" RETURNING n" if counted else "")
@@ -348,8 +480,16 @@ class SqliteStore:
         return total
 
     def counts(self) -> dict[str, int]:
-        decisions = self._db.execute("SELECT coalesce(sum(n), 0) FROM decision_runs").fetchone()[0]
-        return {"decisions": decisions} | {t: self._db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in _TABLES}
+        """Entries held, as if every expiry pass had deleted what it expired
+        (a nonce or task row past `expired_to_ms` waits for its table's drop)."""
+        with reading(self._db) as db:
+            decisions = db.execute("SELECT coalesce(sum(n), 0) FROM decision_runs").fetchone()[0]
+            expired_to = _meta_times(db)[1]
+            self._buckets.refresh(db)
+            horizon = -1 if expired_to is None else expired_to
+            buckets = {kind: self._buckets.count(db, kind, horizon) for kind in KINDS}
+            rest = {t: db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in _TABLES}
+        return {"decisions": decisions, "nonces": buckets["nonces"], "windows": rest["windows"], "tasks": buckets["tasks"], "policy": rest["policy"]}
 
     def close(self) -> None:
         if self.checkpointer is not None:
@@ -360,6 +500,13 @@ class SqliteStore:
 def _trusted_from(db: sqlite3.Connection) -> int | None:
     row = db.execute("SELECT v FROM meta WHERE k='trusted_from_ms'").fetchone()
     return None if row is None else int(row[0])
+
+
+def _meta_times(db: sqlite3.Connection) -> tuple[int | None, int | None]:
+    """(trusted_from_ms, expired_to_ms), one read: the fence, and the last expiry pass's `now`."""
+    got = dict(db.execute("SELECT k, v FROM meta WHERE k IN ('trusted_from_ms', 'expired_to_ms')").fetchall())
+    t, e = got.get("trusted_from_ms"), got.get("expired_to_ms")
+    return (None if t is None else int(t)), (None if e is None else int(e))
 
 
 def _offset(item: tuple[int, Decision]) -> int:

@@ -116,6 +116,17 @@ def transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     db.execute("COMMIT")
 
 
+@contextlib.contextmanager
+def reading(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """A read transaction: several statements see one snapshot of the file
+    (a table another process drops between them would otherwise vanish)."""
+    db.execute("BEGIN")
+    try:
+        yield db
+    finally:
+        db.execute("COMMIT")
+
+
 def key(*parts: object) -> str:
     """One text key from several parts, unambiguous whatever the parts contain
     (each but the last is length-prefixed). Called several times per record,

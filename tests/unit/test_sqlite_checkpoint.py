@@ -37,9 +37,9 @@ def _nonces_in_main_file(db_file: Path, tmp: Path) -> int:
     alone = tmp / "alone.db"
     shutil.copyfile(db_file, alone)
     with sqlite3.connect(alone) as db:
-        if not db.execute("SELECT 1 FROM sqlite_master WHERE name='nonces'").fetchone():
-            return 0  # not even the schema has left the WAL
-        return int(db.execute("SELECT count(*) FROM nonces").fetchone()[0])
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table' AND name GLOB 'nonces_*'")]
+        # no table: not even the schema has left the WAL; several: one per expiry bucket (state/buckets.py)
+        return sum(int(db.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) for t in tables)
 
 
 def _manual(tmp: Path) -> tuple[SqliteStore, Checkpointer]:

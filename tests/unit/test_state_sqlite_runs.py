@@ -252,7 +252,7 @@ def test_a_newer_schema_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
     con.execute("INSERT INTO meta VALUES('created_at_ms', '1'), ('schema', '9')")
     con.commit()
     con.close()
-    with pytest.raises(RuntimeError, match="state schema 9 is not 3"):
+    with pytest.raises(RuntimeError, match="state schema 9 is not 4"):
         SqliteStore(db, now_ms=NOW)
     assert {r[0] for r in sqlite3.connect(db).execute("SELECT name FROM sqlite_master WHERE type='table'")} == {"meta"}
 
@@ -423,6 +423,8 @@ def test_expiry_deletes_in_short_transactions_and_counts_every_entry(store: Sqli
     commits: list[str] = []
     store._db.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
     assert store.expire(NOW) == 10 + 7
-    # nonces: 3+3+3+1; runs: 3+3+1; windows, tasks, policy and the two seal tables: one empty chunk each
-    assert len(commits) == 4 + 3 + 5
+    # nonces (schema 4, state/buckets.py): their one passed bucket table dropped, then the pass that counts
+    # the live tables and records expired_to_ms; runs: 3+3+1; windows, policy and the two seal tables: one
+    # empty chunk each
+    assert len(commits) == 2 + 3 + 4
     assert store.counts()["nonces"] == 2 and store.counts()["decisions"] == 1
