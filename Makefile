@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # e.g. make bench BENCH_ARGS='--records 50000 --rounds 5 --check'
 BENCH_ARGS ?=
 
-.PHONY: venv test demo typecheck bench clean
+.PHONY: venv test demo typecheck lint format bench clean
 
 venv: $(STAMP)
 
@@ -30,6 +30,16 @@ demo: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+# ruff (pyproject.toml [tool.ruff]): `make lint` fails on an unformatted file or
+# a lint finding; `make format` rewrites the tree.
+lint: $(STAMP)
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
 
 # The `bench` extra (Quix Streams, the stateful stream processor busguard is
 # measured against, issue 20) on top of the test install; its own stamp, so
