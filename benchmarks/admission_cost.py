@@ -38,13 +38,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from busguard.admission.batch import Input, admit_batch  # noqa: E402
 from busguard.admission.decide import Candidate, precheck, verify  # noqa: E402
 from busguard.admission.types import AdmissionPolicy  # noqa: E402
-from busguard.protocol.records import Coordinates  # noqa: E402
 from busguard.protocol.identity import agent_id_for_key, canonical_principal  # noqa: E402
 from busguard.protocol.keys import KeyRegistry, KeyWindow  # noqa: E402
+from busguard.protocol.records import Coordinates  # noqa: E402
 from busguard.protocol.signing import generate_keypair  # noqa: E402
+from busguard.runtime.tuning import tune_gc  # noqa: E402
 from busguard.sdk.sender import Sender  # noqa: E402
 from busguard.state.memory import MemoryStore  # noqa: E402
-from busguard.runtime.tuning import tune_gc  # noqa: E402
 from busguard.state.sqlite import SqliteStore  # noqa: E402
 
 

@@ -96,22 +96,56 @@ def apply(policy: AwardPolicy, view: View, env: Envelope) -> int:
 
 def bids(policy: AwardPolicy, view: View, awarder: Sender) -> dict[str, object]:
     call = "c" * 256
-    apply(policy, view, envelope(awarder, "cnet.call", call, {"awarder": awarder.agent_id, "task_class": "t", "task": "x" * 4096, "requires_check": True, "award_deadline": DEADLINE}))
+    apply(
+        policy,
+        view,
+        envelope(
+            awarder,
+            "cnet.call",
+            call,
+            {"awarder": awarder.agent_id, "task_class": "t", "task": "x" * 4096, "requires_check": True, "award_deadline": DEADLINE},
+        ),
+    )
     written: list[int] = []
     template = {"canonicalizer_id": "z" * 64, "commits": "output", "verifier_manifest": "m" * 256}
     for i in range(64):
         bidder = Sender(bytes([i + 1]) * 32, clock_ms=lambda: NOW)  # one bid per bidder: no per-bidder limit applies
-        n = apply(policy, view, envelope(bidder, "cnet.bid", f"{i:03d}".ljust(256, "b"), {"call": call, "cost": i, "deadline": DEADLINE, "receipt": template}))
+        n = apply(
+            policy,
+            view,
+            envelope(bidder, "cnet.bid", f"{i:03d}".ljust(256, "b"), {"call": call, "cost": i, "deadline": DEADLINE, "receipt": template}),
+        )
         assert n >= 0, i
         written.append(n)
-    return {"bid_1_bytes": written[0], "bid_8_bytes": written[7], "bid_64_bytes": written[63], "total_bytes_64_bids": sum(written), "largest_row_bytes": max(map(len, view.values()))}
+    return {
+        "bid_1_bytes": written[0],
+        "bid_8_bytes": written[7],
+        "bid_64_bytes": written[63],
+        "total_bytes_64_bids": sum(written),
+        "largest_row_bytes": max(map(len, view.values())),
+    }
 
 
 def settlement(policy: AwardPolicy, repeats: int) -> dict[str, object]:
     a, b = Sender(b"a" * 32, clock_ms=lambda: NOW), Sender(b"b" * 32, clock_ms=lambda: NOW)
     view = View()
-    apply(policy, view, envelope(a, "cnet.call", "c", {"awarder": a.agent_id, "task_class": "t", "task": "x", "requires_check": True, "award_deadline": DEADLINE}))
-    apply(policy, view, envelope(b, "cnet.bid", "bid0", {"call": "c", "cost": 1, "deadline": DEADLINE, "receipt": {"canonicalizer_id": "jcs-sha256", "commits": "output"}}))
+    apply(
+        policy,
+        view,
+        envelope(
+            a, "cnet.call", "c", {"awarder": a.agent_id, "task_class": "t", "task": "x", "requires_check": True, "award_deadline": DEADLINE}
+        ),
+    )
+    apply(
+        policy,
+        view,
+        envelope(
+            b,
+            "cnet.bid",
+            "bid0",
+            {"call": "c", "cost": 1, "deadline": DEADLINE, "receipt": {"canonicalizer_id": "jcs-sha256", "commits": "output"}},
+        ),
+    )
     apply(policy, view, envelope(a, "cnet.award", "c", {"winner": "bid0", "ranked": ["bid0"], "mode": "verified"}))
     output = json.dumps([{"id": i, "v": "x" * 40, "n": i * 7} for i in range(15_000)]).encode()
     env = envelope(b, "cnet.result", "c", {"state_root": "0" * 64, "output": base64.urlsafe_b64encode(output).rstrip(b"=").decode()})
@@ -126,7 +160,11 @@ def settlement(policy: AwardPolicy, repeats: int) -> dict[str, object]:
         assert out.objection is not None and out.objection.reason.value == "settlement_mismatch", out
         parse_us.append((t1 - t0) / 1000)
         decide_us.append((t2 - t1) / 1000)
-    return {"output_bytes": len(output), "parse_us_outside_lock": round(statistics.median(parse_us)), "decide_us_inside_lock": round(statistics.median(decide_us), 1)}
+    return {
+        "output_bytes": len(output),
+        "parse_us_outside_lock": round(statistics.median(parse_us)),
+        "decide_us_inside_lock": round(statistics.median(decide_us), 1),
+    }
 
 
 def in_store(repeats: int) -> dict[str, object]:
@@ -146,11 +184,36 @@ def in_store(repeats: int) -> dict[str, object]:
     output = json.dumps([{"id": i, "v": "x" * 40, "n": i * 7} for i in range(15_000)]).encode()
     template = {"canonicalizer_id": "jcs-sha256", "commits": "output"}
     setup = [
-        a.sign(kind="cnet.call", task_id="c", receiver="guard", payload=msgspec.json.encode({"awarder": a.agent_id, "task_class": "t", "task": "x", "requires_check": True, "award_deadline": DEADLINE})),
-        b.sign(kind="cnet.bid", task_id="bid0", receiver="guard", payload=msgspec.json.encode({"call": "c", "cost": 1, "deadline": DEADLINE, "receipt": template})),
-        a.sign(kind="cnet.award", task_id="c", receiver="guard", payload=msgspec.json.encode({"winner": "bid0", "ranked": ["bid0"], "mode": "verified"})),
+        a.sign(
+            kind="cnet.call",
+            task_id="c",
+            receiver="guard",
+            payload=msgspec.json.encode(
+                {"awarder": a.agent_id, "task_class": "t", "task": "x", "requires_check": True, "award_deadline": DEADLINE}
+            ),
+        ),
+        b.sign(
+            kind="cnet.bid",
+            task_id="bid0",
+            receiver="guard",
+            payload=msgspec.json.encode({"call": "c", "cost": 1, "deadline": DEADLINE, "receipt": template}),
+        ),
+        a.sign(
+            kind="cnet.award",
+            task_id="c",
+            receiver="guard",
+            payload=msgspec.json.encode({"winner": "bid0", "ranked": ["bid0"], "mode": "verified"}),
+        ),
     ]
-    wrong = [b.sign(kind="cnet.result", task_id="c", receiver="guard", payload=msgspec.json.encode({"state_root": f"{i:064x}", "output": base64.urlsafe_b64encode(output).rstrip(b"=").decode()})) for i in range(repeats)]
+    wrong = [
+        b.sign(
+            kind="cnet.result",
+            task_id="c",
+            receiver="guard",
+            payload=msgspec.json.encode({"state_root": f"{i:064x}", "output": base64.urlsafe_b64encode(output).rstrip(b"=").decode()}),
+        )
+        for i in range(repeats)
+    ]
     outside, inside = [], []
     with tempfile.TemporaryDirectory() as tmp:
         store = SqliteStore(Path(tmp) / "state.db", now_ms=NOW - 3_600_000, genesis=True, synchronous="NORMAL")
@@ -168,7 +231,10 @@ def in_store(repeats: int) -> dict[str, object]:
             else:
                 assert d.reason == "admitted", d.detail
         store.close()
-    return {"check_batch_us_no_lock": round(statistics.median(outside)), "admit_checked_us_write_lock_held": round(statistics.median(inside))}
+    return {
+        "check_batch_us_no_lock": round(statistics.median(outside)),
+        "admit_checked_us_write_lock_held": round(statistics.median(inside)),
+    }
 
 
 def main() -> None:
@@ -180,7 +246,11 @@ def main() -> None:
     args = ap.parse_args()
     if args.state:
         awarder = Sender(b"a" * 32, clock_ms=lambda: NOW)
-        report = {"bids": bids(AwardPolicy(), View(), awarder), "settlement_1mib": settlement(AwardPolicy(), args.repeats), "sqlite_1mib_result": in_store(args.repeats)}
+        report = {
+            "bids": bids(AwardPolicy(), View(), awarder),
+            "settlement_1mib": settlement(AwardPolicy(), args.repeats),
+            "sqlite_1mib_result": in_store(args.repeats),
+        }
         print(json.dumps(report))
         return
     a, b = Sender(b"a" * 32, clock_ms=lambda: NOW), Sender(b"b" * 32, clock_ms=lambda: NOW)
@@ -188,15 +258,38 @@ def main() -> None:
     call = CallPayload(awarder=a.agent_id, task_class="t", task="x", requires_check=True, award_deadline=DEADLINE)
     run(policy, view, [envelope(a, "cnet.call", "c", call)], apply=True)
     template = ReceiptTemplate(canonicalizer_id="jcs-sha256", commits="output")
-    bidders = [b, *(Sender(bytes([i % 250 + 2]) * 32, clock_ms=lambda: NOW) for i in range(1, args.bids))]  # one bid each: under the per-bidder limit
-    run(policy, view, [envelope(bidders[i], "cnet.bid", f"bid{i}", BidPayload(call="c", cost=i, deadline=DEADLINE, receipt=template)) for i in range(args.bids)], apply=True)
+    bidders = [
+        b,
+        *(Sender(bytes([i % 250 + 2]) * 32, clock_ms=lambda: NOW) for i in range(1, args.bids)),
+    ]  # one bid each: under the per-bidder limit
+    run(
+        policy,
+        view,
+        [
+            envelope(bidders[i], "cnet.bid", f"bid{i}", BidPayload(call="c", cost=i, deadline=DEADLINE, receipt=template))
+            for i in range(args.bids)
+        ],
+        apply=True,
+    )
     extra = Sender(b"x" * 32, clock_ms=lambda: NOW)
     open_row = dict(view)
     output = json.dumps([{"id": i, "v": "x" * 20} for i in range(30)]).encode()
     cases = {
-        "bid (own rows)": ([envelope(extra, "cnet.bid", f"extra{i}", BidPayload(call="c", cost=1, deadline=DEADLINE, receipt=template)) for i in range(args.n)], open_row),
-        "refused award + rebid notice": ([envelope(a, "cnet.award", "c", AwardPayload(winner="nope", ranked=["nope"], mode="verified")) for _ in range(args.n)], open_row),
-        "admitted award": ([envelope(a, "cnet.award", "c", AwardPayload(winner="bid0", ranked=["bid0"], mode="verified")) for _ in range(args.n)], open_row),
+        "bid (own rows)": (
+            [
+                envelope(extra, "cnet.bid", f"extra{i}", BidPayload(call="c", cost=1, deadline=DEADLINE, receipt=template))
+                for i in range(args.n)
+            ],
+            open_row,
+        ),
+        "refused award + rebid notice": (
+            [envelope(a, "cnet.award", "c", AwardPayload(winner="nope", ranked=["nope"], mode="verified")) for _ in range(args.n)],
+            open_row,
+        ),
+        "admitted award": (
+            [envelope(a, "cnet.award", "c", AwardPayload(winner="bid0", ranked=["bid0"], mode="verified")) for _ in range(args.n)],
+            open_row,
+        ),
     }
     run(policy, view, [envelope(a, "cnet.award", "c", AwardPayload(winner="bid0", ranked=["bid0"], mode="verified"))], apply=True)
     root = JcsSha256().root(output)

@@ -90,7 +90,14 @@ async def main(args: argparse.Namespace) -> int:
                 held += args.step
                 big = await fetch_tail(broker, 0, held - FETCHED)
                 small = await fetch_tail(broker, 1, 0)
-                steps.append({"batches": held, "broker_us_per_record": round(big["broker_us"], 1), "wall_us_per_record": round(big["wall_us"], 1), "small_partition_broker_us": round(small["broker_us"], 1)})
+                steps.append(
+                    {
+                        "batches": held,
+                        "broker_us_per_record": round(big["broker_us"], 1),
+                        "wall_us_per_record": round(big["wall_us"], 1),
+                        "small_partition_broker_us": round(small["broker_us"], 1),
+                    }
+                )
                 print(f"partition holding {held:>7,} batches: fetching its newest {FETCHED:,} cost the broker {big['broker_us']:6.1f} µs per record "
                       f"({big['wall_us']:.1f} µs wall); a partition of {FETCHED:,}: {small['broker_us']:.1f} µs", flush=True)  # fmt: skip
         finally:

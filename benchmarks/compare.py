@@ -169,20 +169,20 @@ import nacl.bindings  # noqa: E402
 import structlog  # noqa: E402
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
 from aiokafka.admin import AIOKafkaAdminClient  # noqa: E402
+from compare_check import check  # noqa: E402  (benchmarks/, this script's directory)
 
-from busguard.protocol.records import Coordinates, TaskEntry  # noqa: E402
-from busguard.state.keys import KeySet  # noqa: E402
-from busguard.state.snapshot import Snapshot  # noqa: E402
-from busguard.state.writes import BatchWrites, NonceRecord  # noqa: E402
 from busguard.devconfig import Topics, embedded_config  # noqa: E402
+from busguard.devtools.broker import EmbeddedBroker, free_port  # noqa: E402
 from busguard.protocol.envelope import HEADER_RECEIPT  # noqa: E402
 from busguard.protocol.keyfile import Identity, new_identity, write_key  # noqa: E402
 from busguard.protocol.receipt import signing_input  # noqa: E402
-from busguard.devtools.broker import EmbeddedBroker, free_port  # noqa: E402
+from busguard.protocol.records import Coordinates, TaskEntry  # noqa: E402
 from busguard.runtime.topics import create_topics  # noqa: E402
 from busguard.sdk.sender import Sender  # noqa: E402
+from busguard.state.keys import KeySet  # noqa: E402
+from busguard.state.snapshot import Snapshot  # noqa: E402
 from busguard.state.sqlite import SqliteStore  # noqa: E402
-from compare_check import check  # noqa: E402  (benchmarks/, this script's directory)
+from busguard.state.writes import BatchWrites, NonceRecord  # noqa: E402
 
 BENCH = REPO / "benchmarks"
 STREAM = ("direct", "relay", "naive", "quix", "quix_stateless", "busguard", "busguard_preload")
@@ -263,7 +263,15 @@ class Signers:
         signer = self._signers[(s, route)]
         rec = signer.sign(kind="ack" if route == "acks" else "handoff", task_id=task_id, receiver="executor", payload=payload)
         sig = base64.urlsafe_b64decode(rec.headers[1][1] + b"==")
-        return Item(route, signer.agent_id.encode(), rec.value, rec.headers, rec.receipt_bytes, sig + signing_input(rec.receipt_bytes), signer.public_key)
+        return Item(
+            route,
+            signer.agent_id.encode(),
+            rec.value,
+            rec.headers,
+            rec.receipt_bytes,
+            sig + signing_input(rec.receipt_bytes),
+            signer.public_key,
+        )
 
 
 class Generator:
@@ -357,7 +365,12 @@ def summary(values: Sequence[float | None], digits: int = 1) -> dict[str, Any]:
     v = [x for x in values if x is not None]
     if not v:
         return {"median": None, "min": None, "max": None, "runs": []}
-    return {"median": round(statistics.median(v), digits), "min": round(min(v), digits), "max": round(max(v), digits), "runs": [round(x, digits) for x in v]}
+    return {
+        "median": round(statistics.median(v), digits),
+        "min": round(min(v), digits),
+        "max": round(max(v), digits),
+        "runs": [round(x, digits) for x in v],
+    }
 
 
 def machine() -> dict[str, Any]:
@@ -458,7 +471,14 @@ def guard_config(setup: Setup, topics: Topics, group: str, state: Path, soak: bo
     state_cfg: dict[str, object] = {"path": str(state)}
     if soak:
         r = SOAK_RETENTION_MS
-        admission = {"max_age_ms": r // 2, "max_future_ms": r // 4, "nonce_retention_ms": r, "session_retention_ms": r, "task_retention_ms": r, "decision_retention_ms": r}
+        admission = {
+            "max_age_ms": r // 2,
+            "max_future_ms": r // 4,
+            "nonce_retention_ms": r,
+            "session_retention_ms": r,
+            "task_retention_ms": r,
+            "decision_retention_ms": r,
+        }
         state_cfg["expire_interval_s"] = SOAK_EXPIRE_S
     kafka: dict[str, object] = {"create_topics": False}
     if args.contender_fetch_max_wait_ms:
@@ -484,7 +504,9 @@ def guard_config(setup: Setup, topics: Topics, group: str, state: Path, soak: bo
     )
 
 
-def start_contender(kind: str, setup: Setup, topics: Topics, run_dir: Path, created_ms: int, soak: bool = False) -> tuple[Process, int | None]:
+def start_contender(
+    kind: str, setup: Setup, topics: Topics, run_dir: Path, created_ms: int, soak: bool = False
+) -> tuple[Process, int | None]:
     routes = [f"{topics.handoffs}={topics.handoffs_admitted}", f"{topics.acks}={topics.acks_admitted}"]
     group = f"{run_dir.name}-group"
     py = sys.executable
@@ -499,10 +521,23 @@ def start_contender(kind: str, setup: Setup, topics: Topics, run_dir: Path, crea
     if kind == "relay":
         return Process([py, str(BENCH / "relay_baseline.py"), "serve", setup.bootstrap, group, *routes], run_dir / "relay.log", fetch), None
     if kind == "naive":
-        return Process([py, str(BENCH / "naive_guard.py"), setup.bootstrap, group, str(setup.naive_keys), *routes], run_dir / "naive.log", fetch), None
+        return Process(
+            [py, str(BENCH / "naive_guard.py"), setup.bootstrap, group, str(setup.naive_keys), *routes], run_dir / "naive.log", fetch
+        ), None
     if kind in QUIX:
-        flags = ["--stateless"] if kind == "quix_stateless" else ["--nonce-ttl-ms", str(LONG_MAX_AGE_MS + 60_000)]  # busguard's nonce_retention_ms here
-        argv = [py, str(BENCH / "quix_guard.py"), *flags, setup.bootstrap, group, str(setup.naive_keys), str(run_dir / "quix-state"), *routes]
+        flags = (
+            ["--stateless"] if kind == "quix_stateless" else ["--nonce-ttl-ms", str(LONG_MAX_AGE_MS + 60_000)]
+        )  # busguard's nonce_retention_ms here
+        argv = [
+            py,
+            str(BENCH / "quix_guard.py"),
+            *flags,
+            setup.bootstrap,
+            group,
+            str(setup.naive_keys),
+            str(run_dir / "quix-state"),
+            *routes,
+        ]
         return Process(argv, run_dir / f"{kind}.log", fetch), None
     state = run_dir / "state.db"
     if kind == "busguard_preload":
@@ -549,7 +584,9 @@ class Watcher:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self.consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=10)
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap, enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=10
+        )
         await self.consumer.start()
         await self.consumer._client.force_metadata_update()
         tps = [TopicPartition(t, p) for t in self.topics for p in sorted(self.consumer.partitions_for_topic(t) or ())]
@@ -671,7 +708,9 @@ def load_linger_ms(args: argparse.Namespace, *, soak: bool) -> int:
 
 
 def new_producer(bootstrap: str, linger_ms: int) -> AIOKafkaProducer:
-    return AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False, acks="all", linger_ms=linger_ms, max_batch_size=256 * 1024)
+    return AIOKafkaProducer(
+        bootstrap_servers=bootstrap, enable_idempotence=False, acks="all", linger_ms=linger_ms, max_batch_size=256 * 1024
+    )
 
 
 # --------------------------------------------------------------------------- one contender, one round
@@ -789,7 +828,9 @@ async def run_stream(kind: str, setup: Setup, work: Workload, rate: float | None
         )
         if acked:
             out.update(ack_p50_ms=pct(acked, 0.50) * 1000, ack_p99_ms=pct(acked, 0.99) * 1000)
-        out.update(bench_gc_pauses=len(gc_pauses), bench_gc_max_ms=max(gc_pauses, default=0.0) * 1000)  # 0 unless something collects explicitly
+        out.update(
+            bench_gc_pauses=len(gc_pauses), bench_gc_max_ms=max(gc_pauses, default=0.0) * 1000
+        )  # 0 unless something collects explicitly
     finally:
         gc.enable()
         gc.unfreeze()
@@ -819,11 +860,24 @@ def fill_store(path: Path, created_ms: int, n: int, chunk: int = 20_000, spread:
     lifetime (the newest rows then share their expiry buckets with the
     guard's new ones, state/buckets.py)."""
     t0 = time.perf_counter()
-    store = SqliteStore(path, now_ms=created_ms, synchronous="NORMAL", genesis=True, nonce_retention_ms=LONG_MAX_AGE_MS + 60_000)  # the guard's, so its buckets
+    store = SqliteStore(
+        path, now_ms=created_ms, synchronous="NORMAL", genesis=True, nonce_retention_ms=LONG_MAX_AGE_MS + 60_000
+    )  # the guard's, so its buckets
     now_ms = time.time_ns() // 1_000_000
     rng = random.Random(13)
     nonce_life, task_life = LONG_MAX_AGE_MS + 60_000, store.task_retention_ms
-    receipt = json.dumps({"v": 1, "kind": "handoff", "task_id": "x" * 24, "sender": "tulpa:z" + "k" * 46, "receiver": "executor", "payload_hash": "0" * 64, "nonce": "n" * 22, "issued_at": "2026-12-01T09:00:00.000Z"}).encode()
+    receipt = json.dumps(
+        {
+            "v": 1,
+            "kind": "handoff",
+            "task_id": "x" * 24,
+            "sender": "tulpa:z" + "k" * 46,
+            "receiver": "executor",
+            "payload_hash": "0" * 64,
+            "nonce": "n" * 22,
+            "issued_at": "2026-12-01T09:00:00.000Z",
+        }
+    ).encode()
     try:
         for start in range(0, n, chunk):
 
@@ -836,9 +890,19 @@ def fill_store(path: Path, created_ms: int, n: int, chunk: int = 20_000, spread:
                     tid = f"preload-{i}"
                     admitted = now_ms - task_life + 1 + i * task_life // n if spread else now_ms
                     state.tasks[("handoff", tid)] = TaskEntry(
-                        "handoff", tid, hashlib.sha256(nonce.encode()).hexdigest(), hashlib.sha256(tid.encode()).hexdigest(),
-                        "tulpa:z" + "k" * 46, nonce, "0" * 64, None, None, Coordinates(topic="preload", partition=0, offset=i),
-                        receipt, rng.randbytes(64), admitted,
+                        "handoff",
+                        tid,
+                        hashlib.sha256(nonce.encode()).hexdigest(),
+                        hashlib.sha256(tid.encode()).hexdigest(),
+                        "tulpa:z" + "k" * 46,
+                        nonce,
+                        "0" * 64,
+                        None,
+                        None,
+                        Coordinates(topic="preload", partition=0, offset=i),
+                        receipt,
+                        rng.randbytes(64),
+                        admitted,
                     )
                 return state
 
@@ -846,7 +910,11 @@ def fill_store(path: Path, created_ms: int, n: int, chunk: int = 20_000, spread:
         counts = store.counts()
     finally:
         store.close()
-    return {"preload_s": round(time.perf_counter() - t0, 1), "preload_rows": counts, "preload_file_mb": round(path.stat().st_size / 2**20, 1)}
+    return {
+        "preload_s": round(time.perf_counter() - t0, 1),
+        "preload_rows": counts,
+        "preload_file_mb": round(path.stat().st_size / 2**20, 1),
+    }
 
 
 # --------------------------------------------------------------------------- modes
@@ -891,7 +959,11 @@ async def throughput_mode(setup: Setup, work: Workload, contenders: list[str], r
             else:
                 res = await run_stream(c, setup, work)
             results[c].append(res)
-            print(f"round {r + 1}/{rounds} {c}: {json.dumps({k: round(v, 1) if isinstance(v, float) else v for k, v in res.items()})}", file=sys.stderr, flush=True)
+            print(
+                f"round {r + 1}/{rounds} {c}: {json.dumps({k: round(v, 1) if isinstance(v, float) else v for k, v in res.items()})}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def per_round_ratio(a: str, b: str) -> list[float | None]:
         if a not in results or b not in results:
@@ -962,27 +1034,60 @@ async def rate_mode(setup: Setup, gen: Generator, contenders: list[str], rounds:
             work = generate(gen, n)  # fresh receipts: a steady run must not age its records while others run
             res = await run_stream(c, setup, work, rate=rate)
             results[c].append(res)
-            print(f"rate round {r + 1}/{rounds} {c}: {json.dumps({k: round(v, 1) if isinstance(v, float) else v for k, v in res.items()})}", file=sys.stderr, flush=True)
+            print(
+                f"rate round {r + 1}/{rounds} {c}: {json.dumps({k: round(v, 1) if isinstance(v, float) else v for k, v in res.items()})}",
+                file=sys.stderr,
+                flush=True,
+            )
     rows: list[tuple[str, ...]] = [
         (
-            "contender", "offered/s", "achieved/s", "p50 ms", "p99 ms", "p99 − relay's ms", "max ms", "first hop (produce ack) p50 / p99 ms",
-            "CPU µs/record", "RSS MB peak", "cores busy: contender / broker / bench",
+            "contender",
+            "offered/s",
+            "achieved/s",
+            "p50 ms",
+            "p99 ms",
+            "p99 − relay's ms",
+            "max ms",
+            "first hop (produce ack) p50 / p99 ms",
+            "CPU µs/record",
+            "RSS MB peak",
+            "cores busy: contender / broker / bench",
         )
     ]
     for c in contenders:
-        got = {k: summary([x.get(k) for x in results[c]]) for k in ("offered_per_s", "per_s", "p50_ms", "p99_ms", "max_ms", "ack_p50_ms", "ack_p99_ms", "rss_peak_mb")}
+        got = {
+            k: summary([x.get(k) for x in results[c]])
+            for k in ("offered_per_s", "per_s", "p50_ms", "p99_ms", "max_ms", "ack_p50_ms", "ack_p99_ms", "rss_peak_mb")
+        }
         cpu = summary([x["cpu_us_per_record"]["contender"] for x in results[c]])
-        busy = {k: summary([x["cpu_us_per_record"][k] * x["per_s"] / 1e6 for x in results[c]], 2)["median"] for k in ("contender", "broker", "bench")}
+        busy = {
+            k: summary([x["cpu_us_per_record"][k] * x["per_s"] / 1e6 for x in results[c]], 2)["median"]
+            for k in ("contender", "broker", "bench")
+        }
         # per round: this contender's p99 over the relay's at the same rate (issue 20's latency target)
-        over = summary([x["p99_ms"] - y["p99_ms"] for x, y in zip(results[c], results.get("relay", []), strict=False) if x.get("p99_ms") is not None and y.get("p99_ms") is not None])
+        over = summary(
+            [
+                x["p99_ms"] - y["p99_ms"]
+                for x, y in zip(results[c], results.get("relay", []), strict=False)
+                if x.get("p99_ms") is not None and y.get("p99_ms") is not None
+            ]
+        )
         out[f"{c}_cores_busy"] = busy
         out[f"{c}_cpu_us_per_record"] = cpu["median"]
         if c != "relay" and over["median"] is not None:
             out[f"{c}_p99_over_relay_ms"] = over["median"]
         rows.append(
             (
-                c, fmt(got["offered_per_s"]), fmt(got["per_s"]), fmt(got["p50_ms"], 1), fmt(got["p99_ms"], 1), fmt(over, 1) if c != "relay" else "-",
-                fmt(got["max_ms"], 1), f"{fmt(got['ack_p50_ms'], 1)} / {fmt(got['ack_p99_ms'], 1)}", fmt(cpu), fmt(got["rss_peak_mb"]),
+                c,
+                fmt(got["offered_per_s"]),
+                fmt(got["per_s"]),
+                fmt(got["p50_ms"], 1),
+                fmt(got["p99_ms"], 1),
+                fmt(over, 1) if c != "relay" else "-",
+                fmt(got["max_ms"], 1),
+                f"{fmt(got['ack_p50_ms'], 1)} / {fmt(got['ack_p99_ms'], 1)}",
+                fmt(cpu),
+                fmt(got["rss_peak_mb"]),
                 " / ".join(f"{busy[k]:.2f}" for k in ("contender", "broker", "bench")),
             )
         )
@@ -993,7 +1098,9 @@ async def rate_mode(setup: Setup, gen: Generator, contenders: list[str], rounds:
             out["p99_over_relay_ms"] = out["busguard_p99_over_relay_ms"]
     out["records_per_round"] = n
     out["runs"] = results
-    head = f"steady load at {rate:,.0f} records/s for {args.duration:.0f} s, load producer linger {out['load_linger_ms']} ms" + (f" (half of the measured peak {out['peak_per_s']:,}/s)" if "peak_per_s" in out else "")
+    head = f"steady load at {rate:,.0f} records/s for {args.duration:.0f} s, load producer linger {out['load_linger_ms']} ms" + (
+        f" (half of the measured peak {out['peak_per_s']:,}/s)" if "peak_per_s" in out else ""
+    )
     return out, head + "\n" + table(rows)
 
 
@@ -1074,14 +1181,20 @@ async def soak_mode(setup: Setup, gen: Generator, seconds: float) -> tuple[dict[
     steady_from = SOAK_STEADY_S
     steady = [s for s in samples if s["t_s"] >= steady_from and s["rss_mb"] is not None]
     out.update(seconds=seconds, sample_every_s=args.sample_every, steady_from_s=steady_from, samples=samples, state_file=str(state))
-    rows_out: list[tuple[str, ...]] = [("t s", "guard RSS MB", "state MB", "nonces", "tasks", "decisions", "windows", "sent", "decided", "broker RSS MB")]
+    rows_out: list[tuple[str, ...]] = [
+        ("t s", "guard RSS MB", "state MB", "nonces", "tasks", "decisions", "windows", "sent", "decided", "broker RSS MB")
+    ]
     for s in samples:
         r = s["rows"]
         rows_out.append(
             (
-                str(s["t_s"]), f"{s['rss_mb']:.1f}" if s["rss_mb"] else "-", f"{s['state_mb']:.1f}",
+                str(s["t_s"]),
+                f"{s['rss_mb']:.1f}" if s["rss_mb"] else "-",
+                f"{s['state_mb']:.1f}",
                 *(str(r.get(k, "-")) for k in ("nonces", "tasks", "decisions", "windows")),
-                str(s["sent"]), str(s["decided"]), f"{s['broker_rss_mb']:.0f}" if s["broker_rss_mb"] else "-",
+                str(s["sent"]),
+                str(s["decided"]),
+                f"{s['broker_rss_mb']:.0f}" if s["broker_rss_mb"] else "-",
             )
         )
     text = (
@@ -1100,7 +1213,9 @@ async def soak_mode(setup: Setup, gen: Generator, seconds: float) -> tuple[dict[
             n_rows = [s["rows"].get(table_name, 0) for s in steady]
             if n_rows and statistics.median(n_rows):
                 out[f"{table_name}_steady"] = [min(n_rows), max(n_rows)]
-                out[f"{table_name}_dev_pct"] = round(max(abs(x - statistics.median(n_rows)) for x in n_rows) / statistics.median(n_rows) * 100, 1)
+                out[f"{table_name}_dev_pct"] = round(
+                    max(abs(x - statistics.median(n_rows)) for x in n_rows) / statistics.median(n_rows) * 100, 1
+                )
         hk_first, hk_last = steady[0]["housekeeping_s"], steady[-1]["housekeeping_s"]
         if hk_last[1] > hk_first[1]:
             out["housekeeping_mean_ms"] = round((hk_last[0] - hk_first[0]) / (hk_last[1] - hk_first[1]) * 1000, 1)
@@ -1118,7 +1233,9 @@ async def soak_mode(setup: Setup, gen: Generator, seconds: float) -> tuple[dict[
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0] if __doc__ else None, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--records", type=int, default=20_000, help="records per throughput run (default 20000)")
     p.add_argument("--rounds", type=int, help="interleaved repetitions (default 3; 1 with --rate)")
     p.add_argument("--senders", type=int, default=8)
@@ -1137,11 +1254,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rate", help="steady-load mode: records/s, or 'auto' (half the measured busguard peak)")
     p.add_argument("--duration", type=float, default=30, help="seconds of steady load per --rate run (default 30)")
     p.add_argument("--peak-rounds", type=int, default=2, help="burst runs that measure the peak for --rate auto (default 2)")
-    p.add_argument("--preload", type=int, default=0, metavar="N", help="also run busguard on a store holding N live nonces and N live tasks")
-    p.add_argument("--preload-spread", action="store_true", help="with --preload: the rows' expiries spread over their lifetimes ahead (a steady store), not all a lifetime ahead")
-    p.add_argument("--soak", type=float, default=0, metavar="SECONDS", help="soak mode: one guard under steady load (--rate, default 500/s)")
+    p.add_argument(
+        "--preload", type=int, default=0, metavar="N", help="also run busguard on a store holding N live nonces and N live tasks"
+    )
+    p.add_argument(
+        "--preload-spread",
+        action="store_true",
+        help="with --preload: the rows' expiries spread over their lifetimes ahead (a steady store), not all a lifetime ahead",
+    )
+    p.add_argument(
+        "--soak", type=float, default=0, metavar="SECONDS", help="soak mode: one guard under steady load (--rate, default 500/s)"
+    )
     p.add_argument("--sample-every", type=float, default=10, help="soak sampling period in seconds (default 10)")
-    p.add_argument("--linger-ms", type=int, help="the load producer's linger_ms in --rate and --soak runs (default 5 and 100; see the module docstring)")
+    p.add_argument(
+        "--linger-ms",
+        type=int,
+        help="the load producer's linger_ms in --rate and --soak runs (default 5 and 100; see the module docstring)",
+    )
     p.add_argument(
         "--contender-fetch-max-wait-ms",
         type=int,
@@ -1152,10 +1281,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             "(default: aiokafka's 500 for the first two, busguard's kafka.fetch_max_wait_ms default for busguard)"
         ),
     )
-    p.add_argument("--compression", choices=("none", "gzip", "snappy", "lz4", "zstd"), help="busguard [kafka] compression (default: the config default)")
+    p.add_argument(
+        "--compression",
+        choices=("none", "gzip", "snappy", "lz4", "zstd"),
+        help="busguard [kafka] compression (default: the config default)",
+    )
     p.add_argument("--timeout", type=float, default=300, help="seconds a run may take to drain")
     p.add_argument("--keep", metavar="DIR", help="keep the run directories (logs, configs, state) under DIR")
-    p.add_argument("--check", action="store_true", help="exit 1 when a target of the mode (issue 20, benchmarks/compare_check.py) is missed or not measured")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 when a target of the mode (issue 20, benchmarks/compare_check.py) is missed or not measured",
+    )
     args = p.parse_args(argv)
     have_quix = quix_installed()
     args.not_run = {}
@@ -1225,12 +1362,16 @@ async def main(args: argparse.Namespace) -> int:
                         f"({result['preload_file_mb']:,} MB, filled through SqliteStore.run_batch in {result['preload_s']} s, copied per run)"
                     )
                 sizes = [len(it.value) + sum(len(k) + len(v) for k, v in it.headers) for it in work.items]
-                result.update(records=args.records, duplicates=work.duplicates, record_bytes_mean=round(statistics.mean(sizes)), rounds=args.rounds)
+                result.update(
+                    records=args.records, duplicates=work.duplicates, record_bytes_mean=round(statistics.mean(sizes)), rounds=args.rounds
+                )
                 out, text = await throughput_mode(setup, work, args.contender_list, args.rounds)
     result.update(out)
     result.update(senders=args.senders, partitions=args.partitions, preload=args.preload or None)
     m = result["machine"]
-    print(f"\nbusguard compare ({mode}) on {m['nproc']} × {m['cpu']}, Python {m['python']}, load average {m['loadavg_at_start']:.1f} at start")
+    print(
+        f"\nbusguard compare ({mode}) on {m['nproc']} × {m['cpu']}, Python {m['python']}, load average {m['loadavg_at_start']:.1f} at start"
+    )
     if mode == "throughput":
         print(
             f"{result['records']:,} records of {result['record_bytes_mean']} bytes (value + headers), {result['duplicates']} exact re-sends, "
@@ -1252,6 +1393,8 @@ async def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr), wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    structlog.configure(
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr), wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING)
+    )
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     sys.exit(asyncio.run(main(parse_args())))

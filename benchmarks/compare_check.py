@@ -28,7 +28,9 @@ THROUGHPUT = (
     Target("cpu_ratio_quix", 1.0, False, "busguard's CPU per record / the Quix Streams stateful guard's", "busguard,quix"),
 )
 #: Throughput with --preload N: the filled store against the empty one.
-PRELOAD = (Target("ratio_preload", 0.9, True, "busguard on the preloaded store / on the empty one, records/s", "busguard,busguard_preload"),)
+PRELOAD = (
+    Target("ratio_preload", 0.9, True, "busguard on the preloaded store / on the empty one, records/s", "busguard,busguard_preload"),
+)
 #: --rate: busguard's p99 above the relay's at the same rate (same two hops, no work between).
 RATE = (Target("p99_over_relay_ms", 50.0, False, "busguard p99 minus the relay's p99, ms", "busguard,relay"),)
 

@@ -35,10 +35,14 @@ def main() -> int:
     headers = [(b"busguard-receipt", b"r" * 400), (b"busguard-signature", b"s" * 86)]
     out = {}
     for codec in ("none", "zstd"):
-        raw = b"".join(batch([record(i, b"key", value, headers) for i in range(100)], base_offset=100 * k, codec=CODECS[codec]) for k in range(5))
+        raw = b"".join(
+            batch([record(i, b"key", value, headers) for i in range(100)], base_offset=100 * k, codec=CODECS[codec]) for k in range(5)
+        )
 
         def run(tolerant: bool, raw: bytes = raw) -> list[object]:
-            pr = fetcher.PartitionRecords(TopicPartition("t", 0), fetcher.MemoryRecords(raw), None, 0, RAW_KEYS if tolerant else None, None, True, 0)
+            pr = fetcher.PartitionRecords(
+                TopicPartition("t", 0), fetcher.MemoryRecords(raw), None, 0, RAW_KEYS if tolerant else None, None, True, 0
+            )
             return list(pr)
 
         assert run(True) == run(False)
@@ -48,7 +52,10 @@ def main() -> int:
                 t = time.perf_counter()
                 run(tolerant)
                 times[tolerant].append((time.perf_counter() - t) / 500 * 1e6)
-        out[codec] = {"aiokafka_us_per_record": round(statistics.median(times[False]), 3), "tolerant_us_per_record": round(statistics.median(times[True]), 3)}
+        out[codec] = {
+            "aiokafka_us_per_record": round(statistics.median(times[False]), 3),
+            "tolerant_us_per_record": round(statistics.median(times[True]), 3),
+        }
     print(json.dumps(out, indent=2))
     return 0
 

@@ -47,15 +47,15 @@ import structlog  # noqa: E402
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
 
 from busguard.audit.run import DEFAULT_IDLE_MS, run_audit  # noqa: E402
-from busguard.wiring import init_state  # noqa: E402
 from busguard.config import load_config  # noqa: E402
 from busguard.devconfig import Topics, embedded_config  # noqa: E402
+from busguard.devtools.broker import EmbeddedBroker, free_port  # noqa: E402
 from busguard.protocol.attestation import HEADER_DECISION_ID, HEADER_OUTCOME, HEADER_REASON  # noqa: E402
 from busguard.protocol.keyfile import new_identity, read_key, write_key  # noqa: E402
-from busguard.devtools.broker import EmbeddedBroker, free_port  # noqa: E402
 from busguard.runtime.clients import partitions_at  # noqa: E402
 from busguard.runtime.topics import create_topics  # noqa: E402
 from busguard.sdk.sender import Sender, SignedRecord  # noqa: E402
+from busguard.wiring import init_state  # noqa: E402
 
 TOPICS = Topics.under("bench")
 
@@ -89,7 +89,9 @@ class GuardProcess:
         env["PYTHONPATH"] = str(REPO)
         self._out = open(log, "wb")
         python = [sys.executable, "-m", "cProfile", "-o", profile] if profile else [sys.executable]
-        self.proc = subprocess.Popen([*python, "-m", "busguard.cli", "run", "--config", str(config)], stdout=self._out, stderr=subprocess.STDOUT, env=env)
+        self.proc = subprocess.Popen(
+            [*python, "-m", "busguard.cli", "run", "--config", str(config)], stdout=self._out, stderr=subprocess.STDOUT, env=env
+        )
 
     def get(self, path: str) -> tuple[int, str]:
         try:
@@ -227,7 +229,12 @@ async def relay(bootstrap: str, n: int, payload_bytes: int, partitions: int) -> 
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    result: dict[str, Any] = {"bench": "e2e_throughput", "records": args.records, "senders": args.senders, "payload_bytes": args.payload_bytes}
+    result: dict[str, Any] = {
+        "bench": "e2e_throughput",
+        "records": args.records,
+        "senders": args.senders,
+        "payload_bytes": args.payload_bytes,
+    }
     with tempfile.TemporaryDirectory(prefix="busguard-e2e-") as tmpdir:
         tmp = Path(tmpdir)
         async with EmbeddedBroker(log_dir=tmp) as broker:
@@ -246,7 +253,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 guard = GuardProcess(config, free_port(), guard_log, args.profile)
                 result["guard_ready_s"] = round(guard.wait_ready(), 2)
                 t_sign = time.perf_counter()
-                records, duplicates = sign_with(senders, workload_tmp, args.records, args.duplicates, args.payload_bytes, args.shared_session)
+                records, duplicates = sign_with(
+                    senders, workload_tmp, args.records, args.duplicates, args.payload_bytes, args.shared_session
+                )
                 result["sign_s"] = round(time.perf_counter() - t_sign, 2)
                 result["duplicates"] = duplicates
                 run = await produce_and_watch(broker.bootstrap, records, args.timeout)
@@ -258,7 +267,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             expected = {"forward": args.records - duplicates, "duplicate": duplicates}
             result["reasons"] = run["reasons"]
             if run["outcomes"] != expected and not args.shared_session:
-                raise RuntimeError(f"outcomes {run['outcomes']} ({run['reasons']}) != expected {expected}; guard log:\n{guard_log.read_text(errors='replace')[-3000:]}")
+                raise RuntimeError(
+                    f"outcomes {run['outcomes']} ({run['reasons']}) != expected {expected}; guard log:\n{guard_log.read_text(errors='replace')[-3000:]}"
+                )
             result["e2e_rps"] = round(args.records / run["elapsed_s"])
             result["elapsed_s"] = round(run["elapsed_s"], 3)
             result["produce_rps"] = round(args.records / run["produce_s"])
@@ -281,7 +292,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 result["relay_rps_send_batch"] = rel["send_batch"]
                 result["ratio_vs_relay_send"] = round(result["e2e_rps"] / rel["send"], 3)
                 result["ratio_vs_relay_send_batch"] = round(result["e2e_rps"] / rel["send_batch"], 3)
-    result["config"] = {"max_records": args.max_records, "verify_threads": args.verify_threads, "synchronous": args.synchronous, "partitions": args.partitions}
+    result["config"] = {
+        "max_records": args.max_records,
+        "verify_threads": args.verify_threads,
+        "synchronous": args.synchronous,
+        "partitions": args.partitions,
+    }
     result["python"] = platform.python_version()
     result["cpus"] = os.cpu_count()
     return result
@@ -351,7 +367,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-records", type=int, default=500, help="[batch] max_records (default: the config default)")
     p.add_argument("--verify-threads", type=int, default=2)
     p.add_argument("--synchronous", choices=["full", "normal"], default="full")
-    p.add_argument("--compression", choices=["none", "gzip", "snappy", "lz4", "zstd"], default="gzip", help="[kafka] compression (default: the config default)")
+    p.add_argument(
+        "--compression",
+        choices=["none", "gzip", "snappy", "lz4", "zstd"],
+        default="gzip",
+        help="[kafka] compression (default: the config default)",
+    )
     p.add_argument("--timeout", type=float, default=300)
     p.add_argument("--no-relay", action="store_true", help="skip the relay baseline")
     p.add_argument("--profile", metavar="FILE", help="run the guard under cProfile and write its stats to FILE")
@@ -362,6 +383,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 if __name__ == "__main__":
     import logging
 
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr), wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    structlog.configure(
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr), wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING)
+    )
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     print(json.dumps(asyncio.run(main(parse_args()))))

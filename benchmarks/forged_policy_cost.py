@@ -102,8 +102,17 @@ def main() -> int:
     for name, payload in cases:
         forged_taint, signed_taint = records(KIND, "t-taint", payload)
         forged_handoff, _ = records("handoff", "t-handoff", payload)
-        row: dict[str, object] = {"benchmark": "forged_policy_cost", "busguard": str(Path(busguard.__file__).parent.parent), "request": name, "bytes": len(payload)}
-        for label, item, repeats in (("forged_taint", forged_taint, args.repeats), ("forged_handoff", forged_handoff, args.repeats), ("signed_taint", signed_taint, 1)):
+        row: dict[str, object] = {
+            "benchmark": "forged_policy_cost",
+            "busguard": str(Path(busguard.__file__).parent.parent),
+            "request": name,
+            "bytes": len(payload),
+        }
+        for label, item, repeats in (
+            ("forged_taint", forged_taint, args.repeats),
+            ("forged_handoff", forged_handoff, args.repeats),
+            ("signed_taint", signed_taint, 1),
+        ):
             ms, reason = cpu_ms(item, repeats)
             row[f"{label}_ms"] = round(ms, 3)
             row[f"{label}_reason"] = reason

@@ -28,14 +28,26 @@ from busguard.state.memory import MemoryStore
 
 def main(n: int) -> None:
     parties = {name: Party(name, new_identity()) for name in (SESSION, SUCCESSOR, "operator")}
-    registry = KeyRegistry({canonical_principal(p.name): (KeyWindow(key_id="k1", public_key=p.identity.public_key),) for p in parties.values()})
+    registry = KeyRegistry(
+        {canonical_principal(p.name): (KeyWindow(key_id="k1", public_key=p.identity.public_key),) for p in parties.values()}
+    )
     sc = Scenario(parties)
     policy = AdmissionPolicy(policy_settings={"compromise": CompromiseSettings()})
     handoffs = [
-        sc.handoff(f"h-{i}", [PLAN, FORGED], declared=True, scope=[PLAN, MEMORY], successor=IntegrityStatus.VERIFIED_CLEAN, rule=InteractionRule.PARTIAL_TRANSFER)
+        sc.handoff(
+            f"h-{i}",
+            [PLAN, FORGED],
+            declared=True,
+            scope=[PLAN, MEMORY],
+            successor=IntegrityStatus.VERIFIED_CLEAN,
+            rule=InteractionRule.PARTIAL_TRANSFER,
+        )
         for i in range(n)
     ]
-    plain = [parties[SESSION].sender.sign(kind="handoff", task_id=f"p-{i}", receiver=SUCCESSOR, payload=r.value, issued_at_ms=sc.now) for i, r in enumerate(handoffs)]
+    plain = [
+        parties[SESSION].sender.sign(kind="handoff", task_id=f"p-{i}", receiver=SUCCESSOR, payload=r.value, issued_at_ms=sc.now)
+        for i, r in enumerate(handoffs)
+    ]
     results = {}
     for name, records in (("session-handoff", handoffs), ("handoff (no policy)", plain)):
         store = MemoryStore(created_at=sc.now - 3_600_000)

@@ -34,8 +34,13 @@ CONTEXT = b"busguard/receipt/v1\x00"  # the signature covers CONTEXT || receipt 
 
 async def guard(bootstrap: str, group: str, keys: dict[str, bytes], routes: dict[str, str]) -> int:
     consumer = AIOKafkaConsumer(
-        *routes, bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
-        auto_offset_reset="earliest", session_timeout_ms=3000, heartbeat_interval_ms=300,
+        *routes,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        session_timeout_ms=3000,
+        heartbeat_interval_ms=300,
         fetch_max_wait_ms=int(os.environ.get("FETCH_MAX_WAIT_MS", "500")),
     )
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False, acks="all", linger_ms=5)

@@ -128,7 +128,12 @@ def build(app: Application, routes: dict[str, str], verifier: Verifier, stateles
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--stateless", action="store_true", help="verify and forward only: no nonce state")
-    p.add_argument("--nonce-ttl-ms", type=int, default=3_660_000, help="how long a recorded nonce is kept (default 1 h + 60 s, compare.py's busguard nonce retention)")
+    p.add_argument(
+        "--nonce-ttl-ms",
+        type=int,
+        default=3_660_000,
+        help="how long a recorded nonce is kept (default 1 h + 60 s, compare.py's busguard nonce retention)",
+    )
     p.add_argument("--stock-topic-manager", action="store_true", help="Quix's own TopicManager, without the tansu fix (shows the quirk)")
     p.add_argument("bootstrap")
     p.add_argument("group")

@@ -57,9 +57,7 @@ async def fill(bootstrap: str, topic: str, n: int, payload: bytes, partitions: i
         futures = []
         for i in range(n):
             headers = [("bg-kind", b"handoff"), ("bg-seq", str(i).encode())]
-            futures.append(
-                await producer.send(topic, payload, key=b"%d" % i, partition=i % partitions, headers=headers)
-            )
+            futures.append(await producer.send(topic, payload, key=b"%d" % i, partition=i % partitions, headers=headers))
         await asyncio.gather(*futures)
     finally:
         await producer.stop()
@@ -203,9 +201,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         for name in chosen:  # each variant relays the same input with its own group
             out = f"relay-out-{name}"
             await create_topics(broker.bootstrap, [out], partitions=args.partitions)
-            relay_s = await run_relay(
-                broker.bootstrap, src, out, f"relay-{name}", args.records, variants[name], args.max_records
-            )
+            relay_s = await run_relay(broker.bootstrap, src, out, f"relay-{name}", args.records, variants[name], args.max_records)
             await verify(broker.bootstrap, out, args.records, args.partitions)
             result[f"relay_rps_{name}"] = round(args.records / relay_s)
     result["aiokafka"] = version("aiokafka")
@@ -220,9 +216,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--records", type=int, default=50_000)
     p.add_argument("--payload-bytes", type=int, default=300)
     p.add_argument("--partitions", type=int, default=4)
-    p.add_argument(
-        "--max-records", type=int, default=2000, help="getmany max_records per batch (0: no limit)"
-    )
+    p.add_argument("--max-records", type=int, default=2000, help="getmany max_records per batch (0: no limit)")
     p.add_argument("--variant", choices=["send", "send_batch", "both"], default="both")
     return p.parse_args(argv)
 

@@ -168,7 +168,12 @@ async def main() -> None:
     ap.add_argument("--session-ms", type=int, default=10_000)
     ap.add_argument("--keep", type=Path, help="a new directory to run in and keep (the guards' logs), instead of a temporary one")
     args = ap.parse_args()
-    result: dict[str, object] = {"benchmark": "restart_ready", "reps": args.reps, "session_timeout_ms": args.session_ms, "heartbeat_interval_ms": 500}
+    result: dict[str, object] = {
+        "benchmark": "restart_ready",
+        "reps": args.reps,
+        "session_timeout_ms": args.session_ms,
+        "heartbeat_interval_ms": 500,
+    }
     if args.keep is not None:
         args.keep.mkdir(parents=True)
     with tempfile.TemporaryDirectory() if args.keep is None else contextlib.nullcontext(str(args.keep)) as tmp:
@@ -177,7 +182,9 @@ async def main() -> None:
             for mode in ("dynamic", "static"):
                 for shape, guards in (("pair", 2), ("lone", 1)):
                     runs = [
-                        await one(broker, Path(tmp), f"{mode}-{shape}-{r}", guards=guards, static=mode == "static", session_ms=args.session_ms)
+                        await one(
+                            broker, Path(tmp), f"{mode}-{shape}-{r}", guards=guards, static=mode == "static", session_ms=args.session_ms
+                        )
                         for r in range(args.reps)
                     ]
                     result[f"{mode}_{shape}"] = {k: _summary([run[k] for run in runs]) for k in runs[0]}

@@ -64,12 +64,16 @@ def guard(tmp: Path, mode: str, ids: list[str], now: int) -> Guard:
     d = tmp / mode
     d.mkdir()
     (d / "keys.toml").write_text("".join(f'[[agent]]\nid = "{a}"\n' for a in ids))
-    (d / "busguard.toml").write_text(f'[[routes]]\nname = "r"\ninputs = ["agents.in"]\ndownstream = "out"\n[ops]\nport = 0\n[batch]\nseal = "{mode}"\n')
+    (d / "busguard.toml").write_text(
+        f'[[routes]]\nname = "r"\ninputs = ["agents.in"]\ndownstream = "out"\n[ops]\nport = 0\n[batch]\nseal = "{mode}"\n'
+    )
     cfg = load_config(d / "busguard.toml", env={})
     seed, pk = generate_keypair()
     ident = Identity(seed=seed, public_key=pk, agent_id=agent_id_for_key(pk))
     store = SqliteStore(d / "state.db", now_ms=now - 60_000, synchronous="FULL", genesis=True)
-    return Guard(cfg, keys=WatchedFile(d / "keys.toml", KeyRegistry.load, what="key registry"), identity=ident, store=store, clock_ms=lambda: now)
+    return Guard(
+        cfg, keys=WatchedFile(d / "keys.toml", KeyRegistry.load, what="key registry"), identity=ident, store=store, clock_ms=lambda: now
+    )
 
 
 def proof_bytes(outputs: list[Output]) -> float:

@@ -57,18 +57,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from busguard.admission.batch import Input, admit_batch  # noqa: E402
 from busguard.admission.decide import Candidate  # noqa: E402
 from busguard.admission.types import AdmissionPolicy  # noqa: E402
-from busguard.protocol.records import Coordinates  # noqa: E402
-from busguard.state.keys import KeySet  # noqa: E402
-from busguard.state.snapshot import Snapshot  # noqa: E402
-from busguard.state.store import BatchFn  # noqa: E402
-from busguard.state.writes import BatchWrites  # noqa: E402
 from busguard.protocol.identity import agent_id_for_key, canonical_principal  # noqa: E402
 from busguard.protocol.keys import KeyRegistry, KeyWindow  # noqa: E402
+from busguard.protocol.records import Coordinates  # noqa: E402
 from busguard.protocol.signing import public_key_from_seed  # noqa: E402
 from busguard.sdk.sender import Sender  # noqa: E402
 from busguard.state import pgsql  # noqa: E402
+from busguard.state.keys import KeySet  # noqa: E402
 from busguard.state.postgres import PostgresStore  # noqa: E402
+from busguard.state.snapshot import Snapshot  # noqa: E402
 from busguard.state.sqlite import SqliteStore  # noqa: E402
+from busguard.state.store import BatchFn  # noqa: E402
+from busguard.state.writes import BatchWrites  # noqa: E402
 from tests.pgkit import EmbeddedPostgres  # noqa: E402
 
 SEEDS = [bytes([i + 1]) * 32 for i in range(8)]
@@ -110,7 +110,10 @@ def registry() -> KeyRegistry:
 
 
 def build(records: int, worker: int, session_dir: Path, now: int) -> list[Input]:
-    senders = [Sender(seed, session_path=session_dir / f"w{worker}-s{i}.json" if i % 2 else None, clock_ms=lambda: now) for i, seed in enumerate(SEEDS)]
+    senders = [
+        Sender(seed, session_path=session_dir / f"w{worker}-s{i}.json" if i % 2 else None, clock_ms=lambda: now)
+        for i, seed in enumerate(SEEDS)
+    ]
     payload = b'{"op":"transform","input":"s3://bucket/in.parquet","params":{"mode":"fast"}}' * 4
     inputs = []
     for n in range(records):
@@ -147,7 +150,9 @@ def _open(backend: str, where: str, created: int) -> Any:
     return PostgresStore(where, now_ms=created, schema="expiry")
 
 
-def _other_guard(backend: str, where: str, created: int, inputs: list[Input], batch: int, now: int, barrier: Any, stop: Any, out: Any) -> None:
+def _other_guard(
+    backend: str, where: str, created: int, inputs: list[Input], batch: int, now: int, barrier: Any, stop: Any, out: Any
+) -> None:
     """Batches of fresh records until `stop`: (start, end, state seconds) per batch."""
     store = _open(backend, where, created)
     timed, reg, policy = Timed(store), registry(), AdmissionPolicy()
@@ -216,7 +221,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="SQLite runs, each on a fresh file")
     args = ap.parse_args()
     if args.expiry_rows:
-        out: dict[str, object] = {"benchmark": "state_expiry", "rows": args.expiry_rows, "batch": args.batch, "pg_expire_chunk": pgsql.EXPIRE_CHUNK}
+        out: dict[str, object] = {
+            "benchmark": "state_expiry",
+            "rows": args.expiry_rows,
+            "batch": args.batch,
+            "pg_expire_chunk": pgsql.EXPIRE_CHUNK,
+        }
         with tempfile.TemporaryDirectory() as tmp:
             out["sqlite_full"] = expiry("sqlite", str(Path(tmp) / "expiry.db"), args.expiry_rows, args.batch, Path(tmp))
             if not args.sqlite_only:
@@ -248,7 +258,10 @@ def main() -> None:
         if args.sqlite_only:
             print(json.dumps(result))
             return
-        for name, settings in (("pg", {"fsync": "on", "synchronous_commit": "on"}), ("pg_async_commit", {"fsync": "on", "synchronous_commit": "off"})):
+        for name, settings in (
+            ("pg", {"fsync": "on", "synchronous_commit": "on"}),
+            ("pg_async_commit", {"fsync": "on", "synchronous_commit": "off"}),
+        ):
             with EmbeddedPostgres(settings=settings) as pg:
                 store = PostgresStore(pg.dsn, now_ms=now - 3_600_000, schema="bench")
                 samples, wall = run(store, inputs[0], args.batch, now)
@@ -260,7 +273,9 @@ def main() -> None:
                 schema = f"concurrent{guards}"
                 PostgresStore(pg.dsn, now_ms=now - 3_600_000, schema=schema).close()
                 barrier, out = ctx.Barrier(guards), ctx.Queue()
-                procs = [ctx.Process(target=_worker, args=(pg.dsn, schema, inputs[w], args.batch, now, barrier, out)) for w in range(guards)]
+                procs = [
+                    ctx.Process(target=_worker, args=(pg.dsn, schema, inputs[w], args.batch, now, barrier, out)) for w in range(guards)
+                ]
                 for p in procs:
                     p.start()
                 got = [out.get(timeout=600) for _ in procs]

@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from busguard.protocol.records import Coordinates, Decision, TaskEntry  # noqa: E402
 from busguard.state.keys import KeySet  # noqa: E402
 from busguard.state.snapshot import Snapshot  # noqa: E402
-from busguard.state.writes import BatchWrites, NonceRecord  # noqa: E402
 from busguard.state.sqlite import SqliteStore  # noqa: E402
+from busguard.state.writes import BatchWrites, NonceRecord  # noqa: E402
 
 
 def rss_mb() -> float:
@@ -62,14 +62,44 @@ def main() -> None:
                 tid = f"task-{k}"
                 at = Coordinates(topic="t", partition=k % 4, offset=k // 4)
                 st.tasks[("handoff", tid)] = TaskEntry(
-                    "handoff", tid, hashlib.sha256(nonce.encode()).hexdigest(), "d" * 64, "p" * 50, nonce, "0" * 64,
-                    None, None, at, receipt, rng.randbytes(64), now,
+                    "handoff",
+                    tid,
+                    hashlib.sha256(nonce.encode()).hexdigest(),
+                    "d" * 64,
+                    "p" * 50,
+                    nonce,
+                    "0" * 64,
+                    None,
+                    None,
+                    at,
+                    receipt,
+                    rng.randbytes(64),
+                    now,
                 )
                 if args.decisions:
                     st.decisions[("t", at.partition, at.offset)] = Decision(
-                        rng.randbytes(16).hex(), "forward", "admitted", at, now, "", hashlib.sha256(receipt + nonce.encode()).hexdigest(),
-                        "handoff", tid, "s" * 54, "p" * 52, "executor", nonce, None, None, "0" * 64, "2026-12-01T00:00:00.000Z", "1",
-                        rng.randbytes(32), receipt, rng.randbytes(64), record_sha256=rng.randbytes(32).hex(),
+                        rng.randbytes(16).hex(),
+                        "forward",
+                        "admitted",
+                        at,
+                        now,
+                        "",
+                        hashlib.sha256(receipt + nonce.encode()).hexdigest(),
+                        "handoff",
+                        tid,
+                        "s" * 54,
+                        "p" * 52,
+                        "executor",
+                        nonce,
+                        None,
+                        None,
+                        "0" * 64,
+                        "2026-12-01T00:00:00.000Z",
+                        "1",
+                        rng.randbytes(32),
+                        receipt,
+                        rng.randbytes(64),
+                        record_sha256=rng.randbytes(32).hex(),
                     )
             return st
 
@@ -83,7 +113,17 @@ def main() -> None:
         if step % 120 == 0:
             size = sum(f.stat().st_size for f in d.iterdir()) / 2**20
             print(f"{step // 2:4d} s simulated: RSS {rss_mb():.1f} MB, rows {store.counts()}, files {size:.1f} MB", flush=True)
-    print(json.dumps({"benchmark": "store_churn", "decisions": args.decisions, "rss_mb": round(rss_mb(), 1), "files_mb": round(size, 1), "run_batch_us_per_record": round(busy / i * 1e6, 1)}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "store_churn",
+                "decisions": args.decisions,
+                "rss_mb": round(rss_mb(), 1),
+                "files_mb": round(size, 1),
+                "run_batch_us_per_record": round(busy / i * 1e6, 1),
+            }
+        )
+    )
     store.close()
 
 

@@ -23,10 +23,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.taint_validate import make_trace  # noqa: E402
+from busguard.policies.seam import bare_context, policy_input  # noqa: E402
 from busguard.policies.taint.replay import Parsed, TaintReplayPolicy, encode_request  # noqa: E402
 from busguard.protocol.envelope import Envelope, open_envelope  # noqa: E402
 from busguard.sdk.sender import Sender  # noqa: E402
-from busguard.policies.seam import bare_context, policy_input  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "taint"
 MIB = 1_048_576

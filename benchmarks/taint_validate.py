@@ -56,11 +56,19 @@ def make_trace(n: int, seed: int, shuffle: bool, window: int | None = None) -> t
         preds = rng.sample(range(lo, i), min(i - lo, rng.randint(0, 3))) if i else []
         edges += len(preds)
         fx = rng.random() < 0.1
-        nodes.append(Node(
-            id=f"n{i}", predecessors=[f"n{p}" for p in preds], operation="tool_call", side_effects=fx, outcome="success",
-            token=f"tok-{i}" if fx else None, input_hash=derive_input_hash(None, [outs[p] for p in preds]),
-            output_hash=outs[i], sinks=[f"sink-{i % 7}"] if fx else [],
-        ))
+        nodes.append(
+            Node(
+                id=f"n{i}",
+                predecessors=[f"n{p}" for p in preds],
+                operation="tool_call",
+                side_effects=fx,
+                outcome="success",
+                token=f"tok-{i}" if fx else None,
+                input_hash=derive_input_hash(None, [outs[p] for p in preds]),
+                output_hash=outs[i],
+                sinks=[f"sink-{i % 7}"] if fx else [],
+            )
+        )
     if shuffle:
         rng.shuffle(nodes)
     return msgspec.json.encode(Trace(format="busguard.taint-trace.v1", nodes=nodes)), edges
@@ -95,7 +103,10 @@ def main() -> int:
             runs = [measure(data, n) for _ in range(1 if n >= 1_000_000 else args.repeats)]
             best = min(runs, key=sum)
             total = sum(best)
-            print(f"{shape:<16} {n:>9} {edges:>9} {best[0]:>9.3f} {best[1]:>8.3f} {best[2]:>10.3f} {total:>8.3f} {total / (n + edges) * 1e6:>9.2f}", flush=True)
+            print(
+                f"{shape:<16} {n:>9} {edges:>9} {best[0]:>9.3f} {best[1]:>8.3f} {best[2]:>10.3f} {total:>8.3f} {total / (n + edges) * 1e6:>9.2f}",
+                flush=True,
+            )
             if n == TARGET_NODES and total >= TARGET_S:
                 ok = False
             del data

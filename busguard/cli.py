@@ -23,6 +23,7 @@ __all__ = ["build_parser", "main"]
 def _examples(text: str) -> str:
     return "examples:\n" + textwrap.indent(textwrap.dedent(text).strip(), "  ")
 
+
 def _version() -> str:
     """The installed distribution's version: one source of truth, pyproject.toml."""
     from importlib.metadata import PackageNotFoundError, version
@@ -52,7 +53,9 @@ def _adder(subparsers: Any) -> Callable[[str, _Command, str, str], argparse.Argu
 
 def _group(subparsers: Any, name: str, help: str, examples: str) -> Any:
     """A command with actions below it (`state init`, `escalations resolve`)."""
-    group = subparsers.add_parser(name, help=help, description=help, epilog=_examples(examples), formatter_class=argparse.RawDescriptionHelpFormatter)
+    group = subparsers.add_parser(
+        name, help=help, description=help, epilog=_examples(examples), formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     return group.add_subparsers(dest=f"{name}_command", required=True, metavar="ACTION")
 
 
@@ -73,27 +76,47 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add = _adder(sub)
 
-    sp = add("run", cmd_run, "Run the guard: consume agent topics, admit, route, audit.", """
+    sp = add(
+        "run",
+        cmd_run,
+        "Run the guard: consume agent topics, admit, route, audit.",
+        """
         busguard run --config configs/busguard.toml
         BUSGUARD_KAFKA__BOOTSTRAP_SERVERS=kafka:9092 busguard run --config configs/busguard.toml
         BUSGUARD_FAULT=persisted:3 busguard run --config ...   # test hook: SIGKILL itself at the 3rd persisted batch
-        """)
+        """,
+    )
     sp.add_argument("--config", required=True, help="TOML config file (see docs/config.md)")
 
-    sp = add("reconcile", cmd_reconcile, "Run a reconciliation worker: settle escalations exactly once, in view of the auditor.", """
+    sp = add(
+        "reconcile",
+        cmd_reconcile,
+        "Run a reconciliation worker: settle escalations exactly once, in view of the auditor.",
+        """
         busguard reconcile --config configs/busguard.toml
-        """)
+        """,
+    )
     sp.add_argument("--config", required=True)
 
-    sp = add("kinds", cmd_kinds, "List the kinds this installation guards: built-in and from installed busguard.kinds plugins.", """
+    sp = add(
+        "kinds",
+        cmd_kinds,
+        "List the kinds this installation guards: built-in and from installed busguard.kinds plugins.",
+        """
         busguard kinds
         busguard kinds --json
-        """)
+        """,
+    )
     sp.add_argument("--json", action="store_true", help="one JSON object per kind")
 
-    sp = add("check-config", cmd_check_config, "Validate a config file and the key registry it names, then summarise them.", """
+    sp = add(
+        "check-config",
+        cmd_check_config,
+        "Validate a config file and the key registry it names, then summarise them.",
+        """
         busguard check-config --config configs/busguard.toml
-        """)
+        """,
+    )
     sp.add_argument("--config", required=True)
 
     add_state = _adder(
@@ -123,20 +146,32 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         add_state(name, fn, help, example).add_argument("--config", required=True)
 
-    sp = add("keygen", cmd_keygen, "Write a new Ed25519 key file (mode 0600) and print its agent id.", """
+    sp = add(
+        "keygen",
+        cmd_keygen,
+        "Write a new Ed25519 key file (mode 0600) and print its agent id.",
+        """
         busguard keygen --out var/planner.key
         busguard keygen --out var/guard.key --force
-        """)
+        """,
+    )
     sp.add_argument("--out", required=True, help="where to write the private key file")
     sp.add_argument("--force", action="store_true", help="replace an existing file")
 
-    sp = add("send", cmd_send, "Sign a payload and produce it, as an agent would (uses the SDK's crash-safe session).", """
+    sp = add(
+        "send",
+        cmd_send,
+        "Sign a payload and produce it, as an agent would (uses the SDK's crash-safe session).",
+        """
         echo '{"op":"summarize"}' | busguard send --key var/planner.key --topic agents.handoffs --kind handoff --task t-1 --to executor
         busguard send --key var/exec.key --topic agents.acks --kind ack --task t-1 --to planner --payload ack.json --bootstrap 127.0.0.1:9092
-        """)
+        """,
+    )
     sp.add_argument("--key", required=True, help="the sender's key file (from `busguard keygen`)")
     sp.add_argument("--topic", required=True)
-    sp.add_argument("--kind", required=True, choices=kind_names(), help="the record kind (the registered kinds: busguard.policies.kind_names())")
+    sp.add_argument(
+        "--kind", required=True, choices=kind_names(), help="the record kind (the registered kinds: busguard.policies.kind_names())"
+    )
     sp.add_argument("--task", required=True, help="task_id")
     sp.add_argument("--to", required=True, help="receiver agent id")
     sp.add_argument("--payload", help="file with the payload bytes; '-' or omitted reads stdin")
@@ -146,19 +181,38 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--session", help="session file (default: KEYFILE with .session.json)")
     sp.add_argument("--legacy", action="store_true", help="no session/sequence: a legacy nonce-only receipt")
     sp.add_argument("--nonce", help="explicit nonce (default: 128 random bits)")
-    sp.add_argument("--idempotence", action=argparse.BooleanOptionalAction, default=False, help="idempotent producer (real Kafka only; tansu refuses it)")
+    sp.add_argument(
+        "--idempotence",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="idempotent producer (real Kafka only; tansu refuses it)",
+    )
 
-    sp = add("broker", cmd_broker, "Run the embedded tansu broker (memory storage) until Ctrl-C.", """
+    sp = add(
+        "broker",
+        cmd_broker,
+        "Run the embedded tansu broker (memory storage) until Ctrl-C.",
+        """
         busguard broker --port 9092
-        """)
+        """,
+    )
     sp.add_argument("--port", type=int, default=9092)
 
-    sp = add("demo", cmd_demo, "Start a broker, the guard and the reconciler, drive the scripted scenario, print where everything went.", """
+    sp = add(
+        "demo",
+        cmd_demo,
+        "Start a broker, the guard and the reconciler, drive the scripted scenario, print where everything went.",
+        """
         busguard demo
         busguard demo --dir /tmp/busguard-demo     # keep configs, keys and state for a look afterwards
-        """)
+        """,
+    )
     sp.add_argument("--dir", help="working directory to keep (default: a temporary one)")
-    sp.add_argument("scenario", nargs="?", choices=["award", "taint", "handoff"], help=(
+    sp.add_argument(
+        "scenario",
+        nargs="?",
+        choices=["award", "taint", "handoff"],
+        help=(
             "a seed's own scenario instead of the default one: award (seed 002's contract net), "
             "taint (seed 003's incident through the taint-replay route), handoff (seed 004's compromised-session handoffs)"
         ),
@@ -178,19 +232,31 @@ def build_parser() -> argparse.ArgumentParser:
         )
     )
 
-    sp = add_esc("resolve", cmd_resolve, "Settle an escalation by hand, signed with your own key; the resolution carries your signed command, so the audit proves your name.", """
+    sp = add_esc(
+        "resolve",
+        cmd_resolve,
+        "Settle an escalation by hand, signed with your own key; the resolution carries your signed command, so the audit proves your name.",
+        """
         busguard escalations resolve 3f2a... --as retransmission --note "executor restarted at 12:04, one execution" \\
           --operator alice --key ~/.busguard/alice.key --config configs/busguard.toml
         busguard escalations resolve 3f2a... --as reject --note "payload differs; sender asked to re-issue" \\
           --operator alice --key ~/.busguard/alice.key --config configs/busguard.toml
         # with the guard key: applied, but the name is unproven
         busguard escalations resolve 3f2a... --as replay --note "second witness" --config configs/busguard.toml
-        """)
+        """,
+    )
     sp.add_argument("escalation_id", help="the escalation's decision id (see `busguard escalations list`)")
     sp.add_argument("--as", dest="resolve_as", required=True, choices=["retransmission", "replay", "reject"])
     sp.add_argument("--note", required=True, help="why; kept in the audit log")
-    sp.add_argument("--operator", default=os.environ.get("USER", "operator"), help="who is resolving (default: $USER); with --key, the name the operators file gives that key")
-    sp.add_argument("--key", help="sign with this operator key file (listed in keys.operators); without it the guard key signs, which proves no name and fails `busguard audit`")
+    sp.add_argument(
+        "--operator",
+        default=os.environ.get("USER", "operator"),
+        help="who is resolving (default: $USER); with --key, the name the operators file gives that key",
+    )
+    sp.add_argument(
+        "--key",
+        help="sign with this operator key file (listed in keys.operators); without it the guard key signs, which proves no name and fails `busguard audit`",
+    )
     sp.add_argument("--wait", type=float, default=30.0, help="seconds to wait for the reconciler's resolution (0: don't wait)")
     sp.add_argument("--config", required=True)
     _register_audit(sub, add, add_esc)

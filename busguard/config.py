@@ -22,6 +22,7 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 
 from busguard.admission.types import AdmissionPolicy
+from busguard.config_checks import validate
 from busguard.errors import ConfigError, read_toml
 from busguard.policies import KINDS
 from busguard.policies.award.limits import AwardConfig
@@ -29,7 +30,6 @@ from busguard.policies.award.policy import AwardPolicy
 from busguard.policies.award.registry import VerificationConfig, VerificationRegistry, build_registry
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.timestamps import parse_timestamp
-from busguard.config_checks import validate
 
 ENV_PREFIX = "BUSGUARD_"
 
@@ -276,7 +276,6 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
         )
 
 
-
 def _env_overrides(raw: dict[str, Any], env: Mapping[str, str]) -> dict[str, str]:
     """Apply BUSGUARD_<SECTION>__<KEY> to `raw`; returns {"section.key": variable name}.
 
@@ -311,7 +310,9 @@ def _kind_sections() -> type[msgspec.Struct]:
     for spec in KINDS.values():
         if spec.settings is not None:
             if spec.section in Config.__struct_fields__:
-                raise ConfigError("busguard.policies", f"{spec.kind}.settings_section", spec.section, "a name that is not a section busguard itself has")
+                raise ConfigError(
+                    "busguard.policies", f"{spec.kind}.settings_section", spec.section, "a name that is not a section busguard itself has"
+                )
             fields[spec.section] = spec.settings
     return msgspec.defstruct(
         "KindSections",

@@ -22,7 +22,7 @@ _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 #: What kafka.group_instance_id may hold once its placeholders are replaced:
 #: Kafka's rule for topic names and instance ids (249 of [A-Za-z0-9._-]).
-INSTANCE_ID_ALLOWED = "1-249 characters of [A-Za-z0-9._-] once {hostname} is replaced, or \"\" for dynamic membership"
+INSTANCE_ID_ALLOWED = '1-249 characters of [A-Za-z0-9._-] once {hostname} is replaced, or "" for dynamic membership'
 
 
 def group_instance_id(cfg: Config, hostname: str | None = None) -> str | None:
@@ -36,7 +36,12 @@ def group_instance_id(cfg: Config, hostname: str | None = None) -> str | None:
         return None
     unknown = [m for m in _PLACEHOLDER.findall(template) if m != "hostname"]
     if unknown:
-        raise ConfigError(cfg.source, "kafka.group_instance_id", template, f"only the placeholder {{hostname}} (not {{{unknown[0]}}}); {INSTANCE_ID_ALLOWED}")
+        raise ConfigError(
+            cfg.source,
+            "kafka.group_instance_id",
+            template,
+            f"only the placeholder {{hostname}} (not {{{unknown[0]}}}); {INSTANCE_ID_ALLOWED}",
+        )
     if hostname is None:
         import socket
 
@@ -160,20 +165,32 @@ def validate(cfg: Config) -> None:
     known_routes = sorted({r for spec in KINDS.values() for r in spec.routes})
     for name, t in cfg.topics.routes.items():
         if name not in known_routes:
-            raise ConfigError(f, f"topics.routes.{name}", t, f"a route of a registered kind: {', '.join(known_routes) or 'none is registered'}")
+            raise ConfigError(
+                f, f"topics.routes.{name}", t, f"a route of a registered kind: {', '.join(known_routes) or 'none is registered'}"
+            )
         if _TOPIC.fullmatch(t) is None:
             raise ConfigError(f, f"topics.routes.{name}", t, "Kafka topic names: 1-249 characters of [A-Za-z0-9._-]")
     loops = set(cfg.input_topics) & set(cfg.output_topics)
     if loops:
-        raise ConfigError(f, "routes", sorted(loops), "an input topic cannot also be an output topic (busguard would consume its own output)")
+        raise ConfigError(
+            f, "routes", sorted(loops), "an input topic cannot also be an output topic (busguard would consume its own output)"
+        )
     if cfg.kafka.rebalance_timeout_ms <= cfg.batch.revoke_budget_ms:
-        raise ConfigError(f, "kafka.rebalance_timeout_ms", cfg.kafka.rebalance_timeout_ms, f"more than batch.revoke_budget_ms ({cfg.batch.revoke_budget_ms})")
+        raise ConfigError(
+            f,
+            "kafka.rebalance_timeout_ms",
+            cfg.kafka.rebalance_timeout_ms,
+            f"more than batch.revoke_budget_ms ({cfg.batch.revoke_budget_ms})",
+        )
     if cfg.kafka.heartbeat_interval_ms >= cfg.kafka.session_timeout_ms:
         raise ConfigError(f, "kafka.heartbeat_interval_ms", cfg.kafka.heartbeat_interval_ms, "less than kafka.session_timeout_ms")
     group_instance_id(cfg)
     if cfg.kafka.compression != "none" and not _codec_available(cfg.kafka.compression):
         raise ConfigError(
-            f, "kafka.compression", cfg.kafka.compression, "a codec whose Python package is installed (none and gzip need none; see docs/config.md)"
+            f,
+            "kafka.compression",
+            cfg.kafka.compression,
+            "a codec whose Python package is installed (none and gzip need none; see docs/config.md)",
         )
     if not cfg.keys.guard_key_resolves and cfg.keys.operators is None:
         raise ConfigError(f, "keys.guard_key_resolves", False, "true unless keys.operators names who else may resolve (nobody could)")
@@ -192,21 +209,30 @@ def _validate_state(cfg: Config, f: str) -> None:
     from busguard.state.pgsql import redact
 
     if not st.dsn.strip():
-        raise ConfigError(f, "state.dsn", "", 'a PostgreSQL connection string for state.backend = "postgres", e.g. postgresql://busguard@db:5432/busguard')
+        raise ConfigError(
+            f, "state.dsn", "", 'a PostgreSQL connection string for state.backend = "postgres", e.g. postgresql://busguard@db:5432/busguard'
+        )
     if "://" in st.dsn and not st.dsn.startswith(("postgresql://", "postgres://")):
         raise ConfigError(f, "state.dsn", redact(st.dsn), "a postgresql:// URI or a libpq key=value string")
     if _SCHEMA_NAME.fullmatch(st.schema) is None:
-        raise ConfigError(f, "state.schema", st.schema, "a lower-case SQL identifier: 1-63 characters of [a-z0-9_], not starting with a digit")
+        raise ConfigError(
+            f, "state.schema", st.schema, "a lower-case SQL identifier: 1-63 characters of [a-z0-9_], not starting with a digit"
+        )
     if st.retry_s * 1000 >= cfg.kafka.max_poll_interval_ms:
         raise ConfigError(
-            f, "state.retry_s", st.retry_s, f"less than kafka.max_poll_interval_ms ({cfg.kafka.max_poll_interval_ms} ms): a batch waiting longer loses its partitions"
+            f,
+            "state.retry_s",
+            st.retry_s,
+            f"less than kafka.max_poll_interval_ms ({cfg.kafka.max_poll_interval_ms} ms): a batch waiting longer loses its partitions",
         )
 
 
 def _validate_keys(cfg: Config, f: str) -> None:
     k = cfg.keys
     if k.reconciler_key is not None and cfg.path(k.reconciler_key) == cfg.path(k.guard_key):
-        raise ConfigError(f, "keys.reconciler_key", k.reconciler_key, "a key file other than keys.guard_key (leave it unset for a one-key deployment)")
+        raise ConfigError(
+            f, "keys.reconciler_key", k.reconciler_key, "a key file other than keys.guard_key (leave it unset for a one-key deployment)"
+        )
     if k.create_reconciler_key and k.reconciler_key is None:
         raise ConfigError(f, "keys.create_reconciler_key", True, "false unless keys.reconciler_key names the file to create")
     if k.guard_public_key is not None:
@@ -220,8 +246,12 @@ def _validate_keys(cfg: Config, f: str) -> None:
             raise ConfigError(f, "keys.guard_public_key", k.guard_public_key, "a canonical Ed25519 public key of large prime order")
     if k.single_key_until is not None:
         if not k.single_key_audit:
-            raise ConfigError(f, "keys.single_key_until", k.single_key_until, "only with keys.single_key_audit = true (it limits what that accepts)")
+            raise ConfigError(
+                f, "keys.single_key_until", k.single_key_until, "only with keys.single_key_audit = true (it limits what that accepts)"
+            )
         try:
             parse_timestamp(k.single_key_until)
         except ValueError as exc:
-            raise ConfigError(f, "keys.single_key_until", k.single_key_until, f"an RFC 3339 UTC timestamp such as 2026-12-01T00:00:00Z ({exc})") from None
+            raise ConfigError(
+                f, "keys.single_key_until", k.single_key_until, f"an RFC 3339 UTC timestamp such as 2026-12-01T00:00:00Z ({exc})"
+            ) from None

@@ -76,4 +76,7 @@ def embedded_config(
     for name, values in sections.items():
         doc[name] = {**doc.get(name, {}), **values}
     header = "".join(f"# {line}\n" for line in comment.splitlines())
-    return f"{header}# For the embedded broker (no idempotent producer, short sessions). Reference: docs/config.md.\n\n" + msgspec.toml.encode(doc).decode()
+    return (
+        f"{header}# For the embedded broker (no idempotent producer, short sessions). Reference: docs/config.md.\n\n"
+        + msgspec.toml.encode(doc).decode()
+    )

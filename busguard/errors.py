@@ -83,6 +83,8 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), "", None, f"not valid TOML: {exc}") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(str(path), "", None, f"UTF-8 text (TOML); byte 0x{exc.object[exc.start]:02x} at offset {exc.start} is not") from None
+        raise ConfigError(
+            str(path), "", None, f"UTF-8 text (TOML); byte 0x{exc.object[exc.start]:02x} at offset {exc.start} is not"
+        ) from None
     except OSError as exc:
         raise ConfigError(str(path), "", None, f"a readable file ({type(exc).__name__}: {exc.strerror or exc})") from exc

@@ -24,14 +24,14 @@ from collections.abc import Sequence
 from busguard.admission.batch import Input, admit_batch
 from busguard.admission.types import AdmissionPolicy
 from busguard.protocol.envelope import HEADER_SIGNATURE
-from busguard.protocol.records import Coordinates, Decision
 from busguard.protocol.identity import agent_id_for_key, canonical_principal
 from busguard.protocol.keys import KeyRegistry, KeyWindow
+from busguard.protocol.records import Coordinates, Decision
 from busguard.protocol.signing import public_key_from_seed
 from busguard.protocol.timestamps import parse_timestamp
 from busguard.sdk.sender import Sender, SignedRecord
-from busguard.state.store import StateStore
 from busguard.state.memory import MemoryStore
+from busguard.state.store import StateStore
 
 NOW = parse_timestamp("2026-11-29T12:00:00.000Z")
 
@@ -46,7 +46,9 @@ def agent(name: str) -> str:
 
 def registry(*names: str, named: dict[str, tuple[KeyWindow, ...]] | None = None) -> KeyRegistry:
     """A key registry of the named test agents (plus `named`'s, as given)."""
-    agents: dict[str, tuple[KeyWindow, ...]] = {canonical_principal(agent(n)): (KeyWindow(key_id=agent(n)[6:], public_key=public_key_from_seed(seed(n))),) for n in names}
+    agents: dict[str, tuple[KeyWindow, ...]] = {
+        canonical_principal(agent(n)): (KeyWindow(key_id=agent(n)[6:], public_key=public_key_from_seed(seed(n))),) for n in names
+    }
     agents.update(named or {})
     return KeyRegistry(agents)
 
@@ -68,7 +70,9 @@ class Harness:
         self.offsets = itertools.count()
         self.topic = "agents.in"
 
-    def feed_raw(self, items: Sequence[tuple[bytes | None, list[tuple[str, bytes]]]], offsets: Sequence[int] | None = None) -> list[Decision]:
+    def feed_raw(
+        self, items: Sequence[tuple[bytes | None, list[tuple[str, bytes]]]], offsets: Sequence[int] | None = None
+    ) -> list[Decision]:
         offs = list(offsets) if offsets is not None else [next(self.offsets) for _ in items]
         inputs = [Input(Coordinates(topic=self.topic, partition=0, offset=o), v, h) for (v, h), o in zip(items, offs, strict=True)]
         return admit_batch(inputs, store=self.store, registry=self.registry, now_ms=self.now, policy=self.policy)

@@ -64,7 +64,9 @@ def guard_keys(cfg: Config) -> GuardKeys:
     identity = load_or_create(cfg.path(cfg.keys.guard_key), cfg.keys.create_guard_key)
     declared = cfg.keys.guard_public_key_bytes
     if declared is not None and declared != identity.public_key:
-        raise ConfigError(cfg.source, "keys.guard_public_key", cfg.keys.guard_public_key, f"the public half of keys.guard_key ({identity.agent_id})")
+        raise ConfigError(
+            cfg.source, "keys.guard_public_key", cfg.keys.guard_public_key, f"the public half of keys.guard_key ({identity.agent_id})"
+        )
     return GuardKeys(registry, identity)
 
 
@@ -122,7 +124,9 @@ def open_guard_store(cfg: Config, at_ms: int, *, genesis: bool = False) -> State
     try:
         store = reachable(cfg, "state.path", lambda: open_store(st.backend, options))
     except ImportError as exc:  # the backend's driver is an optional extra
-        raise ConfigError(cfg.source, "state.backend", st.backend, f"its driver installed: pip install 'busguard[{st.backend}]' ({exc})") from None
+        raise ConfigError(
+            cfg.source, "state.backend", st.backend, f"its driver installed: pip install 'busguard[{st.backend}]' ({exc})"
+        ) from None
     if store.created and not genesis:
         # A missing store may be a lost one: it warms (docs/operations.md,
         # "Store loss and store rollback"). Only `busguard state init` may
@@ -151,7 +155,9 @@ def reachable(cfg: Config, path_field: str, opener: Callable[[], T]) -> T:
     try:
         return opener()
     except StateUnavailable as exc:
-        raise StoreUnreachable.postgres(cfg.source, redact(cfg.state.dsn), f"no answer to {exc.what!r}: {exc.error}", cfg.state.retry_s) from None
+        raise StoreUnreachable.postgres(
+            cfg.source, redact(cfg.state.dsn), f"no answer to {exc.what!r}: {exc.error}", cfg.state.retry_s
+        ) from None
     except FileExistsError:
         raise
     except (OSError, sqlite3.OperationalError) as exc:
@@ -176,17 +182,24 @@ def init_state(cfg: Config, at_ms: int) -> Path:
         try:
             open_guard_store(cfg, at_ms, genesis=True).close()
         except FileExistsError:
-            raise ConfigError(cfg.source, "state.schema", cfg.state.schema, "a schema with no state store yet: `state init` only creates new ones") from None
+            raise ConfigError(
+                cfg.source, "state.schema", cfg.state.schema, "a schema with no state store yet: `state init` only creates new ones"
+            ) from None
         return Path(state_location(cfg) or "")
     if cfg.state.backend != "sqlite":
         raise ConfigError(
-            cfg.source, "state.backend", cfg.state.backend, '"sqlite" or "postgres": a memory store is lost at every restart, so it always warms'
+            cfg.source,
+            "state.backend",
+            cfg.state.backend,
+            '"sqlite" or "postgres": a memory store is lost at every restart, so it always warms',
         )
     path = cfg.path(cfg.state.path)
     try:
         open_guard_store(cfg, at_ms, genesis=True).close()
     except FileExistsError:
-        raise ConfigError(cfg.source, "state.path", str(path), "a path with no state store yet: `state init` only creates new ones") from None
+        raise ConfigError(
+            cfg.source, "state.path", str(path), "a path with no state store yet: `state init` only creates new ones"
+        ) from None
     return path
 
 
@@ -199,7 +212,9 @@ def open_reconcile_store(cfg: Config) -> ReconcileState:
         from busguard.reconcile.store import PgReconcileStore
 
         return reachable(cfg, "state.dsn", lambda: PgReconcileStore(cfg.state.dsn, schema=cfg.state.schema, retry_s=cfg.state.retry_s))
-    return reachable(cfg, "reconcile.state_path", lambda: ReconcileStore(cfg.path(cfg.reconcile.state_path), synchronous=cfg.state.synchronous.upper()))
+    return reachable(
+        cfg, "reconcile.state_path", lambda: ReconcileStore(cfg.path(cfg.reconcile.state_path), synchronous=cfg.state.synchronous.upper())
+    )
 
 
 def build_guard(

@@ -47,7 +47,9 @@ def bin_dir() -> Path:
 
 def _runnable_as(bin: Path, account: Any) -> bool:
     try:
-        done = subprocess.run([str(bin / "postgres"), "--version"], capture_output=True, user=account.pw_uid, group=account.pw_gid, extra_groups=[])
+        done = subprocess.run(
+            [str(bin / "postgres"), "--version"], capture_output=True, user=account.pw_uid, group=account.pw_gid, extra_groups=[]
+        )
     except PermissionError:
         return False
     return done.returncode == 0

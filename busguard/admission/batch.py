@@ -17,9 +17,9 @@ import msgspec
 
 from busguard.admission.decide import Candidate, decide, precheck, undecodable, verify
 from busguard.admission.policystep import Prepared, policy_kinds, prepare
+from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Effects
 from busguard.policies import KINDS, run_policies
 from busguard.policies.seam import PolicyContext, PolicyInput
-from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Effects
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES
 from busguard.protocol.keys import KeyRegistry, KeyWindow
 from busguard.protocol.reasons import Outcome, Reason
@@ -227,9 +227,17 @@ def admit_batch(
     different record and was judged afresh.
     """
     checked = check_batch(
-        inputs, registry=registry, now_ms=now_ms, policy=policy, max_payload_bytes=max_payload_bytes, verify_many=verify_many, receivers=receivers
+        inputs,
+        registry=registry,
+        now_ms=now_ms,
+        policy=policy,
+        max_payload_bytes=max_payload_bytes,
+        verify_many=verify_many,
+        receivers=receivers,
     )
-    return admit_checked(checked, store=store, now_ms=now_ms, policy=policy, after_decide=after_decide, oversize=oversize, on_replaced=on_replaced)
+    return admit_checked(
+        checked, store=store, now_ms=now_ms, policy=policy, after_decide=after_decide, oversize=oversize, on_replaced=on_replaced
+    )
 
 
 def admit_checked(

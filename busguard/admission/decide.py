@@ -25,18 +25,18 @@ from typing import Final, Protocol
 
 import msgspec
 
+from busguard.admission import policystep
 from busguard.admission import window as win
 from busguard.admission.fence import fenced
 from busguard.admission.freshness import check_freshness, is_valid_nonce
 from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Effects
-from busguard.admission import policystep
 from busguard.policies import KINDS, run_policies
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES, Envelope, open_envelope
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.keys import KeyRegistry, KeyWindow
 from busguard.protocol.reasons import Outcome, Reason
-from busguard.protocol.records import Coordinates, Decision, TaskEntry, decision_id
 from busguard.protocol.receipt import ReceiptError, payload_hash, payload_hash_problem, signing_input
+from busguard.protocol.records import Coordinates, Decision, TaskEntry, decision_id
 from busguard.protocol.signing import verify_signature
 from busguard.protocol.timestamps import parse_timestamp
 from busguard.state.keys import NonceKey, PolicyKey, TaskKey, WindowKey
@@ -140,11 +140,19 @@ def precheck(
     if isinstance(checked, Candidate):
         return checked
     reason, detail, env, principal = checked
-    return _decision(decision_id(policy.namespace, source), source, now_ms, Outcome.REJECT, reason, detail, env, principal, record=record_sha256)
+    return _decision(
+        decision_id(policy.namespace, source), source, now_ms, Outcome.REJECT, reason, detail, env, principal, record=record_sha256
+    )
 
 
 def undecodable(
-    source: Coordinates, now_ms: int, policy: AdmissionPolicy, reason: Reason, detail: str, record_sha256: str | None = None, last_offset: int | None = None
+    source: Coordinates,
+    now_ms: int,
+    policy: AdmissionPolicy,
+    reason: Reason,
+    detail: str,
+    record_sha256: str | None = None,
+    last_offset: int | None = None,
 ) -> Decision:
     """The reject decision for a record the Kafka client could not decode
     (busguard.runtime.records): there is no receipt to look at. With
@@ -256,7 +264,9 @@ def decide(
     spec = KINDS[r.kind]
     objection = run_policies(env) if spec.interceptors else None
     if objection is not None:
-        return _decision(did, src, now_ms, objection.outcome, objection.reason, objection.detail, env, principal, key, None, None, rs), NO_EFFECTS
+        return _decision(
+            did, src, now_ms, objection.outcome, objection.reason, objection.detail, env, principal, key, None, None, rs
+        ), NO_EFFECTS
     # The fence (admission/fence.py): a store that is new, was lost or was
     # rolled back refuses what it could have forgotten, while that can be fresh.
     if fenced(c.issued_at_ms, now_ms, view.trusted_from, policy.max_age_ms, policy.max_future_ms):
@@ -272,7 +282,9 @@ def decide(
     # recognised even after its nonce has aged out.
     if prior is not None and prior.nonce == r.nonce and prior.payload_hash == r.payload_hash and prior.principal == principal:
         detail = "already admitted; not forwarded again"
-        return _decision(did, src, now_ms, Outcome.DUPLICATE, Reason.EXACT_DUPLICATE, detail, env, principal, key, None, prior, rs), NO_EFFECTS
+        return _decision(
+            did, src, now_ms, Outcome.DUPLICATE, Reason.EXACT_DUPLICATE, detail, env, principal, key, None, prior, rs
+        ), NO_EFFECTS
     if view.nonce_seen(c.nonce_key):
         detail = "nonce already used inside the retention window"
         return _decision(did, src, now_ms, Outcome.REJECT, Reason.NONCE_REPLAY, detail, env, principal, key, None, None, rs), NO_EFFECTS
@@ -283,10 +295,14 @@ def decide(
         after = win.slide(state, r.sequence, policy.window_size)
         if after is win.Verdict.REPLAY:
             detail = f"sequence {r.sequence} already seen in session"
-            return _decision(did, src, now_ms, Outcome.REJECT, Reason.SEQUENCE_REPLAY, detail, env, principal, key, None, None, rs), NO_EFFECTS
+            return _decision(
+                did, src, now_ms, Outcome.REJECT, Reason.SEQUENCE_REPLAY, detail, env, principal, key, None, None, rs
+            ), NO_EFFECTS
         if isinstance(after, win.Verdict):  # TOO_OLD
             detail = f"sequence {r.sequence} is left of the {policy.window_size}-wide window (highest {state.top if state else None})"
-            return _decision(did, src, now_ms, Outcome.REJECT, Reason.SEQUENCE_TOO_OLD, detail, env, principal, key, None, None, rs), NO_EFFECTS
+            return _decision(
+                did, src, now_ms, Outcome.REJECT, Reason.SEQUENCE_TOO_OLD, detail, env, principal, key, None, None, rs
+            ), NO_EFFECTS
         window_record = WindowRecord(c.window_key, after, now_ms + policy.session_retention_ms)
 
     nonce_record = NonceRecord(c.nonce_key, now_ms + policy.nonce_retention_ms)
@@ -311,7 +327,9 @@ def decide(
         )
         if prepared is not None:
             return _policy_decision(prepared, view, c, key, did, now_ms, Effects(nonce_record, window_record, entry))
-        return _decision(did, src, now_ms, Outcome.FORWARD, Reason.ADMITTED, "", env, principal, key, None, None, rs), Effects(nonce_record, window_record, entry)
+        return _decision(did, src, now_ms, Outcome.FORWARD, Reason.ADMITTED, "", env, principal, key, None, None, rs), Effects(
+            nonce_record, window_record, entry
+        )
     consumed = Effects(nonce_record, window_record)
     if prior.payload_hash != r.payload_hash:
         detail = f"task {r.task_id!r} was admitted with a different payload_hash"
@@ -325,12 +343,16 @@ def decide(
         and r.sequence > prior.sequence
     ):
         detail = f"crash-recovery retransmission in session {r.session_id!r} (sequence {prior.sequence} -> {r.sequence})"
-        return _decision(did, src, now_ms, Outcome.DUPLICATE, Reason.RETRANSMISSION, detail, env, principal, key, prior.receipt_id, prior, rs), consumed
+        return _decision(
+            did, src, now_ms, Outcome.DUPLICATE, Reason.RETRANSMISSION, detail, env, principal, key, prior.receipt_id, prior, rs
+        ), consumed
     detail = (
         f"task {r.task_id!r} already admitted under nonce {prior.nonce!r}; "
         "same payload, new nonce, and no session/sequence to tell a retransmission from a second witness"
     )
-    return _decision(did, src, now_ms, Outcome.ESCALATE, Reason.AMBIGUOUS_RETRANSMISSION, detail, env, principal, key, prior.receipt_id, prior, rs), consumed
+    return _decision(
+        did, src, now_ms, Outcome.ESCALATE, Reason.AMBIGUOUS_RETRANSMISSION, detail, env, principal, key, prior.receipt_id, prior, rs
+    ), consumed
 
 
 def _policy_decision(

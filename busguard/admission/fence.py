@@ -83,4 +83,3 @@ def behind(watermarks: Mapping[Partition, int], committed: Mapping[Partition, in
         if w is None or c - 1 > w:
             found.append(Behind(topic=topic, partition=partition, committed=c, watermark=w))
     return found
-

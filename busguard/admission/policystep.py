@@ -86,7 +86,9 @@ def run(prepared: Prepared, state: PolicyState, now_ms: int) -> PolicyOutcome:
     if o is not None and o.outcome not in (Outcome.REJECT, Outcome.ESCALATE):
         raise PolicyContractError(f"kind {spec.kind!r}: an objection must reject or escalate, not {o.outcome}")
     if o is not None and o.reason not in _CORE_REASONS and o.reason not in spec.reasons:
-        raise PolicyContractError(f"kind {spec.kind!r} objects with reason {o.reason!r}, neither busguard's nor one it declares (KindSpec.reasons)")
+        raise PolicyContractError(
+            f"kind {spec.kind!r} objects with reason {o.reason!r}, neither busguard's nor one it declares (KindSpec.reasons)"
+        )
     _check_namespaces(spec, (w.key for w in outcome.writes), "writes")
     stray = sorted({n.route for n in outcome.notices} - set(spec.routes))
     if stray:

@@ -43,7 +43,10 @@ def chain_reports(led: Ledger, flag: Flag) -> list[ChainReport]:
                 gone = h.missing()
                 if gone:
                     shown = ", ".join(map(str, gone[:_SHOWN])) + (", …" if len(gone) > _SHOWN else "")
-                    flag("leaf_missing", f"{label}: head {seq} covers {h.size} records, {len(gone)} of them not in the audit log (leaves {shown})")
+                    flag(
+                        "leaf_missing",
+                        f"{label}: head {seq} covers {h.size} records, {len(gone)} of them not in the audit log (leaves {shown})",
+                    )
         tip = c.heads[seqs[-1]][0]
         out.append(
             ChainReport(

@@ -14,7 +14,6 @@ from typing import Final, NamedTuple
 
 import msgspec
 
-from busguard.protocol.records import Decision
 from busguard.audit.deployment import PREFIX_CHARS
 from busguard.audit.lineage import Ledger, Sealer
 from busguard.protocol.attestation import (
@@ -32,8 +31,8 @@ from busguard.protocol.attestation import (
     open_sealed,
     verify_decision_record,
 )
+from busguard.protocol.records import AuditRecord, Coordinates, Decision, Resolution, audit_decoder
 from busguard.protocol.treehead import HEADER_HEAD_SEAL, HEADER_INCLUSION, HEADER_TREE_HEAD, head_digest
-from busguard.protocol.records import AuditRecord, Coordinates, Resolution, audit_decoder
 
 
 class RawRecord(NamedTuple):
@@ -72,8 +71,6 @@ class CheckedForward(NamedTuple):
     decision_sha256: str | None
     opened: Opened | None = None  # batch-sealed and verified: its head
     source: Coordinates | None = None  # the input record the verified attestation names
-
-
 
 
 _BATCH_SEAL: Final = (HEADER_TREE_HEAD, HEADER_HEAD_SEAL, HEADER_INCLUSION)
@@ -136,7 +133,9 @@ def check_audit_record(
         own = record.decision_id if isinstance(record, Decision) else record.resolution_id
         if att.decision_id != own:
             verified, why = False, f"the attestation names {att.decision_id}, the record is {own}"
-    return CheckedAudit(value, record, verified, why, digest, sealed_by, opened if verified and opened is not None and opened.head is not None else None)
+    return CheckedAudit(
+        value, record, verified, why, digest, sealed_by, opened if verified and opened is not None and opened.head is not None else None
+    )
 
 
 def _admitted_with_known_seal(value: bytes, headers: Sequence[tuple[str, bytes]]) -> Attestation:
@@ -168,7 +167,9 @@ def check_forwarded(
     except (AttestationError, msgspec.MsgspecError):
         return CheckedForward(topic, did, False, None)
     ok = bool(did) and att.decision_id == did
-    return CheckedForward(topic, did, ok, att.decision_sha256, opened if opened is not None and opened.head is not None else None, att.source if ok else None)
+    return CheckedForward(
+        topic, did, ok, att.decision_sha256, opened if opened is not None and opened.head is not None else None, att.source if ok else None
+    )
 
 
 def note_head(ledger: Ledger, opened: Opened, leaf: bool) -> None:
@@ -177,7 +178,9 @@ def note_head(ledger: Ledger, opened: Opened, leaf: bool) -> None:
     head, raw, att = opened.head, opened.head_raw, opened.attestation
     if head is not None and raw is not None:
         proves = (att.source.topic, att.source.partition, att.decision_id[:PREFIX_CHARS])
-        ledger.add_head(head.guard, head.chain, head.seq, head_digest(raw), head.prev, head.size, head.sealed_at, opened.index if leaf else None, proves)
+        ledger.add_head(
+            head.guard, head.chain, head.seq, head_digest(raw), head.prev, head.size, head.sealed_at, opened.index if leaf else None, proves
+        )
 
 
 def apply_audit(ledger: Ledger, checked: CheckedAudit, at: tuple[int, int] | None = None) -> None:

@@ -78,13 +78,23 @@ def coverage(facts: Iterable[DecisionFact]) -> tuple[list[InputCoverage], list[F
             elif lo <= reach:
                 overlaps += 1
                 findings.append(
-                    Finding("offsets_overlap", f"{topic}/{partition}: decision {f.decision_id} covers {lo}-{hi}, offsets at or below {reach} of which another decision covers", f.decision_id)
+                    Finding(
+                        "offsets_overlap",
+                        f"{topic}/{partition}: decision {f.decision_id} covers {lo}-{hi}, offsets at or below {reach} of which another decision covers",
+                        f.decision_id,
+                    )
                 )
             covered += max(0, hi - max(lo, reach + 1) + 1)
             reach = max(reach, hi)
         undecided = sum(hi - lo + 1 for lo, hi in gaps)
         if gaps:
-            findings.append(Finding("offsets_undecided", f"{topic}/{partition}: {undecided} offset(s) between decided ones have no decision: {_ranges(gaps)}", None))
+            findings.append(
+                Finding(
+                    "offsets_undecided",
+                    f"{topic}/{partition}: {undecided} offset(s) between decided ones have no decision: {_ranges(gaps)}",
+                    None,
+                )
+            )
         report.append(
             InputCoverage(
                 topic=topic,

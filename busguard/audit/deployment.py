@@ -121,7 +121,13 @@ def bind(led: Ledger, dep: Deployment) -> Bound:
             decisions[did] = f
             continue
         foreign_ids.add(did)
-        flag("foreign_decision", f"audit record {_where(dep, None, f.at)} holds decision {did} read from {_at(f.source)}, not this deployment's (excluded): {why}", f.kind, f.task_id, did)
+        flag(
+            "foreign_decision",
+            f"audit record {_where(dep, None, f.at)} holds decision {did} read from {_at(f.source)}, not this deployment's (excluded): {why}",
+            f.kind,
+            f.task_id,
+            did,
+        )
     resolutions: dict[str, ResolutionFact] = {}
     foreign_res: set[str] = set()
     for rid, r in led.resolutions.items():
@@ -130,14 +136,24 @@ def bind(led: Ledger, dep: Deployment) -> Bound:
             resolutions[rid] = r
             continue
         foreign_res.add(rid)
-        flag("foreign_resolution", f"audit record {_where(dep, None, r.at)} holds resolution {rid} of escalation {r.escalation_id}, not this deployment's (excluded): {why}", r.kind, r.task_id, r.escalation_id)
+        flag(
+            "foreign_resolution",
+            f"audit record {_where(dep, None, r.at)} holds resolution {rid} of escalation {r.escalation_id}, not this deployment's (excluded): {why}",
+            r.kind,
+            r.task_id,
+            r.escalation_id,
+        )
     forwarded: dict[str, dict[str, Downstream]] = {}
     for did, topics in led.forwarded.items():
         kept, alien = _split_forwards(did, topics, dep, foreign_ids)
         if kept:
             forwarded[did] = kept
         for topic, seen, why in alien:
-            flag("foreign_forward", f"downstream record {_where(dep, topic, seen.at)} carries decision {did}, not this deployment's (excluded): {why}", did=did)
+            flag(
+                "foreign_forward",
+                f"downstream record {_where(dep, topic, seen.at)} carries decision {did}, not this deployment's (excluded): {why}",
+                did=did,
+            )
     chains = _own_chains(led.chains, dep, flag)
     own = msgspec.structs.replace(
         led,
@@ -148,7 +164,9 @@ def bind(led: Ledger, dep: Deployment) -> Bound:
         forwarded=forwarded,
         chains=chains,
     )
-    foreign_records = sum(len(led.decision_variants.get(i, [""])) for i in foreign_ids) + sum(len(led.resolution_variants.get(i, [""])) for i in foreign_res)
+    foreign_records = sum(len(led.decision_variants.get(i, [""])) for i in foreign_ids) + sum(
+        len(led.resolution_variants.get(i, [""])) for i in foreign_res
+    )
     return Bound(own=own, findings=findings, foreign_records=foreign_records)
 
 
@@ -208,7 +226,10 @@ def _own_chains(chains: dict[str, ChainFacts], dep: Deployment, flag: Callable[.
         if alien:
             seqs = ", ".join(str(s) for s, _ in alien[:_SHOWN]) + (", …" if len(alien) > _SHOWN else "")
             whole = "the whole chain" if not kept else f"{len(alien)} of its heads"
-            flag("foreign_chain", f"chain {c.chain} of {c.guard}: {whole} (seq {seqs}) belong to another deployment (excluded): {alien[0][1]}")
+            flag(
+                "foreign_chain",
+                f"chain {c.chain} of {c.guard}: {whole} (seq {seqs}) belong to another deployment (excluded): {alien[0][1]}",
+            )
         if kept:
             out[name] = msgspec.structs.replace(c, heads=kept)
     return out

@@ -16,7 +16,6 @@ import msgspec
 from busguard.audit.deployment import Deployment
 from busguard.protocol.records import Coordinates, Decision, Resolution, SignedCommand, Stage
 
-
 LEDGER_VERSION: Final = 1
 #: Whose key verified an audit record's seal (busguard.audit.checks).
 Sealer = Literal["guard", "reconciler"]
@@ -155,7 +154,9 @@ class Ledger(msgspec.Struct, kw_only=True):
 
     # -- feeding ------------------------------------------------------------
 
-    def add_decision(self, raw_value: bytes, decision: Decision, verified: bool, why: str = "", sealed_by: Sealer = "guard", at: At | None = None) -> None:
+    def add_decision(
+        self, raw_value: bytes, decision: Decision, verified: bool, why: str = "", sealed_by: Sealer = "guard", at: At | None = None
+    ) -> None:
         """One audit record holding a guard decision; `verified` = its seal
         verified (with `sealed_by`'s key) and is bound to these bytes
         (`verify_decision_record`). Only the guard decides."""
@@ -187,7 +188,15 @@ class Ledger(msgspec.Struct, kw_only=True):
         )
         _keep(self.decisions, self.decision_variants, decision.decision_id, sha, fact)
 
-    def add_resolution(self, raw_value: bytes, resolution: Resolution, verified: bool, why: str = "", sealed_by: Sealer = "reconciler", at: At | None = None) -> None:
+    def add_resolution(
+        self,
+        raw_value: bytes,
+        resolution: Resolution,
+        verified: bool,
+        why: str = "",
+        sealed_by: Sealer = "reconciler",
+        at: At | None = None,
+    ) -> None:
         """One audit record holding a reconciliation `Resolution`, sealed
         (when `verified`) with `sealed_by`'s key: whether the guard's may
         seal it is judged in `report()`, which knows its escalation."""
@@ -221,7 +230,13 @@ class Ledger(msgspec.Struct, kw_only=True):
         self._bad(sha256_hex(raw_value or b""), verified, None, why)
 
     def add_forwarded(
-        self, topic: str, decision_id: str, attestation_ok: bool, decision_sha256: str | None = None, source: Coordinates | None = None, at: At | None = None
+        self,
+        topic: str,
+        decision_id: str,
+        attestation_ok: bool,
+        decision_sha256: str | None = None,
+        source: Coordinates | None = None,
+        at: At | None = None,
     ) -> None:
         """One record on a downstream topic. `decision_id` is its
         `busguard-decision-id` header ('' when absent); `attestation_ok` that
@@ -242,7 +257,16 @@ class Ledger(msgspec.Struct, kw_only=True):
             seen.unattested = True
 
     def add_head(
-        self, guard: str, chain: str, seq: int, sha: str, prev: str | None, size: int, sealed_at: int, leaf: int | None = None, proves: tuple[str, int, str] | None = None
+        self,
+        guard: str,
+        chain: str,
+        seq: int,
+        sha: str,
+        prev: str | None,
+        size: int,
+        sealed_at: int,
+        leaf: int | None = None,
+        proves: tuple[str, int, str] | None = None,
     ) -> HeadFact:
         """A tree head whose seal verified with the guard key, seen on a
         record; `leaf` is the index that record's (audit) proof put it at,

@@ -57,12 +57,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Final
 
-
 from busguard.audit.authority import operator_problem
 from busguard.audit.awards import call_reports
 from busguard.audit.chains import chain_reports
-from busguard.audit.deployment import bind
 from busguard.audit.coverage import coverage
+from busguard.audit.deployment import bind
 from busguard.audit.findings import (
     AuditReport,
     EscalationStatus,
@@ -109,7 +108,6 @@ INVARIANTS: Final[dict[str, int]] = {
 }
 
 
-
 def _distinct(facts: dict[str, F], variants: dict[str, list[str]]) -> int:
     """Distinct records behind `facts`: one per id, more for conflicting ids."""
     return len(facts) + sum(len(v) - 1 for v in variants.values())
@@ -154,10 +152,15 @@ class _Judge:
         inputs, gaps = coverage(led.decisions.values())
         for g in gaps:
             self.flag(g.code, g.detail, decision_id=g.decision_id)
-        self.violations.sort(key=lambda v: (INVARIANTS.get(v.invariant, 9), v.invariant, v.kind or "", v.task_id or "", v.decision_id or "", v.detail))
+        self.violations.sort(
+            key=lambda v: (INVARIANTS.get(v.invariant, 9), v.invariant, v.kind or "", v.task_id or "", v.decision_id or "", v.detail)
+        )
         decisions = led.decisions.values()
         summary = Summary(
-            records=_distinct(led.decisions, led.decision_variants) + _distinct(led.resolutions, led.resolution_variants) + len(led.bad_records) + self.foreign,
+            records=_distinct(led.decisions, led.decision_variants)
+            + _distinct(led.resolutions, led.resolution_variants)
+            + len(led.bad_records)
+            + self.foreign,
             decisions=len(led.decisions),
             resolutions=len(led.resolutions),
             tasks=len(tasks),
@@ -170,7 +173,16 @@ class _Judge:
             foreign=self.foreign,
         )
         calls = call_reports(decisions)
-        return AuditReport(ok=not self.violations, summary=summary, tasks=tasks, pending=pending, violations=self.violations, calls=calls, chains=chains, inputs=inputs)
+        return AuditReport(
+            ok=not self.violations,
+            summary=summary,
+            tasks=tasks,
+            pending=pending,
+            violations=self.violations,
+            calls=calls,
+            chains=chains,
+            inputs=inputs,
+        )
 
     # invariant 1 (and the table)
     def _task(
@@ -185,7 +197,12 @@ class _Judge:
         forward_ids = {f.decision_id for f in forwards}
         if len(forwards) > 1 and task_indexed(kind):
             ids = ", ".join(f.decision_id for f in forwards)
-            self.flag("multiple_forwards", f"{kind} {task_id!r} was admitted {len(forwards)} times: {ids}", task=key, decision_id=forwards[1].decision_id)
+            self.flag(
+                "multiple_forwards",
+                f"{kind} {task_id!r} was admitted {len(forwards)} times: {ids}",
+                task=key,
+                decision_id=forwards[1].decision_id,
+            )
         if single_witness(kind) and not forwards and any(f.outcome != "reject" for f in facts):
             shown = ", ".join(f"{f.decision_id} ({f.reason})" for f in facts if f.outcome != "reject")
             self.flag("missing_witness", f"{kind} {task_id!r} has decisions but no admitted witness in the log: {shown}", task=key)
@@ -199,7 +216,11 @@ class _Judge:
                 )
         witness = forwards[0] if forwards else None
         escalations = [self._status(f, finals, helds) for f in facts if f.outcome == "escalate"]
-        links = [SupersedesLink(decision_id=f.decision_id, reason=f.reason, receipt_id=f.receipt_id, supersedes=f.supersedes) for f in facts if f.supersedes is not None]
+        links = [
+            SupersedesLink(decision_id=f.decision_id, reason=f.reason, receipt_id=f.receipt_id, supersedes=f.supersedes)
+            for f in facts
+            if f.supersedes is not None
+        ]
         delivered = witness is not None and any(d.attested for d in self.led.forwarded.get(witness.decision_id, {}).values())
         return TaskLineage(
             kind=kind,
@@ -222,28 +243,64 @@ class _Judge:
             esc = self.led.decisions.get(r.escalation_id)
             task = (r.kind, r.task_id)
             if r.resolution_id != resolution_id(r.escalation_id, r.stage):
-                self.flag("bad_resolution_id", f"resolution {r.resolution_id} ({r.stage}) of escalation {r.escalation_id} is not the id derived from them", task=task, decision_id=r.escalation_id)
+                self.flag(
+                    "bad_resolution_id",
+                    f"resolution {r.resolution_id} ({r.stage}) of escalation {r.escalation_id} is not the id derived from them",
+                    task=task,
+                    decision_id=r.escalation_id,
+                )
             if esc is None or esc.outcome != "escalate":
                 what = "is not in the audit log" if esc is None else f"is a {esc.outcome} decision, not an escalation"
-                self.flag("unknown_escalation", f"resolution {r.resolution_id} settles {r.escalation_id}, which {what}", task=task, decision_id=r.escalation_id)
+                self.flag(
+                    "unknown_escalation",
+                    f"resolution {r.resolution_id} settles {r.escalation_id}, which {what}",
+                    task=task,
+                    decision_id=r.escalation_id,
+                )
                 continue
             self._authority(r, esc)
-            expected = {"kind": esc.kind, "task_id": esc.task_id, "receipt_id": esc.receipt_id, "supersedes": esc.supersedes, "prior_decision_id": esc.prior_decision_id}
+            expected = {
+                "kind": esc.kind,
+                "task_id": esc.task_id,
+                "receipt_id": esc.receipt_id,
+                "supersedes": esc.supersedes,
+                "prior_decision_id": esc.prior_decision_id,
+            }
             wrong = [name for name, want in expected.items() if getattr(r, name) is not None and getattr(r, name) != want]
             if wrong:
-                self.flag("resolution_mismatch", f"resolution {r.resolution_id} differs from its escalation in {', '.join(wrong)}", task=(esc.kind, esc.task_id), decision_id=esc.decision_id)
+                self.flag(
+                    "resolution_mismatch",
+                    f"resolution {r.resolution_id} differs from its escalation in {', '.join(wrong)}",
+                    task=(esc.kind, esc.task_id),
+                    decision_id=esc.decision_id,
+                )
             (finals if r.stage == "final" else helds)[r.escalation_id].append(r)
         for esc_id, rs in finals.items():
             esc = self.led.decisions[esc_id]
             if len(rs) > 1:
                 ids = ", ".join(r.resolution_id for r in rs)
-                self.flag("duplicate_resolution", f"escalation {esc_id} has {len(rs)} final resolution ids: {ids}", task=(esc.kind, esc.task_id), decision_id=esc_id)
+                self.flag(
+                    "duplicate_resolution",
+                    f"escalation {esc_id} has {len(rs)} final resolution ids: {ids}",
+                    task=(esc.kind, esc.task_id),
+                    decision_id=esc_id,
+                )
         for rid, shas in self.led.resolution_variants.items():
             r = self.led.resolutions[rid]
             if r.stage == "final":
-                self.flag("duplicate_resolution", f"final resolution {rid} of escalation {r.escalation_id} appears with {len(shas)} different contents", task=(r.kind, r.task_id), decision_id=r.escalation_id)
+                self.flag(
+                    "duplicate_resolution",
+                    f"final resolution {rid} of escalation {r.escalation_id} appears with {len(shas)} different contents",
+                    task=(r.kind, r.task_id),
+                    decision_id=r.escalation_id,
+                )
             else:
-                self.flag("conflicting_reemission", f"{r.stage} resolution {rid} appears with {len(shas)} different contents", task=(r.kind, r.task_id), decision_id=r.escalation_id)
+                self.flag(
+                    "conflicting_reemission",
+                    f"{r.stage} resolution {rid} appears with {len(shas)} different contents",
+                    task=(r.kind, r.task_id),
+                    decision_id=r.escalation_id,
+                )
         return finals, helds
 
     def _authority(self, r: ResolutionFact, esc: DecisionFact) -> None:
@@ -253,21 +310,37 @@ class _Judge:
         says so (`keys.single_key_audit`), and after a move to separate keys
         only for escalations decided before `keys.single_key_until`."""
         led = self.led
-        legacy = led.single_key_audit and (led.single_key_until is None or (esc.decided_at is not None and esc.decided_at < led.single_key_until))
+        legacy = led.single_key_audit and (
+            led.single_key_until is None or (esc.decided_at is not None and esc.decided_at < led.single_key_until)
+        )
         task = (esc.kind, esc.task_id)
         excused = False
         if r.sealed_by == "guard":
             if legacy:
                 excused = True
             else:
-                why = "keys.single_key_audit is off" if not led.single_key_audit else "its escalation was decided at or after keys.single_key_until"
-                self.flag("guard_sealed_resolution", f"resolution {r.resolution_id} is sealed with the guard key, not the reconciler's ({why})", task=task, decision_id=r.escalation_id)
+                why = (
+                    "keys.single_key_audit is off"
+                    if not led.single_key_audit
+                    else "its escalation was decided at or after keys.single_key_until"
+                )
+                self.flag(
+                    "guard_sealed_resolution",
+                    f"resolution {r.resolution_id} is sealed with the guard key, not the reconciler's ({why})",
+                    task=task,
+                    decision_id=r.escalation_id,
+                )
         problem = operator_problem(r, led.operators)
         if problem is not None:
             if legacy:
                 excused = True
             else:
-                self.flag("unproven_operator", f"resolution {r.resolution_id} says by {r.by}, but {problem}", task=task, decision_id=r.escalation_id)
+                self.flag(
+                    "unproven_operator",
+                    f"resolution {r.resolution_id} says by {r.by}, but {problem}",
+                    task=task,
+                    decision_id=r.escalation_id,
+                )
         self.single_key += excused
 
     @staticmethod
@@ -322,7 +395,12 @@ class _Judge:
                 facts.sort(key=_order)
                 where = "globally" if global_scope else f"for principal {scope}"
                 ids = ", ".join(f.decision_id for f in facts)
-                self.flag("nonce_reused", f"nonce {nonce!r} was admitted {len(facts)} times {where}: {ids}", task=(facts[1].kind, facts[1].task_id), decision_id=facts[1].decision_id)
+                self.flag(
+                    "nonce_reused",
+                    f"nonce {nonce!r} was admitted {len(facts)} times {where}: {ids}",
+                    task=(facts[1].kind, facts[1].task_id),
+                    decision_id=facts[1].decision_id,
+                )
 
     # invariant 3
     def _forwarded(self) -> None:
@@ -332,23 +410,47 @@ class _Judge:
             for topic, seen in sorted(topics.items()):
                 label = did or "(none)"
                 if seen.unattested:
-                    self.flag("forwarded_unattested", f"a record on {topic} with decision id {label} does not carry a valid guard attestation", task=task, decision_id=did or None)
+                    self.flag(
+                        "forwarded_unattested",
+                        f"a record on {topic} with decision id {label} does not carry a valid guard attestation",
+                        task=task,
+                        decision_id=did or None,
+                    )
                 if not seen.attested:
                     continue
                 if not did:
                     self.flag("forwarded_without_decision", f"a record on {topic} has no busguard-decision-id header", decision_id=None)
                 elif fact is None:
-                    self.flag("forwarded_without_decision", f"a record on {topic} names decision {did}, which is not in the audit log", decision_id=did)
+                    self.flag(
+                        "forwarded_without_decision",
+                        f"a record on {topic} names decision {did}, which is not in the audit log",
+                        decision_id=did,
+                    )
                 elif fact.outcome != "forward":
-                    self.flag("forwarded_without_decision", f"a record on {topic} names decision {did}, a {fact.outcome} ({fact.reason}) decision", task=task, decision_id=did)
+                    self.flag(
+                        "forwarded_without_decision",
+                        f"a record on {topic} names decision {did}, a {fact.outcome} ({fact.reason}) decision",
+                        task=task,
+                        decision_id=did,
+                    )
                 else:
                     route = self.led.routes.get(fact.source.topic)
                     if route is not None and route != topic:
-                        self.flag("forwarded_wrong_topic", f"decision {did} read from {fact.source.topic} belongs on {route}, found on {topic}", task=task, decision_id=did)
+                        self.flag(
+                            "forwarded_wrong_topic",
+                            f"decision {did} read from {fact.source.topic} belongs on {route}, found on {topic}",
+                            task=task,
+                            decision_id=did,
+                        )
                     known = set(self.led.decision_variants.get(did, [fact.sha256]))
                     stray = [s for s in seen.decision_sha256 if s not in known]
                     if stray:
-                        self.flag("forwarded_mismatch", f"a record on {topic} attests decision {did} with record SHA-256 {stray[0]}, not the audit log's", task=task, decision_id=did)
+                        self.flag(
+                            "forwarded_mismatch",
+                            f"a record on {topic} attests decision {did} with record SHA-256 {stray[0]}, not the audit log's",
+                            task=task,
+                            decision_id=did,
+                        )
 
     # invariant 5
     def _bad_records(self) -> None:
@@ -356,15 +458,28 @@ class _Judge:
             claim = f" claiming id {bad.claimed_id}" if bad.claimed_id else ""
             why = "; ".join(bad.reasons)
             if bad.sealed:
-                self.flag("unreadable_record", f"sealed audit record sha256 {sha[:16]}…{claim} is not a decision or resolution: {why}", decision_id=bad.claimed_id)
+                self.flag(
+                    "unreadable_record",
+                    f"sealed audit record sha256 {sha[:16]}…{claim} is not a decision or resolution: {why}",
+                    decision_id=bad.claimed_id,
+                )
             else:
-                self.flag("forged_record", f"audit record sha256 {sha[:16]}…{claim} does not verify (excluded from the lineage): {why}", decision_id=bad.claimed_id)
+                self.flag(
+                    "forged_record",
+                    f"audit record sha256 {sha[:16]}…{claim} does not verify (excluded from the lineage): {why}",
+                    decision_id=bad.claimed_id,
+                )
 
     # "decide once, re-emit identically"
     def _conflicts(self) -> None:
         for did, shas in self.led.decision_variants.items():
             f = self.led.decisions[did]
-            self.flag("conflicting_reemission", f"decision {did} appears as {len(shas)} different audit records (re-emissions must be byte-identical)", task=(f.kind, f.task_id), decision_id=did)
+            self.flag(
+                "conflicting_reemission",
+                f"decision {did} appears as {len(shas)} different audit records (re-emissions must be byte-identical)",
+                task=(f.kind, f.task_id),
+                decision_id=did,
+            )
 
 
 def judge(ledger: Ledger) -> AuditReport:

@@ -22,17 +22,6 @@ from typing import Any, Final, NamedTuple, TypeVar
 import msgspec
 from aiokafka import TopicPartition
 
-from busguard.protocol.records import Decision
-from busguard.audit.lineage import Ledger
-from busguard.config import Config
-from busguard.protocol.attestation import (
-    HeadCache,
-)
-from busguard.protocol.records import Resolution, audit_decoder
-from busguard.protocol.reasons import Reason
-from busguard.runtime.clients import partitions_of, reader
-from busguard.runtime.records import Undecodable
-
 from busguard.audit.checks import (
     RawRecord,
     SealCache,
@@ -41,6 +30,15 @@ from busguard.audit.checks import (
     check_audit_record,
     check_forwarded,
 )
+from busguard.audit.lineage import Ledger
+from busguard.config import Config
+from busguard.protocol.attestation import (
+    HeadCache,
+)
+from busguard.protocol.reasons import Reason
+from busguard.protocol.records import Decision, Resolution, audit_decoder
+from busguard.runtime.clients import partitions_of, reader
+from busguard.runtime.records import Undecodable
 
 Offsets = dict[str, dict[int, int]]
 """topic -> partition -> next offset to read."""
@@ -183,11 +181,21 @@ async def read_log(
     async def handle(raws: list[RawRecord]) -> None:
         # audit records first, so their verified seals spare the downstream copies a second verify
         audits, forwards = [r for r in raws if r.topic == audit], [r for r in raws if r.topic != audit]
-        for r, checked in zip(audits, await in_threads(lambda r: check_audit_record(r.value, r.headers, guard_public_key, reconciler_public_key, r.undecodable, heads), audits), strict=True):
+        for r, checked in zip(
+            audits,
+            await in_threads(
+                lambda r: check_audit_record(r.value, r.headers, guard_public_key, reconciler_public_key, r.undecodable, heads), audits
+            ),
+            strict=True,
+        ):
             if checked.seal is not None:
                 seals.add(checked.seal)
             apply_audit(ledger, checked, r.at)
-        for r, f in zip(forwards, await in_threads(lambda r: check_forwarded(r.topic, r.value, r.headers, guard_public_key, seals, heads), forwards), strict=True):
+        for r, f in zip(
+            forwards,
+            await in_threads(lambda r: check_forwarded(r.topic, r.value, r.headers, guard_public_key, seals, heads), forwards),
+            strict=True,
+        ):
             apply_forwarded(ledger, f, r.at)
 
     try:
@@ -204,7 +212,12 @@ class EscalationRecords(NamedTuple):
 
 
 async def find_escalation(
-    cfg: Config, guard_public_key: bytes, escalation_id: str, idle_ms: int, progress: Progress | None = None, reconciler_public_key: bytes | None = None
+    cfg: Config,
+    guard_public_key: bytes,
+    escalation_id: str,
+    idle_ms: int,
+    progress: Progress | None = None,
+    reconciler_public_key: bytes | None = None,
 ) -> EscalationRecords:
     """Scan the whole audit topic for one escalation's decision and resolutions
     (the Ledger keeps no receipts, so `escalations show` reads them here)."""
@@ -224,7 +237,11 @@ async def find_escalation(
                 continue
             checked = check_audit_record(r.value, r.headers, guard_public_key, reconciler_public_key)
             # whose key may seal what, as the Ledger judges it (the single-key cut-off aside)
-            verified = checked.verified and (checked.sealed_by == "guard" if isinstance(rec, Decision) else checked.sealed_by == "reconciler" or cfg.keys.single_key_audit)
+            verified = checked.verified and (
+                checked.sealed_by == "guard"
+                if isinstance(rec, Decision)
+                else checked.sealed_by == "reconciler" or cfg.keys.single_key_audit
+            )
             if (r.value, verified) in seen:
                 continue
             seen.add((r.value, verified))

@@ -112,7 +112,9 @@ def render_table(report: AuditReport) -> str:
     if s.foreign:
         lines[-1:-1] = [f"{s.foreign} record(s) of another deployment excluded (foreign_* violations)"]
     if s.single_key:
-        lines[-1:-1] = [f"note: {s.single_key} resolution(s) accepted only under keys.single_key_audit (sealed with the guard key, or an operator's name not proven)"]
+        lines[-1:-1] = [
+            f"note: {s.single_key} resolution(s) accepted only under keys.single_key_audit (sealed with the guard key, or an operator's name not proven)"
+        ]
     if report.tasks:
         header = ["KIND", "TASK", "WITNESS", "DUPS", "REJECTS", "ESCALATIONS", "SUPERSEDES"]
         lines += _table(header, [_task_row(t) for t in report.tasks])
@@ -133,12 +135,19 @@ def render_table(report: AuditReport) -> str:
         lines += ["", f"input partitions ({len(report.inputs)}; the offsets their decisions cover):"]
         lines += _table(
             ["TOPIC", "PARTITION", "FIRST", "LAST", "OFFSETS", "DECISIONS", "SPANS", "UNDECIDED", "OVERLAPPING"],
-            [[_clip(c.topic, 40), *map(str, (c.partition, c.first, c.last, c.offsets, c.decisions, c.spans, c.undecided, c.overlapping))] for c in report.inputs],
+            [
+                [_clip(c.topic, 40), *map(str, (c.partition, c.first, c.last, c.offsets, c.decisions, c.spans, c.undecided, c.overlapping))]
+                for c in report.inputs
+            ],
         )
     if report.violations:
         lines += ["", f"violations ({len(report.violations)}):"]
         for v in report.violations:
-            where = " ".join(x for x in (f"{v.kind} {v.task_id!r}" if v.task_id is not None else "", f"decision {v.decision_id}" if v.decision_id else "") if x)
+            where = " ".join(
+                x
+                for x in (f"{v.kind} {v.task_id!r}" if v.task_id is not None else "", f"decision {v.decision_id}" if v.decision_id else "")
+                if x
+            )
             lines.append(f"  [{v.invariant}] {where + ': ' if where else ''}{v.detail}")
     return "\n".join(lines)
 

@@ -18,7 +18,6 @@ from typing import Final, TypeVar
 
 import msgspec
 
-from busguard.protocol.records import Decision
 from busguard.audit.deployment import Deployment
 from busguard.audit.lineage import AuditReport, Ledger, judge
 from busguard.audit.reader import Offsets, find_escalation, read_log
@@ -26,8 +25,8 @@ from busguard.audit.report import progress_bar
 from busguard.config import Config
 from busguard.errors import ConfigError
 from busguard.protocol.identity import multikey_encode
+from busguard.protocol.records import Decision, Resolution
 from busguard.reconcile.operators import Operators
-from busguard.protocol.records import Resolution
 
 CHECKPOINT_FORMAT: Final = "busguard.audit-checkpoint.v1"
 DEFAULT_IDLE_MS: Final = 1500
@@ -95,12 +94,21 @@ def load_checkpoint(path: Path, cfg: Config, guard_public_key: bytes, reconciler
         raise ConfigError(str(path), "format", cp.format, CHECKPOINT_FORMAT)
     key = multikey_encode(guard_public_key)
     if cp.guard_public_key != key:
-        raise ConfigError(str(path), "guard_public_key", cp.guard_public_key, f"the guard key of this audit ({key}); start a new checkpoint file")
+        raise ConfigError(
+            str(path), "guard_public_key", cp.guard_public_key, f"the guard key of this audit ({key}); start a new checkpoint file"
+        )
     rkey = multikey_encode(reconciler_public_key) if reconciler_public_key is not None else None
     if cp.reconciler_public_key != rkey:
-        raise ConfigError(str(path), "reconciler_public_key", cp.reconciler_public_key, f"the reconciler key of this audit ({rkey}); start a new checkpoint file")
+        raise ConfigError(
+            str(path),
+            "reconciler_public_key",
+            cp.reconciler_public_key,
+            f"the reconciler key of this audit ({rkey}); start a new checkpoint file",
+        )
     if cp.audit_topic != cfg.topics.audit:
-        raise ConfigError(str(path), "audit_topic", cp.audit_topic, f"the configured audit topic ({cfg.topics.audit}); start a new checkpoint file")
+        raise ConfigError(
+            str(path), "audit_topic", cp.audit_topic, f"the configured audit topic ({cfg.topics.audit}); start a new checkpoint file"
+        )
     return cp
 
 
@@ -163,7 +171,9 @@ def run_audit(
     ledger.deployment = fresh.deployment
     bar = progress_bar("audit") if progress else None
     try:
-        offsets = _run(lambda: read_log(cfg, guard_public_key, ledger, cp.offsets if cp is not None else None, idle_ms, bar, reconciler_public_key))
+        offsets = _run(
+            lambda: read_log(cfg, guard_public_key, ledger, cp.offsets if cp is not None else None, idle_ms, bar, reconciler_public_key)
+        )
     finally:
         if bar is not None:
             bar.close()
@@ -201,7 +211,13 @@ class ShownResolution(msgspec.Struct, kw_only=True):
 
 
 def show_escalation(
-    cfg: Config, *, guard_public_key: bytes, escalation_id: str, idle_ms: int = DEFAULT_IDLE_MS, progress: bool = False, reconciler_public_key: bytes | None = None
+    cfg: Config,
+    *,
+    guard_public_key: bytes,
+    escalation_id: str,
+    idle_ms: int = DEFAULT_IDLE_MS,
+    progress: bool = False,
+    reconciler_public_key: bytes | None = None,
 ) -> EscalationFacts | None:
     """The escalation's decision (both receipts) and its resolutions, from the log; None if absent."""
     bar = progress_bar("scan") if progress else None

@@ -36,7 +36,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     if cfg.keys.reconciler_key is not None:
         print(f"  reconciler:    {cfg.path(cfg.keys.reconciler_key)}{_public_half(cfg.path(cfg.keys.reconciler_key))} (its own key)")
     else:
-        print("  reconciler:    no keys.reconciler_key: the reconciler seals with the guard key (one-key deployment; docs/operations.md section 7)")
+        print(
+            "  reconciler:    no keys.reconciler_key: the reconciler seals with the guard key (one-key deployment; docs/operations.md section 7)"
+        )
     if operators is not None:
         print(f"  operators:     {cfg.path(cfg.keys.operators or '')} ({len(operators)} with their own keys)")
     return 0
@@ -142,10 +144,14 @@ def cmd_send(args: argparse.Namespace) -> int:
         producer = AIOKafkaProducer(bootstrap_servers=args.bootstrap, enable_idempotence=args.idempotence, acks="all")
         await producer.start()
         try:
-            meta = await producer.send_and_wait(args.topic, value=rec.value, key=(args.sender or ident.agent_id).encode(), headers=rec.headers)
+            meta = await producer.send_and_wait(
+                args.topic, value=rec.value, key=(args.sender or ident.agent_id).encode(), headers=rec.headers
+            )
         finally:
             await producer.stop()
-        print(f"sent {rec.receipt.kind} for task {rec.receipt.task_id} to {meta.topic}/{meta.partition}@{meta.offset}; receipt_id {rec.receipt_id}")
+        print(
+            f"sent {rec.receipt.kind} for task {rec.receipt.task_id} to {meta.topic}/{meta.partition}@{meta.offset}; receipt_id {rec.receipt_id}"
+        )
 
     asyncio.run(main())
     return 0

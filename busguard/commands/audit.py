@@ -22,16 +22,16 @@ from aiokafka.errors import KafkaError
 from busguard.audit.lineage import AuditReport
 from busguard.audit.reader import AuditReadError
 from busguard.audit.report import render_json, render_pending, render_table
-from busguard.config import Config, load_config
-from busguard.errors import ConfigError
-from busguard.protocol.identity import multikey_decode
-from busguard.protocol.keyfile import read_key
-from busguard.reconcile.operators import Operators
 from busguard.audit.run import (
     DEFAULT_IDLE_MS,
     run_audit,
     show_escalation,
 )
+from busguard.config import Config, load_config
+from busguard.errors import ConfigError
+from busguard.protocol.identity import multikey_decode
+from busguard.protocol.keyfile import read_key
+from busguard.reconcile.operators import Operators
 
 
 def _multikey_arg(option: str, multikey: str) -> bytes:
@@ -150,16 +150,29 @@ def _examples(text: str) -> str:
 
 def _common(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--config", required=True, help="TOML config file (its topics, routes and guard key)")
-    sp.add_argument("--guard-public-key", metavar="MULTIKEY", help="the guard's public key (z6Mk…), for auditors without the private key file")
     sp.add_argument(
-        "--reconciler-public-key", metavar="MULTIKEY", help="the reconciler's public key (z6Mk…), which seals resolutions (default: the keys.reconciler_key file's)"
+        "--guard-public-key", metavar="MULTIKEY", help="the guard's public key (z6Mk…), for auditors without the private key file"
     )
-    sp.add_argument("--idle-ms", type=_idle_ms, default=DEFAULT_IDLE_MS, help=f"the log has ended after this long without a new record (default {DEFAULT_IDLE_MS})")
+    sp.add_argument(
+        "--reconciler-public-key",
+        metavar="MULTIKEY",
+        help="the reconciler's public key (z6Mk…), which seals resolutions (default: the keys.reconciler_key file's)",
+    )
+    sp.add_argument(
+        "--idle-ms",
+        type=_idle_ms,
+        default=DEFAULT_IDLE_MS,
+        help=f"the log has ended after this long without a new record (default {DEFAULT_IDLE_MS})",
+    )
     sp.add_argument("--progress", action="store_true", help="show progress on stderr even when it is not a terminal")
 
 
 def _operators_option(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--operators", metavar="FILE", help="check operators' names against this operators file (default: keys.operators), e.g. an archived copy")
+    sp.add_argument(
+        "--operators",
+        metavar="FILE",
+        help="check operators' names against this operators file (default: keys.operators), e.g. an archived copy",
+    )
 
 
 AddFn = Callable[[str, Callable[[argparse.Namespace], int], str, str], argparse.ArgumentParser]
@@ -190,14 +203,22 @@ def add_commands(
     _common(sp)
     _operators_option(sp)
     sp.add_argument("--json", action="store_true", help="print the report as JSON")
-    sp.add_argument("--checkpoint", "--since", dest="checkpoint", metavar="FILE", help="resume from FILE's offsets and state if it exists, then save them there")
+    sp.add_argument(
+        "--checkpoint",
+        "--since",
+        dest="checkpoint",
+        metavar="FILE",
+        help="resume from FILE's offsets and state if it exists, then save them there",
+    )
 
     if add_esc is None:
         esc = sub.add_parser("escalations", help="List and show escalations.", description="List and show escalations.")
         actions = esc.add_subparsers(dest="escalations_command", required=True, metavar="ACTION")
 
         def own(name: str, fn: Callable[[argparse.Namespace], int], help: str, examples: str) -> argparse.ArgumentParser:
-            p: argparse.ArgumentParser = actions.add_parser(name, help=help, description=help, epilog=_examples(examples), formatter_class=argparse.RawDescriptionHelpFormatter)
+            p: argparse.ArgumentParser = actions.add_parser(
+                name, help=help, description=help, epilog=_examples(examples), formatter_class=argparse.RawDescriptionHelpFormatter
+            )
             p.set_defaults(fn=fn)
             return p
 

@@ -26,11 +26,11 @@ from busguard.protocol.attestation import HEADER_DECISION_ID, HEADER_SEAL
 from busguard.protocol.envelope import b64url_encode
 from busguard.protocol.identity import multikey_encode
 from busguard.protocol.keyfile import read_key
+from busguard.protocol.records import COMMAND_CONTEXT, HEADER_COMMAND, HEADER_SIGNER, Resolution, ResolveCommand, ResolvedAs, audit_decoder
 from busguard.protocol.signing import sign
 from busguard.runtime.clients import partitions_of, reader
 from busguard.runtime.clients import producer as make_producer
 from busguard.runtime.records import Undecodable
-from busguard.protocol.records import COMMAND_CONTEXT, HEADER_COMMAND, HEADER_SIGNER, ResolveCommand, Resolution, ResolvedAs, audit_decoder
 
 
 async def _find_key(cfg: Config, topic: str, record_id: str, idle_ms: int = 1500) -> bytes | None:
@@ -100,10 +100,18 @@ def resolve(
     async def main() -> int:
         key = await _find_key(cfg, cfg.topics.reconciliation, escalation_id)
         if key is None:
-            raise ConfigError(cfg.topics.reconciliation, "escalation_id", escalation_id, "the decision id of an escalation on the reconciliation topic")
-        command = ResolveCommand(escalation_id=escalation_id, resolve_as=resolve_as, operator=operator, note=note, issued_at=time.time_ns() // 1_000_000)
+            raise ConfigError(
+                cfg.topics.reconciliation, "escalation_id", escalation_id, "the decision id of an escalation on the reconciliation topic"
+            )
+        command = ResolveCommand(
+            escalation_id=escalation_id, resolve_as=resolve_as, operator=operator, note=note, issued_at=time.time_ns() // 1_000_000
+        )
         body = msgspec.json.encode(command)
-        headers = [(HEADER_COMMAND, b"resolve"), (HEADER_SEAL, b64url_encode(sign(identity.seed, COMMAND_CONTEXT + body)).encode()), *signer]
+        headers = [
+            (HEADER_COMMAND, b"resolve"),
+            (HEADER_SEAL, b64url_encode(sign(identity.seed, COMMAND_CONTEXT + body)).encode()),
+            *signer,
+        ]
         producer = make_producer(cfg, name="resolve")
         await producer.start()
         try:

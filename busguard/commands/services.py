@@ -64,7 +64,9 @@ def _serve(service: Guard | Reconciler, topics: list[str], cfg: Config, close: C
     try:
         asyncio.run(main())
     except StateUnavailable as exc:  # a batch waited state.retry_s for PostgreSQL: stop, in one line
-        raise StoreUnreachable.postgres(cfg.source, redact(cfg.state.dsn), f"no answer to {exc.what!r}: {exc.error}", cfg.state.retry_s) from None
+        raise StoreUnreachable.postgres(
+            cfg.source, redact(cfg.state.dsn), f"no answer to {exc.what!r}: {exc.error}", cfg.state.retry_s
+        ) from None
     finally:
         close()
     return 0

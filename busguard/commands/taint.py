@@ -96,14 +96,23 @@ def add_commands(sub: Any) -> None:
     """Register `busguard taint check` on busguard.cli's subcommand parser."""
     help_ = "Check whether a tainted output's causal cone may be replayed, and at which unit (see docs/taint.md)."
     epilog = "examples:\n" + textwrap.indent(_EXAMPLES.strip(), "  ") + "\n\nexit codes: 0 valid plan, 1 replay refused, 2 malformed input"
-    taint = sub.add_parser("taint", help="Taint replay guard over recorded agent traces.", description=help_, epilog=epilog,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    taint = sub.add_parser(
+        "taint",
+        help="Taint replay guard over recorded agent traces.",
+        description=help_,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     actions = taint.add_subparsers(dest="taint_command", required=True, metavar="ACTION")
     sp = actions.add_parser("check", help=help_, description=help_, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     sp.set_defaults(fn=cmd_check)
     sp.add_argument("trace", metavar="TRACE.json", help="the recorded trace (busguard.taint-trace.v1)")
     sp.add_argument("--ledger", metavar="LEDGER.json", help="the idempotency ledger (busguard.taint-ledger.v1)")
-    sp.add_argument("--output", metavar="NODE", action="append",
-                    help="the tainted output node (repeatable); default: the trace's tainted_output, else every leaf (the whole trace)")
+    sp.add_argument(
+        "--output",
+        metavar="NODE",
+        action="append",
+        help="the tainted output node (repeatable); default: the trace's tainted_output, else every leaf (the whole trace)",
+    )
     sp.add_argument("--json", action="store_true", help="machine-readable verdict (same as --format json)")
     sp.add_argument("--format", choices=FORMATS, default="text", help="text (default), json, mermaid or dot")

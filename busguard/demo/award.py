@@ -60,25 +60,41 @@ def seed_net(a: Sender, b: Sender, c: Sender, *, call: str = CALL, to: str = "gu
     deadline = format_timestamp((now_ms if now_ms is not None else time.time_ns() // 1_000_000) + 3_600_000)
     honest = JcsSha256().root(OUTPUT)
     tampered = hashlib.sha256(OUTPUT).hexdigest()  # B's own reading: self-consistent, not the jcs-sha256 root it bid
-    call_p = CallPayload(awarder=a.agent_id, task_class="transform.table", task="normalise the rows", requires_check=True, award_deadline=deadline)
+    call_p = CallPayload(
+        awarder=a.agent_id, task_class="transform.table", task="normalise the rows", requires_check=True, award_deadline=deadline
+    )
     bid_b = BidPayload(call=call, cost=120, deadline=deadline, receipt=ReceiptTemplate(canonicalizer_id="jcs-sha256", commits="output"))
-    bid_c = BidPayload(call=call, cost=80, deadline=deadline, receipt=ReceiptTemplate(canonicalizer_id="c-private-norm.v1", commits="output"))
+    bid_c = BidPayload(
+        call=call, cost=80, deadline=deadline, receipt=ReceiptTemplate(canonicalizer_id="c-private-norm.v1", commits="output")
+    )
     return [
         NetStep("A calls for bids", _sign(a, "cnet.call", call, call_p, to), ("forward", "admitted")),
         NetStep("B bids 120 under jcs-sha256", _sign(b, "cnet.bid", f"{call}/bid-b", bid_b, to), ("forward", "admitted")),
         NetStep("C bids 80 under a private canonicalizer", _sign(c, "cnet.bid", f"{call}/bid-c", bid_c, to), ("forward", "admitted")),
         NetStep(
             "A awards C on cost",
-            _sign(a, "cnet.award", call, AwardPayload(winner=f"{call}/bid-c", ranked=[f"{call}/bid-c", f"{call}/bid-b"], mode="verified"), to),
+            _sign(
+                a, "cnet.award", call, AwardPayload(winner=f"{call}/bid-c", ranked=[f"{call}/bid-c", f"{call}/bid-b"], mode="verified"), to
+            ),
             ("reject", "award_unrecomputable"),
         ),
         NetStep(
             "A re-awards to B",
-            _sign(a, "cnet.award", call, AwardPayload(winner=f"{call}/bid-b", ranked=[f"{call}/bid-c", f"{call}/bid-b"], mode="verified"), to),
+            _sign(
+                a, "cnet.award", call, AwardPayload(winner=f"{call}/bid-b", ranked=[f"{call}/bid-c", f"{call}/bid-b"], mode="verified"), to
+            ),
             ("forward", "admitted"),
         ),
-        NetStep("B delivers with a tampered root", _sign(b, "cnet.result", call, ResultPayload(state_root=tampered, output=_b64(OUTPUT)), to), ("escalate", "settlement_mismatch")),
-        NetStep("B delivers its honest result", _sign(b, "cnet.result", call, ResultPayload(state_root=honest, output=_b64(OUTPUT)), to), ("forward", "admitted")),
+        NetStep(
+            "B delivers with a tampered root",
+            _sign(b, "cnet.result", call, ResultPayload(state_root=tampered, output=_b64(OUTPUT)), to),
+            ("escalate", "settlement_mismatch"),
+        ),
+        NetStep(
+            "B delivers its honest result",
+            _sign(b, "cnet.result", call, ResultPayload(state_root=honest, output=_b64(OUTPUT)), to),
+            ("forward", "admitted"),
+        ),
     ]
 
 
@@ -143,7 +159,9 @@ async def _demo(work: Path) -> int:
     write_key(work / "guard.key", guard_id)
     write_key(work / "reconciler.key", reconciler_id)
     operator = new_identity()
-    (work / "operators.toml").write_text(f'[[operator]]\nname = "demo"\npublic_key = "{multikey_encode(operator.public_key)}"\n', encoding="utf-8")
+    (work / "operators.toml").write_text(
+        f'[[operator]]\nname = "demo"\npublic_key = "{multikey_encode(operator.public_key)}"\n', encoding="utf-8"
+    )
     (work / "keys.toml").write_text(_registry_text(ids), encoding="utf-8")
     print("busguard demo award: seed 002's contract net (awarder A, bidders B and C) through the guard")
     broker = EmbeddedBroker(log_dir=work)
@@ -191,7 +209,13 @@ async def _run(cfg: Config, steps: list[NetStep], services: Any, guard_key: byte
 
     def done(got: Seen) -> bool:
         held = len(got[t.audit]) > len(guard_decisions(got))  # the reconciler's resolution of the escalation
-        return len(guard_decisions(got)) >= len(steps) and held and len(got[rebid]) >= 1 and len(got[downstream]) >= forwards and len(got[t.reconciliation]) >= 1
+        return (
+            len(guard_decisions(got)) >= len(steps)
+            and held
+            and len(got[rebid]) >= 1
+            and len(got[downstream]) >= forwards
+            and len(got[t.reconciliation]) >= 1
+        )
 
     seen = await _collect(cfg, topics, done, services.failure)
     decisions: dict[str | None, Decision] = {}
@@ -236,5 +260,7 @@ async def _run(cfg: Config, steps: list[NetStep], services: Any, guard_key: byte
     if failed:
         print(f"\ndemo FAILED: {failed} record(s) did not go where expected")
         return 1
-    print(f"\ndemo OK: all {len(steps)} records went where they should; C's unrecomputable award was refused, B's tampered root escalated to B.")
+    print(
+        f"\ndemo OK: all {len(steps)} records went where they should; C's unrecomputable award was refused, B's tampered root escalated to B."
+    )
     return 0

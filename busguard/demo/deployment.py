@@ -94,7 +94,9 @@ def write_deployment(work: Path) -> Identities:
     write_key(work / "guard.key", ids.guard)
     write_key(work / "reconciler.key", ids.reconciler)
     write_key(work / "operator.key", ids.operator)
-    (work / "operators.toml").write_text(f'[[operator]]\nname = "demo"\npublic_key = "{multikey_encode(ids.operator.public_key)}"\n', encoding="utf-8")
+    (work / "operators.toml").write_text(
+        f'[[operator]]\nname = "demo"\npublic_key = "{multikey_encode(ids.operator.public_key)}"\n', encoding="utf-8"
+    )
     write_key(work / "planner.key", ids.planner)
     write_key(work / "executor.key", ids.executor)
     (work / "keys.toml").write_text(registry_text(ids.planner, ids.executor), encoding="utf-8")

@@ -118,13 +118,21 @@ class Scenario:
             v=1,
             components=tuple(components),
             declaration=self.statement(
-                s, CompromiseDeclaration(v=1, handoff_id=hid, signer=s, detected=(CompromiseKind.CORRUPTED_CONTEXT,), detected_at=format_timestamp(self.now))
+                s,
+                CompromiseDeclaration(
+                    v=1, handoff_id=hid, signer=s, detected=(CompromiseKind.CORRUPTED_CONTEXT,), detected_at=format_timestamp(self.now)
+                ),
             )
             if declared
             else None,
-            scope=self.statement(s, StateScope(v=1, handoff_id=hid, signer=s, components=tuple(scope_entry(c) for c in scope))) if scope is not None else None,
+            scope=self.statement(s, StateScope(v=1, handoff_id=hid, signer=s, components=tuple(scope_entry(c) for c in scope)))
+            if scope is not None
+            else None,
             successor_integrity=self.statement(
-                SUCCESSOR, SuccessorIntegrity(v=1, handoff_id=hid, signer=SUCCESSOR, successor=SUCCESSOR, status=successor, rederives_operational_state=False)
+                SUCCESSOR,
+                SuccessorIntegrity(
+                    v=1, handoff_id=hid, signer=SUCCESSOR, successor=SUCCESSOR, status=successor, rederives_operational_state=False
+                ),
             )
             if successor is not None
             else None,
@@ -159,16 +167,30 @@ class Scenario:
             session_id=session_id,
             detail="detector: prompt injection in the retrieved context",
         )
-        return self.p[OPERATOR].sender.sign(kind=KIND_COMPROMISE_NOTICE, task_id=nid, receiver="busguard", payload=encode(notice), nonce=f"demo-notice-{nid}-0001")
+        return self.p[OPERATOR].sender.sign(
+            kind=KIND_COMPROMISE_NOTICE, task_id=nid, receiver="busguard", payload=encode(notice), nonce=f"demo-notice-{nid}-0001"
+        )
 
     def steps(self) -> list[Step]:
         P, M, L = PLAN, MEMORY, LOG
         PR, QR, ER = InteractionRule.PARTIAL_TRANSFER, InteractionRule.QUARANTINED_STATE_ONLY, InteractionRule.ESCALATE
         maybe = IntegrityStatus.POTENTIALLY_COMPROMISED
         return [
-            Step("1 inheritance", "notice: operator marks session s-2 compromised", self.notice("notice-1", "s-2"), ("downstream", "admitted")),
-            Step("1 inheritance", "FAILURE: s-2 hands off its plan, undeclared", self.handoff("h-1a", [P, L], session_id="s-2"), ("dead-letter", "undeclared_operational_state")),
-            Step("1 inheritance", "prevented: s-2 moves only its logs", self.handoff("h-1b", [L], session_id="s-2"), ("downstream", "scoped")),
+            Step(
+                "1 inheritance",
+                "notice: operator marks session s-2 compromised",
+                self.notice("notice-1", "s-2"),
+                ("downstream", "admitted"),
+            ),
+            Step(
+                "1 inheritance",
+                "FAILURE: s-2 hands off its plan, undeclared",
+                self.handoff("h-1a", [P, L], session_id="s-2"),
+                ("dead-letter", "undeclared_operational_state"),
+            ),
+            Step(
+                "1 inheritance", "prevented: s-2 moves only its logs", self.handoff("h-1b", [L], session_id="s-2"), ("downstream", "scoped")
+            ),
             Step(
                 "1 inheritance",
                 "prevented: declared, scoped plan + forged memory",
@@ -176,17 +198,45 @@ class Scenario:
                 ("downstream", "scoped"),
                 check_scope=True,
             ),
-            Step("2 double", "successor compromised, rule partial_transfer", self.handoff("h-2a", [P, M], declared=True, scope=[P], successor=maybe, rule=PR), ("downstream", "double_compromise_caution"), check_scope=True),
-            Step("2 double", "successor compromised, rule quarantined_state_only", self.handoff("h-2b", [P, M], declared=True, scope=[P], successor=maybe, rule=QR), ("quarantine", "double_compromise_quarantine")),
-            Step("2 double", "successor compromised, rule escalate", self.handoff("h-2c", [P], declared=True, scope=[P], successor=maybe, rule=ER), ("reconciliation", "double_compromise_escalate")),
-            Step("3 paralysis", "FAILURE: nothing verified, nothing can move", self.handoff("h-3a", [P, M], declared=True, successor=None), ("dead-letter", "nothing_transferable")),
-            Step("3 paralysis", "prevented: successor unverifiable, scoped plan moves", self.handoff("h-3b", [P, M], declared=True, scope=[P], successor=None, rule=PR), ("downstream", "double_compromise_caution"), check_scope=True),
+            Step(
+                "2 double",
+                "successor compromised, rule partial_transfer",
+                self.handoff("h-2a", [P, M], declared=True, scope=[P], successor=maybe, rule=PR),
+                ("downstream", "double_compromise_caution"),
+                check_scope=True,
+            ),
+            Step(
+                "2 double",
+                "successor compromised, rule quarantined_state_only",
+                self.handoff("h-2b", [P, M], declared=True, scope=[P], successor=maybe, rule=QR),
+                ("quarantine", "double_compromise_quarantine"),
+            ),
+            Step(
+                "2 double",
+                "successor compromised, rule escalate",
+                self.handoff("h-2c", [P], declared=True, scope=[P], successor=maybe, rule=ER),
+                ("reconciliation", "double_compromise_escalate"),
+            ),
+            Step(
+                "3 paralysis",
+                "FAILURE: nothing verified, nothing can move",
+                self.handoff("h-3a", [P, M], declared=True, successor=None),
+                ("dead-letter", "nothing_transferable"),
+            ),
+            Step(
+                "3 paralysis",
+                "prevented: successor unverifiable, scoped plan moves",
+                self.handoff("h-3b", [P, M], declared=True, scope=[P], successor=None, rule=PR),
+                ("downstream", "double_compromise_caution"),
+                check_scope=True,
+            ),
         ]
 
 
 def registry_text(parties: dict[str, Party]) -> str:
     return "".join(
-        f'[[agent]]\nid = "{p.name}"\n  [[agent.key]]\n  key_id = "{KEY_ID}"\n  public_key = "{multikey_encode(p.identity.public_key)}"\n' for p in parties.values()
+        f'[[agent]]\nid = "{p.name}"\n  [[agent.key]]\n  key_id = "{KEY_ID}"\n  public_key = "{multikey_encode(p.identity.public_key)}"\n'
+        for p in parties.values()
     )
 
 
@@ -214,7 +264,9 @@ def _where(d: Decision, quarantined: bool) -> tuple[str, str]:
     return ("reconciliation" if d.outcome == "escalate" else "dead-letter"), str(d.reason)
 
 
-def _successor_check(value: bytes, headers: list[tuple[str, bytes]], guard_key: bytes, session_keys: Callable[[str, str | None], list[tuple[str, bytes]]]) -> str:
+def _successor_check(
+    value: bytes, headers: list[tuple[str, bytes]], guard_key: bytes, session_keys: Callable[[str, str | None], list[tuple[str, bytes]]]
+) -> str:
     """What the successor does with a forward: the guard's attestation, then each component against the signed scope."""
     from busguard.protocol.attestation import verify_admitted
     from busguard.sdk.scope import verify_forwarded
@@ -324,7 +376,9 @@ async def _run(work: Path) -> int:
             if s.check_scope and d.task_id in forwards:
                 fwd = forwards[d.task_id]
                 try:
-                    s.note += ("; " if s.note else "") + _successor_check(fwd.value, list(fwd.headers), guard.identity.public_key, session_keys)
+                    s.note += ("; " if s.note else "") + _successor_check(
+                        fwd.value, list(fwd.headers), guard.identity.public_key, session_keys
+                    )
                     forwarded = [c.name for c in decode_handoff(fwd.value).components]
                     if "memory" in forwarded and s.expect[1] == "scoped":
                         s.got = ("downstream", "FORGED COMPONENT FORWARDED")
@@ -347,7 +401,9 @@ async def _run(work: Path) -> int:
         why = [f"{failed} of {len(steps)} records did not go where expected"] if failed else []
         print("demo handoff FAILED: " + "; ".join(why + ([] if audit.ok else ["the audit found violations"])))
         return 1
-    print(f"demo handoff OK: all {len(steps)} records went where they should; no compromise inherited, no forged state forwarded, verified state still moved.")
+    print(
+        f"demo handoff OK: all {len(steps)} records went where they should; no compromise inherited, no forged state forwarded, verified state still moved."
+    )
     return 0
 
 

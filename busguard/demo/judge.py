@@ -14,6 +14,7 @@ from busguard.demo.tap import Tap
 from busguard.protocol.attestation import AttestationError, verify_admitted
 from busguard.protocol.envelope import HEADER_RECEIPT
 
+
 def operator_resolve(cfg: Config, escalation_id: str) -> tuple[int, str]:
     """What `busguard escalations resolve ID --as reject --note ... --operator demo --key operator.key` does, captured."""
     from busguard.commands.resolve import resolve
@@ -47,7 +48,9 @@ def judge(sc: Scenario, tap: Tap, cfg: Config, guard_public_key: bytes, operator
             if placed[0] in tap.downstream:
                 try:
                     # as its receiver would: the demo addresses handoffs to "executor", acks to "planner"
-                    verify_admitted(placed[1].value, list(placed[1].headers), guard_public_key, "executor" if d.kind == "handoff" else "planner")
+                    verify_admitted(
+                        placed[1].value, list(placed[1].headers), guard_public_key, "executor" if d.kind == "handoff" else "planner"
+                    )
                     s.attested = True
                 except AttestationError as exc:
                     s.attested = False
@@ -91,7 +94,9 @@ def judge(sc: Scenario, tap: Tap, cfg: Config, guard_public_key: bytes, operator
         if d.supersedes != sc.session_ack.receipt_id:
             sc.session_retry.problems.append("supersedes link does not name the first ack")
         before, after = sc.session_jump
-        sc.session_retry.details.append(f"same session, sequence {before} -> {after}: recorded as a retransmission, no second ack forwarded")
+        sc.session_retry.details.append(
+            f"same session, sequence {before} -> {after}: recorded as a retransmission, no second ack forwarded"
+        )
     acks_topic = next(r.downstream for r in cfg.routes if r.name == sc.session_ack.route)
     acks_downstream = [r for topic, r in tap.placed.values() if topic == acks_topic and task_of(r) == "task-2"]
     if len(acks_downstream) != 1:

@@ -10,6 +10,7 @@ from busguard.demo.scenario import DEAD_LETTER, DOWNSTREAM, RECONCILIATION, Scen
 if TYPE_CHECKING:
     from busguard.audit.lineage import AuditReport
 
+
 def run_auditor(cfg: Config, guard_public_key: bytes, reconciler_public_key: bytes) -> AuditReport:
     """The auditor, imported lazily (it is the heaviest import and optional for the rest)."""
     from busguard.audit.run import run_audit

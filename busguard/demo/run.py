@@ -8,9 +8,9 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 from busguard.config import Config, load_config
@@ -116,7 +116,14 @@ def _prepare_dir(keep_dir: str | None, stale: Iterable[str] = DEMO_FILES) -> tup
     return work, False
 
 
-def run_scenario(name: str, keep_dir: str | None, demo: Callable[[Path, bool], Coroutine[Any, Any, int]], *, verbose: bool = False, stale: Iterable[str] = DEMO_FILES) -> int:
+def run_scenario(
+    name: str,
+    keep_dir: str | None,
+    demo: Callable[[Path, bool], Coroutine[Any, Any, int]],
+    *,
+    verbose: bool = False,
+    stale: Iterable[str] = DEMO_FILES,
+) -> int:
     """Every `busguard demo` scenario's frame: quiet logs, a work directory
     (kept with --dir, else a temporary one removed afterwards), and one
     readable failure line (the traceback only with --verbose)."""
@@ -164,7 +171,9 @@ async def _demo(work: Path, owned: bool) -> int:
         stopped = False
         try:
             took = await services.start()
-            print(f"  running    guard ({', '.join(cfg.input_topics)}) and reconciler ({cfg.topics.reconciliation}); partitions assigned in {took:.1f}s")
+            print(
+                f"  running    guard ({', '.join(cfg.input_topics)}) and reconciler ({cfg.topics.reconciliation}); partitions assigned in {took:.1f}s"
+            )
             code, report = await _scenario(cfg, work, guard_id, planner, executor, services)
             await services.stop()
             stopped = True
@@ -189,7 +198,9 @@ async def _demo(work: Path, owned: bool) -> int:
         await broker.astop()
 
 
-async def _scenario(cfg: Config, work: Path, guard_id: Identity, planner: Identity, executor: Identity, services: Services) -> tuple[int, int]:
+async def _scenario(
+    cfg: Config, work: Path, guard_id: Identity, planner: Identity, executor: Identity, services: Services
+) -> tuple[int, int]:
     sc = build_scenario(planner, executor, work / "executor.session.json")
     tap = Tap(cfg)
     await tap.start()

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from busguard.protocol.records import Decision
 from busguard.protocol.envelope import HEADER_RECEIPT, HEADER_SIGNATURE
 from busguard.protocol.keyfile import Identity
+from busguard.protocol.records import Decision
 from busguard.sdk.sender import Sender, SignedRecord
 
 HANDOFF_WORK: Final = b'{"op":"summarize","doc":"q3-report.pdf"}'
@@ -97,9 +97,16 @@ def build_scenario(planner: Identity, executor: Identity, session_file: Path) ->
     # Signed by the executor's key but claiming to come from the planner.
     claimed = p.sign(kind="handoff", task_id="task-4", receiver="executor", payload=HANDOFF_WORK).receipt
     forged = Step.signed(
-        "forged: 'planner' handoff signed by another key", "handoffs", H, e_legacy.sign_receipt(claimed, HANDOFF_WORK), DEAD_LETTER, "bad_signature"
+        "forged: 'planner' handoff signed by another key",
+        "handoffs",
+        H,
+        e_legacy.sign_receipt(claimed, HANDOFF_WORK),
+        DEAD_LETTER,
+        "bad_signature",
     )
-    old = p.sign(kind="handoff", task_id="task-5", receiver="executor", payload=HANDOFF_WORK, issued_at_ms=time.time_ns() // 1_000_000 - 600_000)
+    old = p.sign(
+        kind="handoff", task_id="task-5", receiver="executor", payload=HANDOFF_WORK, issued_at_ms=time.time_ns() // 1_000_000 - 600_000
+    )
     stale = Step.signed("stale: handoff issued 10 minutes ago", "handoffs", H, old, DEAD_LETTER, "timestamp_expired")
     signature = dict(first.headers)[HEADER_SIGNATURE]
     malformed = Step(

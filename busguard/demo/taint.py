@@ -88,9 +88,15 @@ def build_requests(planner: Identity, executor_id: str, dead_letter: str) -> lis
     return [
         Request("contain: the incident trace alone", sign("incident-2026-11-08", alone), dead_letter, "taint_replay_refused"),
         Request("retried: the same request, new nonce", sign("incident-2026-11-08", alone), dead_letter, "taint_replay_refused"),
-        Request("contain: the trace with the gateway's ledger", sign("incident-2026-11-08/ledger", encode_request(INCIDENT_TRACE, INCIDENT_LEDGER)),
-                PLANS, "admitted"),
-        Request("malformed: a trace with a cycle", sign("incident-bad", encode_request(CYCLE_TRACE)), dead_letter, "taint_request_malformed"),
+        Request(
+            "contain: the trace with the gateway's ledger",
+            sign("incident-2026-11-08/ledger", encode_request(INCIDENT_TRACE, INCIDENT_LEDGER)),
+            PLANS,
+            "admitted",
+        ),
+        Request(
+            "malformed: a trace with a cycle", sign("incident-bad", encode_request(CYCLE_TRACE)), dead_letter, "taint_request_malformed"
+        ),
     ]
 
 
@@ -142,9 +148,16 @@ async def _demo(work: Path, owned: bool) -> int:
             print()
             bad = not complete or any(r.problems for r in requests)
             if not bad and audit.ok:
-                print(f"demo OK: all {len(requests)} requests went where they should; the refusal carried its node set, the plan its attestation.")
+                print(
+                    f"demo OK: all {len(requests)} requests went where they should; the refusal carried its node set, the plan its attestation."
+                )
                 return 0
-            print("demo FAILED: " + "; ".join(w for w, b in (("some requests did not go where expected", bad), ("the audit found violations", not audit.ok)) if b))
+            print(
+                "demo FAILED: "
+                + "; ".join(
+                    w for w, b in (("some requests did not go where expected", bad), ("the audit found violations", not audit.ok)) if b
+                )
+            )
             return 1
         finally:
             if not stopped:
@@ -196,7 +209,9 @@ def _judge(r: Request, tap: Tap, executor: Identity, guard_key: bytes) -> None:
         return
     if d.reason == "taint_replay_refused":
         detail = json.loads(dict(record.headers)[HEADER_DETAIL])
-        r.lines.append(f"{d.reason}: condition {detail['condition']}, unknowable nodes {detail['nodes']}, {detail['suspect_total']} nodes still suspect")
+        r.lines.append(
+            f"{d.reason}: condition {detail['condition']}, unknowable nodes {detail['nodes']}, {detail['suspect_total']} nodes still suspect"
+        )
         if r.label.startswith("retried"):
             r.lines.append("the same verdict again: a refusal is a first-class signal to scope by hand, not an error to retry")
         if "post_message" not in detail["nodes"]:
@@ -208,7 +223,9 @@ def _judge(r: Request, tap: Tap, executor: Identity, guard_key: bytes) -> None:
         body = json.loads(admitted.payload)
         plan = body["plan"]
         sinks = sorted(s["sink"] for s in plan["sinks"])
-        r.lines.append(f"admitted (attested, forwarded_sha256 checked): {plan['unit']}-level plan, forced by conditions {plan['forced_by']}")
+        r.lines.append(
+            f"admitted (attested, forwarded_sha256 checked): {plan['unit']}-level plan, forced by conditions {plan['forced_by']}"
+        )
         r.lines.append(f"post_message attributed to {', '.join(sinks)}; summarize and read_secret stay in the taint graph")
         if plan["unit"] != "token" or sinks != ["chat:#ops", "webhook:partner-archive"]:
             r.problems.append(f"the plan is {plan['unit']}-level with sinks {sinks}")

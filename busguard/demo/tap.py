@@ -9,12 +9,12 @@ from typing import Any
 
 import msgspec
 
-from busguard.protocol.records import Decision
 from busguard.config import Config
-from busguard.protocol.attestation import HEADER_DECISION_ID
-from busguard.protocol.records import Reply, Resolution, audit_decoder
-from busguard.runtime.records import Undecodable
 from busguard.demo.scenario import Step
+from busguard.protocol.attestation import HEADER_DECISION_ID
+from busguard.protocol.records import Decision, Reply, Resolution, audit_decoder
+from busguard.runtime.records import Undecodable
+
 
 class Tap:
     """Reads output topics from the beginning, without a consumer group.

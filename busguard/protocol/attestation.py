@@ -27,10 +27,10 @@ from typing import Final
 
 import msgspec
 
-from busguard.protocol.records import Coordinates, Decision
 from busguard.protocol.envelope import HEADER_RECEIPT, b64url_decode_strict, b64url_encode
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.receipt import ReceiptError, decode_receipt, payload_hash, receipt_id
+from busguard.protocol.records import Coordinates, Decision
 from busguard.protocol.signing import Signer, verify_signature
 from busguard.protocol.treehead import (
     HEADER_HEAD_SEAL,
@@ -312,12 +312,16 @@ def decode_attestation(raw: bytes) -> Attestation:
         raise AttestationError(f"busguard-attestation is malformed: {exc}") from None
 
 
-def verify_decision_record(value: bytes, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes, heads: HeadCache | None = None) -> Attestation:
+def verify_decision_record(
+    value: bytes, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes, heads: HeadCache | None = None
+) -> Attestation:
     """For auditors: the attestation on an audit/escalation record, bound to its value."""
     return open_decision_record(value, headers, guard_public_key, heads).attestation
 
 
-def open_decision_record(value: bytes, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes, heads: HeadCache | None = None) -> Opened:
+def open_decision_record(
+    value: bytes, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes, heads: HeadCache | None = None
+) -> Opened:
     """`verify_decision_record`, keeping the head and leaf index (the auditor's chain check)."""
     opened = open_sealed(headers, guard_public_key, heads)
     if hashlib.sha256(value).hexdigest() != opened.attestation.decision_sha256:

@@ -111,8 +111,7 @@ def multikey_encode(public_key: bytes) -> str:
     """
     if not isinstance(public_key, (bytes, bytearray)) or len(public_key) != _ED25519_KEY_BYTES:
         raise ValueError(
-            f"Ed25519 public key must be {_ED25519_KEY_BYTES} bytes, "
-            f"got {type(public_key).__name__} of length {_safe_len(public_key)}"
+            f"Ed25519 public key must be {_ED25519_KEY_BYTES} bytes, got {type(public_key).__name__} of length {_safe_len(public_key)}"
         )
     encoded = base58.b58encode(_ED25519_MULTICODEC + bytes(public_key)).decode("ascii")
     return _MULTIBASE_BASE58BTC + encoded
@@ -128,15 +127,10 @@ def multikey_decode(s: str) -> bytes:
     if not isinstance(s, str):
         raise ValueError(f"multikey must be a str, got {type(s).__name__}")
     if len(s) > _MAX_MULTIBASE_CHARS:
-        raise ValueError(
-            f"multikey is {len(s)} characters; at most {_MAX_MULTIBASE_CHARS} are decoded"
-        )
+        raise ValueError(f"multikey is {len(s)} characters; at most {_MAX_MULTIBASE_CHARS} are decoded")
     key = _key_from_body(s)
     if key is None:
-        raise ValueError(
-            f"not a canonical Ed25519 multikey (expected 'z' + base58btc of "
-            f"0xed01 || 32-byte key): {s!r}"
-        )
+        raise ValueError(f"not a canonical Ed25519 multikey (expected 'z' + base58btc of 0xed01 || 32-byte key): {s!r}")
     return key
 
 
@@ -206,10 +200,7 @@ def canonical_principal(agent_id: str) -> str:
     # len() counts code points: a lower bound on UTF-16 units, and 2*len() an
     # upper bound, so the exact count is only computed for long ids.
     if n > _HALF_CAP and _utf16_units(agent_id) > MAX_AGENT_ID_UTF16_UNITS:
-        raise ValueError(
-            f"agentId is {_utf16_units(agent_id)} UTF-16 code units long; "
-            f"at most {MAX_AGENT_ID_UTF16_UNITS} are allowed"
-        )
+        raise ValueError(f"agentId is {_utf16_units(agent_id)} UTF-16 code units long; at most {MAX_AGENT_ID_UTF16_UNITS} are allowed")
     # One 4-character slice and a frozenset probe route almost every id: named
     # agents and DIDs leave here.
     head = agent_id[:4]

@@ -136,15 +136,16 @@ class KeyRegistry:
             except ValueError as exc:
                 raise ConfigError(source, f"{where}.id", agent.id, str(exc)) from None
             if principal in agents:
-                raise ConfigError(source, f"{where}.id", agent.id, "each agent may be listed once (tulpa:/ink: spellings of one key are the same agent)")
-            bounds = {
-                name: _ms(source, f"{where}.{name}", getattr(agent, name))
-                for name in ("not_before", "not_after", "revoked_at")
-            }
+                raise ConfigError(
+                    source, f"{where}.id", agent.id, "each agent may be listed once (tulpa:/ink: spellings of one key are the same agent)"
+                )
+            bounds = {name: _ms(source, f"{where}.{name}", getattr(agent, name)) for name in ("not_before", "not_after", "revoked_at")}
             implicit = _implicit_key(principal)
             if implicit is not None:
                 if agent.key:
-                    raise ConfigError(source, f"{where}.key", "[...]", "a self-certifying tulpa:/ink: agent carries its key in its id; list no keys")
+                    raise ConfigError(
+                        source, f"{where}.key", "[...]", "a self-certifying tulpa:/ink: agent carries its key in its id; list no keys"
+                    )
                 _check_key(source, f"{where}.id", agent.id, implicit.public_key)
                 windows: tuple[KeyWindow, ...] = (msgspec.structs.replace(implicit, **_tighten(implicit, bounds)),)
             else:
@@ -160,12 +161,11 @@ class KeyRegistry:
                     try:
                         pk = multikey_decode(key.public_key)
                     except ValueError as exc:
-                        raise ConfigError(source, f"{kwhere}.public_key", key.public_key, f"an Ed25519 multikey 'z6Mk…' is required ({exc})") from None
+                        raise ConfigError(
+                            source, f"{kwhere}.public_key", key.public_key, f"an Ed25519 multikey 'z6Mk…' is required ({exc})"
+                        ) from None
                     _check_key(source, f"{kwhere}.public_key", key.public_key, pk)
-                    own = {
-                        name: _ms(source, f"{kwhere}.{name}", getattr(key, name))
-                        for name in ("not_before", "not_after", "revoked_at")
-                    }
+                    own = {name: _ms(source, f"{kwhere}.{name}", getattr(key, name)) for name in ("not_before", "not_after", "revoked_at")}
                     window = KeyWindow(key_id=key.key_id, public_key=pk)
                     window = msgspec.structs.replace(window, **_tighten(window, own))
                     built.append(msgspec.structs.replace(window, **_tighten(window, bounds)))
@@ -183,7 +183,9 @@ def _implicit_key(principal: str) -> KeyWindow | None:
 
 def _check_key(source: str, field: str, value: str, pk: bytes) -> None:
     if not is_acceptable_public_key(pk):
-        raise ConfigError(source, field, value, "a canonical Ed25519 public key of large prime order (small-order and non-canonical keys are refused)")
+        raise ConfigError(
+            source, field, value, "a canonical Ed25519 public key of large prime order (small-order and non-canonical keys are refused)"
+        )
 
 
 def _ms(source: str, field: str, value: str | None) -> int | None:

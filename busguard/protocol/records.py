@@ -101,7 +101,12 @@ def record_sha256(key: bytes | None, value: bytes | None, headers: Sequence[tupl
     SHA-256 of RECORD_CONTEXT, F(key), F(value) and `headers_encoding`.
     Spelled out (one join, one update) because it runs per record."""
     h = _RECORD_HASH.copy()
-    parts = [b"\x00" if key is None else _flag_len(1, len(key)), key or b"", b"\x00" if value is None else _flag_len(1, len(value)), value or b""]
+    parts = [
+        b"\x00" if key is None else _flag_len(1, len(key)),
+        key or b"",
+        b"\x00" if value is None else _flag_len(1, len(value)),
+        value or b"",
+    ]
     parts.append(_u32(len(headers)))
     for name, v in headers:
         raw = name.encode()

@@ -137,10 +137,7 @@ def _secret_key(seed_or_signing_key: bytes) -> bytes:
         return bytes(sk)
     full = _as_bytes(seed_or_signing_key, SECRET_KEY_BYTES)
     if full is None:
-        raise ValueError(
-            f"signing key must be a {SEED_BYTES}-byte seed or a "
-            f"{SECRET_KEY_BYTES}-byte seed || public key"
-        )
+        raise ValueError(f"signing key must be a {SEED_BYTES}-byte seed or a {SECRET_KEY_BYTES}-byte seed || public key")
     _pk, sk = nacl.bindings.crypto_sign_seed_keypair(full[:SEED_BYTES])
     # Ed25519 hashes the public half into every signature.  Signing with a
     # mismatched public half yields invalid signatures and, worse, lets whoever

@@ -270,15 +270,10 @@ def format_timestamp(epoch_ms: int) -> str:
     four-digit grammar cannot express.
     """
     if not MIN_EPOCH_MS <= epoch_ms <= MAX_EPOCH_MS:
-        raise ValueError(
-            f"epoch_ms {epoch_ms} is outside the RFC 3339 four-digit-year range "
-            f"[{MIN_EPOCH_MS}, {MAX_EPOCH_MS}]"
-        )
+        raise ValueError(f"epoch_ms {epoch_ms} is outside the RFC 3339 four-digit-year range [{MIN_EPOCH_MS}, {MAX_EPOCH_MS}]")
     days, ms_of_day = divmod(epoch_ms, _MS_PER_DAY)
     year, month, day = _civil_from_days(days)
     secs, ms = divmod(ms_of_day, 1000)
     hour, rem = divmod(secs, 3600)
     minute, second = divmod(rem, 60)
-    return (
-        f"{year:04d}-{month:02d}-{day:02d}T{hour:02d}:{minute:02d}:{second:02d}.{ms:03d}Z"
-    )
+    return f"{year:04d}-{month:02d}-{day:02d}T{hour:02d}:{minute:02d}:{second:02d}.{ms:03d}Z"

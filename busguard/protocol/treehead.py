@@ -187,7 +187,18 @@ def seal_batch(signer: Signer, attestations: Sequence[bytes], *, guard: str, cha
         raise ValueError(f"a batch seal covers 1 to {MAX_LEAVES} attestations, not {len(attestations)}")
     levels = tree_levels([leaf_hash(a) for a in attestations])
     seq, prev = next_link(tip)
-    head = encode_head(TreeHead(v=TREE_HEAD_VERSION, guard=guard, chain=chain, seq=seq, prev=prev, size=len(attestations), root=levels[-1][0].hex(), sealed_at=sealed_at))
+    head = encode_head(
+        TreeHead(
+            v=TREE_HEAD_VERSION,
+            guard=guard,
+            chain=chain,
+            seq=seq,
+            prev=prev,
+            size=len(attestations),
+            root=levels[-1][0].hex(),
+            sealed_at=sealed_at,
+        )
+    )
     return BatchTree(head, b64url_encode(signer.sign(head_message(head))).encode("ascii"), levels)
 
 
@@ -201,7 +212,18 @@ def rebuild(head: bytes, seal: bytes, leaves: bytes) -> BatchTree:
 def worst_head(guard: str) -> bytes:
     """A head at least as long as any `seal_batch` writes for `guard`."""
     big = -(2**63)
-    return encode_head(TreeHead(v=TREE_HEAD_VERSION, guard=guard, chain="z" * 64, seq=MAX_TREE_SIZE, prev="f" * 64, size=MAX_LEAVES, root="f" * 64, sealed_at=big))
+    return encode_head(
+        TreeHead(
+            v=TREE_HEAD_VERSION,
+            guard=guard,
+            chain="z" * 64,
+            seq=MAX_TREE_SIZE,
+            prev="f" * 64,
+            size=MAX_LEAVES,
+            root="f" * 64,
+            sealed_at=big,
+        )
+    )
 
 
 def worst_inclusion(max_leaves: int = MAX_LEAVES) -> bytes:

@@ -67,17 +67,23 @@ class Operators:
         for i, op in enumerate(parsed.operator):
             where = f"operator[{i}]"
             if _NAME.fullmatch(op.name) is None:
-                raise ConfigError(str(path), f"{where}.name", op.name, "1-64 characters of [A-Za-z0-9._@-], starting with a letter or digit")
+                raise ConfigError(
+                    str(path), f"{where}.name", op.name, "1-64 characters of [A-Za-z0-9._@-], starting with a letter or digit"
+                )
             if op.name in names:
                 raise ConfigError(str(path), f"{where}.name", op.name, "each operator name may be listed once")
             try:
                 pk = multikey_decode(op.public_key)
             except ValueError as exc:
-                raise ConfigError(str(path), f"{where}.public_key", op.public_key, f"an Ed25519 multikey 'z6Mk…' is required ({exc})") from None
+                raise ConfigError(
+                    str(path), f"{where}.public_key", op.public_key, f"an Ed25519 multikey 'z6Mk…' is required ({exc})"
+                ) from None
             if not is_acceptable_public_key(pk):
                 raise ConfigError(str(path), f"{where}.public_key", op.public_key, "a canonical Ed25519 public key of large prime order")
             if pk in by_key:
-                raise ConfigError(str(path), f"{where}.public_key", op.public_key, f"already the key of operator {by_key[pk]!r}; one key per operator")
+                raise ConfigError(
+                    str(path), f"{where}.public_key", op.public_key, f"already the key of operator {by_key[pk]!r}; one key per operator"
+                )
             names.add(op.name)
             by_key[pk] = op.name
         return cls(by_key)

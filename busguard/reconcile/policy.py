@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import msgspec
 
-from busguard.protocol.records import Coordinates, Decision
-from busguard.protocol.records import Reply, ResolveCommand, Resolution, SignedCommand, resolution_id
+from busguard.protocol.records import Coordinates, Decision, Reply, Resolution, ResolveCommand, SignedCommand, resolution_id
 
 
 class EscalationState(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,7 +75,9 @@ def on_escalation(decision: Decision, known: EscalationState | None, source: Coo
     return [held], EscalationState(escalation=decision, held=held)
 
 
-def on_command(command: ResolveCommand, known: EscalationState | None, source: Coordinates, now_ms: int, signed: SignedCommand | None = None) -> Verdict:
+def on_command(
+    command: ResolveCommand, known: EscalationState | None, source: Coordinates, now_ms: int, signed: SignedCommand | None = None
+) -> Verdict:
     """`signed`: the command as read (its bytes and seal), kept in the
     resolution so the auditor can check the operator's name itself."""
     if known is None:

@@ -20,7 +20,6 @@ from typing import Any
 import msgspec
 import structlog
 
-from busguard.protocol.records import Coordinates, Decision, decision_id
 from busguard.config import Config
 from busguard.protocol.attestation import (
     HEADER_OUTCOME,
@@ -33,9 +32,20 @@ from busguard.protocol.attestation import (
 )
 from busguard.protocol.identity import multikey_decode
 from busguard.protocol.keyfile import Identity
-from busguard.reconcile.policy import EscalationState, Item, Rejected, on_command, on_escalation
+from busguard.protocol.records import (
+    HEADER_COMMAND,
+    HEADER_SIGNER,
+    Coordinates,
+    Decision,
+    Reply,
+    Resolution,
+    ResolveCommand,
+    SignedCommand,
+    command_seal_ok,
+    decision_id,
+)
 from busguard.reconcile.operators import Operators
-from busguard.protocol.records import HEADER_COMMAND, HEADER_SIGNER, Reply, ResolveCommand, Resolution, SignedCommand, command_seal_ok
+from busguard.reconcile.policy import EscalationState, Item, Rejected, on_command, on_escalation
 from busguard.reconcile.store import Processed, ReconcileState, States
 from busguard.runtime.faults import Faults
 from busguard.runtime.ops import Metrics
@@ -82,12 +92,18 @@ def _command_signer(
         return Rejected("bad_seal", f"{HEADER_SIGNER} must be one Ed25519 multikey ({exc})")
     name = operators.name_for(key)
     if name is None:
-        return Rejected("bad_seal", f"resolve command signed with {named[0].decode('ascii')}, which is not an operator's key (keys.operators)")
+        return Rejected(
+            "bad_seal", f"resolve command signed with {named[0].decode('ascii')}, which is not an operator's key (keys.operators)"
+        )
     return key, name
 
 
 def parse(
-    value: bytes | None, headers: Sequence[tuple[str, bytes]], guard_public_key: bytes, operators: Operators, guard_key_resolves: bool = True
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes]],
+    guard_public_key: bytes,
+    operators: Operators,
+    guard_key_resolves: bool = True,
 ) -> _Parsed:
     """Authenticate and decode one reconciliation-topic record."""
     if value is None:
@@ -156,7 +172,14 @@ class Reconciler(SealingStage):
         self.operators = operators
         self.namespace = f"reconcile:{cfg.reconcile.group_id}"
         self._start_stage(
-            cfg, identity, metrics or Metrics(role="reconcile"), clock_ms, faults, topics=[cfg.topics.reconciliation], group_id=cfg.reconcile.group_id, role="reconciler"
+            cfg,
+            identity,
+            metrics or Metrics(role="reconcile"),
+            clock_ms,
+            faults,
+            topics=[cfg.topics.reconciliation],
+            group_id=cfg.reconcile.group_id,
+            role="reconciler",
         )
         self._follow(operators, "operators")
 
@@ -215,19 +238,85 @@ class Reconciler(SealingStage):
                 body = _json.encode(item)
                 outcome = "resolved" if item.stage == "final" else "held"
                 reason = item.resolved_as or (p.escalation.reason if p.escalation else "held")
-                out.append(self._sealed(self.cfg.topics.audit, (item.task_id or item.escalation_id).encode(), body, item.resolution_id, outcome, reason, item.receipt_id, source, item.resolved_at))
-                log.info("resolution", resolution_id=item.resolution_id, escalation_id=item.escalation_id, stage=item.stage, resolved_as=item.resolved_as, by=item.by, task_id=item.task_id)
+                out.append(
+                    self._sealed(
+                        self.cfg.topics.audit,
+                        (item.task_id or item.escalation_id).encode(),
+                        body,
+                        item.resolution_id,
+                        outcome,
+                        reason,
+                        item.receipt_id,
+                        source,
+                        item.resolved_at,
+                    )
+                )
+                log.info(
+                    "resolution",
+                    resolution_id=item.resolution_id,
+                    escalation_id=item.escalation_id,
+                    stage=item.stage,
+                    resolved_as=item.resolved_as,
+                    by=item.by,
+                    task_id=item.task_id,
+                )
             elif isinstance(item, Reply):
                 body = _json.encode(item)
-                out.append(self._sealed(self.cfg.topics.replies, item.to.encode(), body, item.resolution_id, "reply", "retransmission", item.admission.receipt_id, source, item.admission.admitted_at))
+                out.append(
+                    self._sealed(
+                        self.cfg.topics.replies,
+                        item.to.encode(),
+                        body,
+                        item.resolution_id,
+                        "reply",
+                        "retransmission",
+                        item.admission.receipt_id,
+                        source,
+                        item.admission.admitted_at,
+                    )
+                )
             else:
                 did = decision_id(self.namespace, source)
                 key, value, headers = preserved(record, self.cfg.batch.max_payload_bytes)
-                out.append(dead_letter(self.cfg.topics.dead_letter, key, value, headers, did, item.reason, item.detail, source, max_payload_bytes=self.cfg.batch.max_payload_bytes if type(record) is Undecodable else None))
-                log.warning("reconciliation input dead-lettered", reason=item.reason, detail=item.detail, topic=source.topic, partition=source.partition, offset=source.offset)
+                out.append(
+                    dead_letter(
+                        self.cfg.topics.dead_letter,
+                        key,
+                        value,
+                        headers,
+                        did,
+                        item.reason,
+                        item.detail,
+                        source,
+                        max_payload_bytes=self.cfg.batch.max_payload_bytes if type(record) is Undecodable else None,
+                    )
+                )
+                log.warning(
+                    "reconciliation input dead-lettered",
+                    reason=item.reason,
+                    detail=item.detail,
+                    topic=source.topic,
+                    partition=source.partition,
+                    offset=source.offset,
+                )
         return out
 
-    def _sealed(self, topic: str, key: bytes, body: bytes, record_id: str, outcome: str, reason: str, receipt_id: str | None, source: Coordinates, at: int) -> Output:
+    def _sealed(
+        self,
+        topic: str,
+        key: bytes,
+        body: bytes,
+        record_id: str,
+        outcome: str,
+        reason: str,
+        receipt_id: str | None,
+        source: Coordinates,
+        at: int,
+    ) -> Output:
         att = attest_record(self.identity.agent_id, record_id, outcome, reason, receipt_id, source, at, body)
-        headers = [*proof_headers(record_id, att, seal(self.signer, att)), (HEADER_OUTCOME, outcome.encode()), (HEADER_REASON, reason.encode())]
+        headers = [
+            *proof_headers(record_id, att, seal(self.signer, att)),
+            (HEADER_OUTCOME, outcome.encode()),
+            (HEADER_REASON, reason.encode()),
+        ]
         return Output(topic, key, body, headers, at)

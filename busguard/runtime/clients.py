@@ -158,4 +158,6 @@ async def partitions_at(bootstrap: str, topics: Sequence[str], *, client_id: str
 
 async def partitions_of(cfg: Config, topics: Sequence[str], *, name: str = "metadata") -> dict[str, list[int]]:
     """`partitions_at` with the config's bootstrap servers and timeouts."""
-    return await partitions_at(cfg.kafka.bootstrap_servers, topics, client_id=_client_id(cfg, name), request_timeout_ms=cfg.kafka.request_timeout_ms)
+    return await partitions_at(
+        cfg.kafka.bootstrap_servers, topics, client_id=_client_id(cfg, name), request_timeout_ms=cfg.kafka.request_timeout_ms
+    )

@@ -158,7 +158,9 @@ class PartitionDecoder:
     aiokafka's own iterator does, so a consumer that stops early resumes at
     the right place."""
 
-    def __init__(self, topic: str, partition: int, raw: bytes, fetch_offset: int, *, max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES) -> None:
+    def __init__(
+        self, topic: str, partition: int, raw: bytes, fetch_offset: int, *, max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES
+    ) -> None:
         self.topic = topic
         self.partition = partition
         self.raw = raw
@@ -208,9 +210,7 @@ class PartitionDecoder:
             return base + max(delta, 0)
         return base
 
-    def _placeholders(
-        self, batch: bytes, base: int, lo: int, hi: int, why: str
-    ) -> Iterator[Undecodable]:
+    def _placeholders(self, batch: bytes, base: int, lo: int, hi: int, why: str) -> Iterator[Undecodable]:
         """One `undecodable_batch` placeholder for the offsets in [lo, hi] not
         yet consumed: one item whatever the span, so a header claiming 2^31
         offsets costs what a header claiming one does. It always carries the
@@ -336,7 +336,9 @@ class PartitionDecoder:
             offset = base + offset_delta
             if offset <= prev or offset > last:
                 # Offsets no longer say which record is which: the batch as a whole.
-                yield from self._placeholders(batch, base, base, last, f"offset delta {offset_delta} is out of order or beyond the batch's last offset")
+                yield from self._placeholders(
+                    batch, base, base, last, f"offset delta {offset_delta} is out of order or beyond the batch's last offset"
+                )
                 return
             prev = offset
             raw_record = data[start:rec_end]
@@ -366,41 +368,55 @@ class PartitionDecoder:
                 if p != rec_end:
                     raise _Corrupt(f"{rec_end - p} bytes after the record's headers")
             except _Corrupt as exc:
-                items.append(Undecodable(
-                    self.topic, self.partition, offset, Reason.UNDECODABLE_RECORD, _clip(f"record does not parse: {exc}"), raw_record, base, sha, timestamp=timestamp
-                ))
+                items.append(
+                    Undecodable(
+                        self.topic,
+                        self.partition,
+                        offset,
+                        Reason.UNDECODABLE_RECORD,
+                        _clip(f"record does not parse: {exc}"),
+                        raw_record,
+                        base,
+                        sha,
+                        timestamp=timestamp,
+                    )
+                )
                 continue
             try:
                 headers = tuple((k.decode(), v) for k, v in pairs)
             except UnicodeDecodeError as exc:
-                items.append(Undecodable(
+                items.append(
+                    Undecodable(
+                        self.topic,
+                        self.partition,
+                        offset,
+                        Reason.UNDECODABLE_HEADER,
+                        _clip(f"a header name is not UTF-8: {exc}"),
+                        raw_record,
+                        base,
+                        sha,
+                        key,
+                        value,
+                        tuple(pairs),
+                        timestamp,
+                    )
+                )
+                continue
+            items.append(
+                ConsumerRecord(
                     self.topic,
                     self.partition,
                     offset,
-                    Reason.UNDECODABLE_HEADER,
-                    _clip(f"a header name is not UTF-8: {exc}"),
-                    raw_record,
-                    base,
-                    sha,
+                    timestamp,
+                    1 if log_append else 0,
                     key,
                     value,
-                    tuple(pairs),
-                    timestamp,
-                ))
-                continue
-            items.append(ConsumerRecord(
-                self.topic,
-                self.partition,
-                offset,
-                timestamp,
-                1 if log_append else 0,
-                key,
-                value,
-                None,
-                len(key) if key is not None else -1,
-                len(value) if value is not None else -1,
-                headers,
-            ))
+                    None,
+                    len(key) if key is not None else -1,
+                    len(value) if value is not None else -1,
+                    headers,
+                )
+            )
         for item in items:
             self.next_fetch_offset = item.offset + 1
             yield item
@@ -423,7 +439,9 @@ class PartitionDecoder:
             if offsets and next_base is not None and offsets[-1] >= next_base:
                 raise _Corrupt("offsets run into the next batch")
         except Exception as exc:  # noqa: BLE001 - any failure of the client's decoder is data
-            yield from self._placeholders(batch, base, base, base, f"legacy v{magic} message set does not decode: {type(exc).__name__}: {exc}")
+            yield from self._placeholders(
+                batch, base, base, base, f"legacy v{magic} message set does not decode: {type(exc).__name__}: {exc}"
+            )
             return
         for r in recs:
             if r.offset >= self.next_fetch_offset:

@@ -33,20 +33,20 @@ import structlog
 from busguard.admission.batch import Checked, Input, admit_checked, check_batch
 from busguard.admission.decide import Candidate, verify
 from busguard.admission.fence import behind, fence_ends
-from busguard.protocol.records import Coordinates, Decision
 from busguard.config import Config
 from busguard.protocol.attestation import attest, decision_bytes, seal
-from busguard.protocol.merkle import HASH_BYTES, leaf_hash
-from busguard.protocol.treehead import MAX_LEAVES, BatchTree, ChainTip, next_link, rebuild, seal_batch
 from busguard.protocol.keyfile import Identity
 from busguard.protocol.keys import KeyRegistry, KeyWindow
+from busguard.protocol.merkle import HASH_BYTES, leaf_hash
 from busguard.protocol.reasons import Reason
+from busguard.protocol.records import Coordinates, Decision
+from busguard.protocol.treehead import MAX_LEAVES, BatchTree, ChainTip, next_link, rebuild, seal_batch
 from busguard.runtime.faults import Faults
-from busguard.runtime.stage import SealingStage
-from busguard.runtime.watched import WatchedFile
 from busguard.runtime.ops import Metrics
 from busguard.runtime.outputs import BatchProof, Output, OutputBudget, Sealed, outputs_for, worst_batch_sealed
 from busguard.runtime.records import Undecodable, preserved
+from busguard.runtime.stage import SealingStage
+from busguard.runtime.watched import WatchedFile
 from busguard.state.keys import Partition, source_key
 from busguard.state.snapshot import Snapshot, StoredHead, spans_of
 from busguard.state.store import StateStore
@@ -121,7 +121,15 @@ class Guard(SealingStage):
         # batch's signature checks (which the loop runs ahead on `_pool`).
         self._seal_pool = ThreadPoolExecutor(cfg.batch.verify_threads, thread_name_prefix="busguard-seal")
         self._start_stage(
-            cfg, identity, metrics or Metrics(), clock_ms, faults, topics=cfg.input_topics, group_id=cfg.kafka.group_id, role="guard", before_first=self.check_store
+            cfg,
+            identity,
+            metrics or Metrics(),
+            clock_ms,
+            faults,
+            topics=cfg.input_topics,
+            group_id=cfg.kafka.group_id,
+            role="guard",
+            before_first=self.check_store,
         )
         self._follow(keys, "key_registry")
         self._show_fence(store.trusted_from)
@@ -226,7 +234,9 @@ class Guard(SealingStage):
                 tip = stored
             tree = seal_batch(self.signer, [attested[id(d)][1] for d in new], guard=guard_id, chain=self.chain, tip=tip, sealed_at=now_ms)
             seq, _ = next_link(tip)
-            writes.heads.append(StoredHead(self.chain, seq, tree.head, tree.seal, b"".join(tree.leaves), spans_of(writes.decisions), now_ms))
+            writes.heads.append(
+                StoredHead(self.chain, seq, tree.head, tree.seal, b"".join(tree.leaves), spans_of(writes.decisions), now_ms)
+            )
             index = {id(d): i for i, d in enumerate(new)}
             tip = ChainTip(seq, tree.head)
         reused: dict[int, Sealed] = {}
@@ -369,7 +379,9 @@ class Guard(SealingStage):
         self.metrics.phase_seconds.labels("decide_persist").observe(time.perf_counter() - t0)
         outputs: list[Output] = []
         for record, s, item in zip(ready.records, sealed, ready.inputs, strict=True):
-            outputs += outputs_for(s, record.key, item.value, item.headers, self.downstreams[record.topic], self.cfg.topics, max_payload, self.budget)
+            outputs += outputs_for(
+                s, record.key, item.value, item.headers, self.downstreams[record.topic], self.cfg.topics, max_payload, self.budget
+            )
         self._account(decisions)
         return outputs
 

@@ -55,9 +55,9 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from aiokafka.partitioner import murmur2
 
 from busguard.config import Config
+from busguard.runtime.clients import group_consumer, loop_producer
 from busguard.runtime.faults import Faults
 from busguard.runtime.ops import Liveness, Metrics, OpsServer
-from busguard.runtime.clients import group_consumer, loop_producer
 from busguard.runtime.outputs import Output
 from busguard.runtime.records import next_offset
 from busguard.runtime.rejoin import SessionBridge
@@ -152,7 +152,11 @@ class _Revocations(ConsumerRebalanceListener):  # type: ignore[misc]
             return
         self.loop.lock.release()
         self.loop.checked -= revoked
-        log.info("partitions revoked after the in-flight batch committed", partitions=_names(revoked), waited_s=round(time.monotonic() - started, 3))
+        log.info(
+            "partitions revoked after the in-flight batch committed",
+            partitions=_names(revoked),
+            waited_s=round(time.monotonic() - started, 3),
+        )
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         self.loop.generation += 1

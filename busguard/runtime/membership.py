@@ -128,12 +128,25 @@ def _pg_claim(cfg: Config, instance: str, group_id: str, role: str, wait_s: floa
         except psycopg.OperationalError as exc:
             error = scrub((str(exc).strip() or type(exc).__name__).splitlines()[0], st.dsn)
             if time.monotonic() >= given_up:
-                raise StoreUnreachable.postgres(cfg.source, redact(st.dsn), f"no answer to 'claim the static member name': {error}", st.retry_s) from None
-            log.warning("state database unavailable; retrying", target=redact(st.dsn), operation="claim the static member name", error=error, retry_in_s=round(delay, 3))
+                raise StoreUnreachable.postgres(
+                    cfg.source, redact(st.dsn), f"no answer to 'claim the static member name': {error}", st.retry_s
+                ) from None
+            log.warning(
+                "state database unavailable; retrying",
+                target=redact(st.dsn),
+                operation="claim the static member name",
+                error=error,
+                retry_in_s=round(delay, 3),
+            )
             time.sleep(min(delay, max(0.0, given_up - time.monotonic())))
             delay = min(delay * 2, 2.0)
         except psycopg.Error as exc:
-            raise ConfigError(cfg.source, "state.dsn", redact(st.dsn), f"a PostgreSQL to claim the static member name on ({scrub(' '.join(str(exc).split()), st.dsn)})") from None
+            raise ConfigError(
+                cfg.source,
+                "state.dsn",
+                redact(st.dsn),
+                f"a PostgreSQL to claim the static member name on ({scrub(' '.join(str(exc).split()), st.dsn)})",
+            ) from None
     deadline = time.monotonic() + wait_s
     waited = False
     while True:
@@ -147,12 +160,22 @@ def _pg_claim(cfg: Config, instance: str, group_id: str, role: str, wait_s: floa
             "WHERE l.locktype = 'advisory' AND l.classid = %s::oid AND l.objid = %s::bigint::oid AND l.objsubid = 2 AND l.granted",
             (_PG_CLASS, objid & 0xFFFFFFFF),
         ).fetchone()
-        holder = "a live session" if held is None else f"server session {held[0]} from {held[1] or 'a local socket'} since {held[2]:%Y-%m-%dT%H:%M:%SZ}"
+        holder = (
+            "a live session"
+            if held is None
+            else f"server session {held[0]} from {held[1] or 'a local socket'} since {held[2]:%Y-%m-%dT%H:%M:%SZ}"
+        )
         if time.monotonic() >= deadline:
             conn.close()
             raise _refused(cfg, instance, group_id, holder)
         if not waited:
-            log.warning("static member name held; waiting in case its holder has just died", group_instance_id=instance, group=group_id, held_by=holder, wait_s=wait_s)
+            log.warning(
+                "static member name held; waiting in case its holder has just died",
+                group_instance_id=instance,
+                group=group_id,
+                held_by=holder,
+                wait_s=wait_s,
+            )
             waited = True
         time.sleep(0.5)
 

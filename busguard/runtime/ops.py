@@ -45,7 +45,9 @@ class Metrics:
         self.batch_records = Histogram(
             "busguard_batch_records", "Records per batch", buckets=(1, 10, 50, 100, 250, 500, 1000, 5000), registry=self.registry
         )
-        self.lag = Gauge("busguard_consumer_lag", "High watermark minus position, per input partition", ["topic", "partition"], registry=self.registry)
+        self.lag = Gauge(
+            "busguard_consumer_lag", "High watermark minus position, per input partition", ["topic", "partition"], registry=self.registry
+        )
         self.state_rows = Gauge("busguard_state_rows", "Rows in the state store, per table", ["table"], registry=self.registry)
         self.commit_failures = Counter(
             "busguard_commit_failures_total", "Offset commits refused because the group rebalanced", registry=self.registry

@@ -29,7 +29,6 @@ from typing import Final, NamedTuple
 
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from busguard.protocol.records import Coordinates, Decision, headers_encoding
 from busguard.config import Compression, TopicsConfig
 from busguard.policies import KINDS
 from busguard.protocol.attestation import (
@@ -44,10 +43,11 @@ from busguard.protocol.attestation import (
     HEADER_ROUTE,
     HEADER_SEAL,
     HEADER_SOURCE,
+    attest_record,
 )
-from busguard.protocol.attestation import attest_record
-from busguard.protocol.treehead import HEADER_HEAD_SEAL, HEADER_INCLUSION, HEADER_TREE_HEAD, MAX_LEAVES, worst_head, worst_inclusion
 from busguard.protocol.reasons import Outcome, Reason
+from busguard.protocol.records import Coordinates, Decision, headers_encoding
+from busguard.protocol.treehead import HEADER_HEAD_SEAL, HEADER_INCLUSION, HEADER_TREE_HEAD, MAX_LEAVES, worst_head, worst_inclusion
 
 MAX_DETAIL_BYTES = 1024
 HEADER_ORIGINAL_LENGTH = "busguard-original-length"
@@ -143,7 +143,14 @@ def outputs_for(
     verdict = [(HEADER_OUTCOME, d.outcome.encode()), (HEADER_REASON, d.reason.encode())]
     audit = Output(topics.audit, task_key, sealed.decision_json, [*proof, *verdict], at, part)
     notices = tuple(
-        Output(topics.route_topic(n.route), n.key, n.value, [*proof, *verdict, (HEADER_ROUTE, n.route.encode())], at, part if n.key is None else None)
+        Output(
+            topics.route_topic(n.route),
+            n.key,
+            n.value,
+            [*proof, *verdict, (HEADER_ROUTE, n.route.encode())],
+            at,
+            part if n.key is None else None,
+        )
         for n in d.notices or ()
     )
     if d.outcome == Outcome.FORWARD:
@@ -165,7 +172,9 @@ def forwarded(d: Decision, value: bytes | None, headers: Sequence[tuple[str, byt
     the annotations its kind surfaces on forwards."""
     spec = KINDS.get(d.kind) if d.kind is not None and d.annotations else None
     surfaced = spec.forward_annotations if spec is not None else ()
-    extra = [(HEADER_ANNOTATION_PREFIX + name, d.annotations[name].encode()) for name in surfaced if d.annotations and name in d.annotations]
+    extra = [
+        (HEADER_ANNOTATION_PREFIX + name, d.annotations[name].encode()) for name in surfaced if d.annotations and name in d.annotations
+    ]
     if d.replacement is not None:
         return d.replacement, [*headers, (HEADER_REPLACED, b"1"), *extra]
     return value, [*headers, *extra] if extra else headers
@@ -183,7 +192,9 @@ def forward_output(
     return Output(downstream, record_key, value, [*headers, *proof], timestamp_ms, partition if record_key is None else None)
 
 
-def _why(decision_id: str, outcome: str, reason: str, detail: str, source: Coordinates, prior_decision_id: str | None) -> list[tuple[str, bytes]]:
+def _why(
+    decision_id: str, outcome: str, reason: str, detail: str, source: Coordinates, prior_decision_id: str | None
+) -> list[tuple[str, bytes]]:
     extra = [
         (HEADER_DECISION_ID, decision_id.encode()),
         (HEADER_OUTCOME, outcome.encode()),
@@ -248,9 +259,15 @@ def bounded_dead_letter(
     if value is not None:
         extra += [(HEADER_ORIGINAL_LENGTH, str(len(value)).encode()), (HEADER_ORIGINAL_SHA256, hashlib.sha256(value).hexdigest().encode())]
     encoded = headers_encoding(headers)
-    extra += [(HEADER_ORIGINAL_HEADERS_LENGTH, str(len(encoded)).encode()), (HEADER_ORIGINAL_HEADERS_SHA256, hashlib.sha256(encoded).hexdigest().encode())]
+    extra += [
+        (HEADER_ORIGINAL_HEADERS_LENGTH, str(len(encoded)).encode()),
+        (HEADER_ORIGINAL_HEADERS_SHA256, hashlib.sha256(encoded).hexdigest().encode()),
+    ]
     if record_key is not None:
-        extra += [(HEADER_ORIGINAL_KEY_LENGTH, str(len(record_key)).encode()), (HEADER_ORIGINAL_KEY_SHA256, hashlib.sha256(record_key).hexdigest().encode())]
+        extra += [
+            (HEADER_ORIGINAL_KEY_LENGTH, str(len(record_key)).encode()),
+            (HEADER_ORIGINAL_KEY_SHA256, hashlib.sha256(record_key).hexdigest().encode()),
+        ]
     return Output(topic, decision_id.encode(), None, [*extra, *proof], timestamp_ms, source.partition)
 
 
@@ -373,7 +390,12 @@ class OutputBudget:
         return self.compression != "none" and self.sent_size(o) <= self.limit
 
     def forward_refusal(
-        self, d: Decision, record_key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]], seal: Callable[[Decision], Sealed]
+        self,
+        d: Decision,
+        record_key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]],
+        seal: Callable[[Decision], Sealed],
     ) -> str | None:
         """Why `d`'s forward cannot be produced, or None. Seals (and, past the
         cheap bound, compresses) only records that are close to the limit."""

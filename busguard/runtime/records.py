@@ -145,7 +145,10 @@ def preserved(item: Any, max_bytes: int) -> tuple[bytes | None, bytes | None, li
     # within max_bytes together, or the headers go by hash too.
     kept_value = len(u.value) if u.value is not None and len(u.value) <= max_bytes else 0
     if len(encoded) + kept_value + len(u.key or b"") > max_bytes:
-        kept = [(HEADER_ORIGINAL_HEADERS_LENGTH, str(len(encoded)).encode()), (HEADER_ORIGINAL_HEADERS_SHA256, hashlib.sha256(encoded).hexdigest().encode())]
+        kept = [
+            (HEADER_ORIGINAL_HEADERS_LENGTH, str(len(encoded)).encode()),
+            (HEADER_ORIGINAL_HEADERS_SHA256, hashlib.sha256(encoded).hexdigest().encode()),
+        ]
     else:
         kept = [(HEADER_ORIGINAL_HEADERS, encoded)]
     return u.key, u.value, [(HEADER_ORIGINAL_FORM, FORM_PARTS.encode()), *kept]
@@ -167,7 +170,17 @@ def install() -> None:
         raise RuntimeError(f"busguard's tolerant fetch decoder is written for aiokafka 0.14.x; found {aiokafka.__version__}")
     original_records = fetcher.MemoryRecords
     original_partition = fetcher.PartitionRecords
-    expected = ["self", "tp", "records", "aborted_transactions", "fetch_offset", "key_deserializer", "value_deserializer", "check_crcs", "isolation_level"]
+    expected = [
+        "self",
+        "tp",
+        "records",
+        "aborted_transactions",
+        "fetch_offset",
+        "key_deserializer",
+        "value_deserializer",
+        "check_crcs",
+        "isolation_level",
+    ]
     if list(inspect.signature(original_partition.__init__).parameters) != expected:
         raise RuntimeError("aiokafka's PartitionRecords changed shape; busguard's tolerant fetch decoder needs updating")
 
@@ -190,7 +203,9 @@ def install() -> None:
             return self._inner.next_batch()
 
     class TolerantPartitionRecords(original_partition):  # type: ignore[misc, valid-type]
-        def __init__(self, tp: Any, records: Any, aborted: Any, fetch_offset: int, key_des: Any, value_des: Any, check_crcs: bool, isolation: Any) -> None:
+        def __init__(
+            self, tp: Any, records: Any, aborted: Any, fetch_offset: int, key_des: Any, value_des: Any, check_crcs: bool, isolation: Any
+        ) -> None:
             super().__init__(tp, records, aborted, fetch_offset, key_des, value_des, check_crcs, isolation)
             if isinstance(key_des, RawKeys) and isinstance(records, RawMemoryRecords):
                 self._key_deserializer = None

@@ -106,19 +106,30 @@ class SessionBridge:
 
     async def _run(self, instance: str) -> None:
         k = self.cfg.kafka
-        client = AIOKafkaClient(bootstrap_servers=k.bootstrap_servers, client_id=f"{k.client_id}-{self.role}-rejoin", request_timeout_ms=k.request_timeout_ms)
+        client = AIOKafkaClient(
+            bootstrap_servers=k.bootstrap_servers, client_id=f"{k.client_id}-{self.role}-rejoin", request_timeout_ms=k.request_timeout_ms
+        )
         deadline = time.monotonic() + k.session_timeout_ms / 1000
         interval = min(_MAX_INTERVAL_S, k.heartbeat_interval_ms / 1000)
         try:
             await client.bootstrap()
             node = await client.coordinator_lookup(CoordinationType.GROUP, self.group_id)
-            described = await client.send(node, DescribeGroupsRequest(groups=[self.group_id], include_authorized_operations=False), group=ConnectionGroup.COORDINATION)
+            described = await client.send(
+                node, DescribeGroupsRequest(groups=[self.group_id], include_authorized_operations=False), group=ConnectionGroup.COORDINATION
+            )
             member_id = predecessor_member_id(instance, _members(described, self.group_id))
             if member_id is None:
                 return
-            log.info("keeping the static member's session alive while it rejoins", group=self.group_id, group_instance_id=instance, member_id=member_id)
+            log.info(
+                "keeping the static member's session alive while it rejoins",
+                group=self.group_id,
+                group_instance_id=instance,
+                member_id=member_id,
+            )
             while not self._done.is_set() and time.monotonic() < deadline:
-                answer = await client.send(node, HeartbeatRequest(self.group_id, _NO_GENERATION, member_id), group=ConnectionGroup.COORDINATION)
+                answer = await client.send(
+                    node, HeartbeatRequest(self.group_id, _NO_GENERATION, member_id), group=ConnectionGroup.COORDINATION
+                )
                 self.sent += 1
                 if answer.error_code == _UNKNOWN_MEMBER_ID:
                     return  # the name has a new member id (Kafka) or was evicted: nothing left to keep

@@ -65,23 +65,15 @@ async def create_topics(
         await admin.close()
     for name, count in counts.items():
         if count != partitions:
-            _log.warning(
-                "broker.topic_partitions_differ", topic=name, has=count, asked=partitions
-            )
+            _log.warning("broker.topic_partitions_differ", topic=name, has=count, asked=partitions)
     return counts
 
 
-async def _wait_visible(
-    admin: Any, names: list[str], timeout_s: float
-) -> dict[str, int]:
+async def _wait_visible(admin: Any, names: list[str], timeout_s: float) -> dict[str, int]:
     deadline = time.monotonic() + timeout_s
     while True:
         described: list[dict[str, Any]] = await admin.describe_topics(names)
-        counts = {
-            t["topic"]: len(t["partitions"])
-            for t in described
-            if t["error_code"] == 0 and t["partitions"]
-        }
+        counts = {t["topic"]: len(t["partitions"]) for t in described if t["error_code"] == 0 and t["partitions"]}
         if all(n in counts for n in names):
             return counts
         if time.monotonic() > deadline:

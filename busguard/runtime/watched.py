@@ -87,7 +87,12 @@ class WatchedFile(Generic[T]):
             if failure == self._failed:
                 return self.value
             self._failed = failure
-            log.error(f"{self.what} not reloaded; the previous one stays in force", path=str(self.path), error=failure[1], error_type=type(exc).__name__)
+            log.error(
+                f"{self.what} not reloaded; the previous one stays in force",
+                path=str(self.path),
+                error=failure[1],
+                error_type=type(exc).__name__,
+            )
             result = "error"
         else:
             self.value, self._failed, self._retry = value, None, False

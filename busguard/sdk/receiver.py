@@ -27,7 +27,6 @@ from busguard.protocol.attestation import Attestation, HeadCache, verify_admitte
 from busguard.protocol.envelope import HEADER_RECEIPT
 from busguard.protocol.receipt import Receipt, decode_receipt
 
-
 __all__ = ["Admitted", "HeadCache", "open_admitted"]
 
 

@@ -86,7 +86,9 @@ def verify_components(
             verified.append(component)
         elif statement is None and not component.operational:
             loose.append(component)
-    return ScopeReport(scope_present=statement is not None, checks=tuple(checks), verified=tuple(verified), unverified_non_operational=tuple(loose))
+    return ScopeReport(
+        scope_present=statement is not None, checks=tuple(checks), verified=tuple(verified), unverified_non_operational=tuple(loose)
+    )
 
 
 def verify_forwarded(payload: bytes, *, handoff_id: str, session: str, keys: KeyLookup) -> ScopeReport:

@@ -84,13 +84,19 @@ class Catalog:
             if b.lo == lo and b.hi == hi:
                 return b.name
         name = f"{kind}_{lo}_{hi}"
-        db.execute(f"CREATE TABLE IF NOT EXISTS {name}({COLUMNS[kind]}) WITHOUT ROWID" if kind == "nonces" else f"CREATE TABLE IF NOT EXISTS {name}({COLUMNS[kind]})")
+        db.execute(
+            f"CREATE TABLE IF NOT EXISTS {name}({COLUMNS[kind]}) WITHOUT ROWID"
+            if kind == "nonces"
+            else f"CREATE TABLE IF NOT EXISTS {name}({COLUMNS[kind]})"
+        )
         self.tables[kind].append(Bucket(name, lo, hi))
         self.tables[kind].sort(key=_lo)
         self._version = -1  # re-read at the next refresh: a rolled-back CREATE must not stay listed
         return name
 
-    def locate(self, db: sqlite3.Connection, kind: str, keys: Sequence[str], columns: str = "k, exp") -> Iterable[tuple[str, tuple[Any, ...]]]:
+    def locate(
+        self, db: sqlite3.Connection, kind: str, keys: Sequence[str], columns: str = "k, exp"
+    ) -> Iterable[tuple[str, tuple[Any, ...]]]:
         """(table, row) for every row of `keys`, expired or not, in every table of `kind`."""
         if not keys:
             return

@@ -87,7 +87,11 @@ class MemoryStore:
             if chain is not None and tip is not None and (chain, tip) in self.heads:
                 snap.tip = (tip, self.heads[(chain, tip)].head)
             if snap.decisions:
-                snap.heads = [h for h in self.heads.values() if h.sealed_at + self.decision_retention_ms > now_ms and any(map(h.covers, snap.decisions))]
+                snap.heads = [
+                    h
+                    for h in self.heads.values()
+                    if h.sealed_at + self.decision_retention_ms > now_ms and any(map(h.covers, snap.decisions))
+                ]
             writes = fn(snap)
             for h in writes.heads:
                 if (h.chain, h.seq) in self.heads:
@@ -134,7 +138,13 @@ class MemoryStore:
         return len(self.decisions) + len(self.nonces) + len(self.windows) + len(self.tasks) + len(self.policy) + len(self.heads)
 
     def counts(self) -> dict[str, int]:
-        return {"decisions": len(self.decisions), "nonces": len(self.nonces), "windows": len(self.windows), "tasks": len(self.tasks), "policy": len(self.policy)}
+        return {
+            "decisions": len(self.decisions),
+            "nonces": len(self.nonces),
+            "windows": len(self.windows),
+            "tasks": len(self.tasks),
+            "policy": len(self.policy),
+        }
 
     def close(self) -> None:
         pass

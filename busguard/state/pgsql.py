@@ -128,7 +128,13 @@ class Session:
     from interleaving statements of two transactions on the connection."""
 
     def __init__(
-        self, dsn: str, *, retry_s: float = 120.0, connect_timeout_s: int = 10, application_name: str = "busguard", options: str | None = None
+        self,
+        dsn: str,
+        *,
+        retry_s: float = 120.0,
+        connect_timeout_s: int = 10,
+        application_name: str = "busguard",
+        options: str | None = None,
     ) -> None:
         """`options` is libpq's (server settings for every connection, e.g. the search_path)."""
         self.dsn = dsn
@@ -149,7 +155,6 @@ class Session:
 
     def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
         import psycopg
-
         from psycopg.conninfo import make_conninfo
 
         conninfo = self.dsn if self.options is None else make_conninfo(self.dsn, options=self.options)
@@ -177,7 +182,9 @@ class Session:
                         races += 1
                         self.conflicts += 1
                         if races > MAX_CONFLICT_RETRIES:
-                            raise StateUnavailable(f"{what}: lost {races} races in a row on {self.target}", what=what, error=f"lost {races} races in a row") from None
+                            raise StateUnavailable(
+                                f"{what}: lost {races} races in a row on {self.target}", what=what, error=f"lost {races} races in a row"
+                            ) from None
                         continue
                     if not _transient(exc):
                         raise
@@ -187,8 +194,16 @@ class Session:
                         deadline = now + self.retry_s
                     message = scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, self.dsn)
                     if now >= deadline:
-                        raise StateUnavailable(f"{what}: PostgreSQL at {self.target} unreachable for {self.retry_s:g} s: {message}", what=what, error=message) from None
-                    log.warning("state database unavailable; retrying", target=self.target, operation=what, error=message, retry_in_s=round(delay, 3))
+                        raise StateUnavailable(
+                            f"{what}: PostgreSQL at {self.target} unreachable for {self.retry_s:g} s: {message}", what=what, error=message
+                        ) from None
+                    log.warning(
+                        "state database unavailable; retrying",
+                        target=self.target,
+                        operation=what,
+                        error=message,
+                        retry_in_s=round(delay, 3),
+                    )
                     time.sleep(min(delay, max(0.0, deadline - now)))
                     delay = min(delay * 2, 2.0)
                     self.reconnects += 1
@@ -368,7 +383,13 @@ def write_seals(cur: psycopg.Cursor[tuple[Any, ...]], heads: Sequence[StoredHead
 
     for h in heads:
         exp = h.sealed_at + retention_ms
-        returned(cur, WRITE_HEAD, (h.chain, h.seq, h.head, h.seal, h.leaves, encode_spans(h.spans), h.sealed_at, exp), 1, f"batch seal {h.chain}/{h.seq}")
+        returned(
+            cur,
+            WRITE_HEAD,
+            (h.chain, h.seq, h.head, h.seal, h.leaves, encode_spans(h.spans), h.sealed_at, exp),
+            1,
+            f"batch seal {h.chain}/{h.seq}",
+        )
         cols = list(zip(*[(t, p, lo, hi, h.chain, h.seq, exp) for t, p, lo, hi in h.spans], strict=True))
         if cols:
             cur.execute(WRITE_SPANS, tuple(list(c) for c in cols))

@@ -111,6 +111,7 @@ log = structlog.get_logger("busguard.state.postgres")
 GENESIS: Final = "genesis"
 CREATED: Final = "created"
 
+
 def key(*parts: object) -> bytes:
     """sqlitedb's text key in UTF-8: bytea, since it may hold NUL (text cannot)."""
     return text_key(*parts).encode()
@@ -165,7 +166,9 @@ class PostgresStore:
         meta = _meta(cur)
         if "created_at_ms" in meta:
             if genesis:
-                raise FileExistsError(f"{self.target} schema {self.schema}: already holds a state store (created at {meta['created_at_ms']}); genesis is for a new one")
+                raise FileExistsError(
+                    f"{self.target} schema {self.schema}: already holds a state store (created at {meta['created_at_ms']}); genesis is for a new one"
+                )
             if meta.get("schema") != str(pgsql.SCHEMA_VERSION):
                 raise RuntimeError(f"{self.target} schema {self.schema}: state schema {meta.get('schema')} is not {pgsql.SCHEMA_VERSION}")
             return meta, False
@@ -264,7 +267,9 @@ class PostgresStore:
             marks = {(str(t), int(p)): int(o) for t, p, o in cur.fetchall()}
             lost = sorted(p for p, o in self._committed.items() if marks.get(p, -1) < o)
             if lost:
-                why = f"it lost committed batches on {len(lost)} partition(s), e.g. {lost[0][0]}:{lost[0][1]} (a failover or restore behind)"
+                why = (
+                    f"it lost committed batches on {len(lost)} partition(s), e.g. {lost[0][0]}:{lost[0][1]} (a failover or restore behind)"
+                )
         trusted_from = None if meta.get("trusted_from_ms") is None else int(meta["trusted_from_ms"])
         if why is not None:
             t = trusted_from = rearmed(trusted_from, now_ms)

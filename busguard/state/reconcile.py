@@ -70,7 +70,10 @@ class SqliteReconcileStore(Generic[Out, S]):
             by_key = {key(*s): s for s in sources}
             rows = select_in(db, "SELECT k, outputs FROM processed WHERE k IN ({})", list(by_key))
             processed = {by_key[k]: self._outputs.decode(v) for k, v in rows}
-            states = {k: self._state.decode(v) for k, v in select_in(db, "SELECT k, state FROM escalations WHERE k IN ({})", sorted(escalation_ids))}
+            states = {
+                k: self._state.decode(v)
+                for k, v in select_in(db, "SELECT k, state FROM escalations WHERE k IN ({})", sorted(escalation_ids))
+            }
             new_processed, changed = fn(processed, states)
             db.executemany("INSERT INTO processed VALUES (?, ?)", [(key(*s), encode(o)) for s, o in new_processed.items()])
             db.executemany("INSERT OR REPLACE INTO escalations VALUES (?, ?)", [(k, encode(v)) for k, v in changed.items()])

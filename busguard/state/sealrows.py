@@ -55,9 +55,16 @@ def load(db: sqlite3.Connection, snap: Snapshot, chain: str | None, now_ms: int)
         return
     wanted: set[tuple[str, int]] = set()
     for topic, part, lo, hi in spans_of(snap.decisions):
-        wanted.update(db.execute("SELECT chain, seq FROM seal_spans WHERE topic = ? AND part = ? AND hi >= ? AND lo <= ? AND exp > ?", (topic, part, lo, hi, now_ms)))
+        wanted.update(
+            db.execute(
+                "SELECT chain, seq FROM seal_spans WHERE topic = ? AND part = ? AND hi >= ? AND lo <= ? AND exp > ?",
+                (topic, part, lo, hi, now_ms),
+            )
+        )
     for c, seq in sorted(wanted):
-        row = db.execute("SELECT head, seal, leaves, spans, sealed_at FROM seal_heads WHERE chain = ? AND seq = ? AND exp > ?", (c, seq, now_ms)).fetchone()
+        row = db.execute(
+            "SELECT head, seal, leaves, spans, sealed_at FROM seal_heads WHERE chain = ? AND seq = ? AND exp > ?", (c, seq, now_ms)
+        ).fetchone()
         if row is not None:
             head = StoredHead(c, seq, bytes(row[0]), bytes(row[1]), bytes(row[2]), decode_spans(row[3]), int(row[4]))
             if any(map(head.covers, snap.decisions)):
@@ -67,5 +74,8 @@ def load(db: sqlite3.Connection, snap: Snapshot, chain: str | None, now_ms: int)
 def write(db: sqlite3.Connection, heads: Iterable[StoredHead], retention_ms: int) -> None:
     for h in heads:
         exp = h.sealed_at + retention_ms
-        db.execute("INSERT INTO seal_heads VALUES (?,?,?,?,?,?,?,?)", (h.chain, h.seq, h.head, h.seal, h.leaves, encode_spans(h.spans), h.sealed_at, exp))
+        db.execute(
+            "INSERT INTO seal_heads VALUES (?,?,?,?,?,?,?,?)",
+            (h.chain, h.seq, h.head, h.seal, h.leaves, encode_spans(h.spans), h.sealed_at, exp),
+        )
         db.executemany("INSERT INTO seal_spans VALUES (?,?,?,?,?,?,?)", [(t, p, lo, hi, h.chain, h.seq, exp) for t, p, lo, hi in h.spans])

@@ -78,13 +78,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-
 from busguard.protocol.records import Coordinates, Decision, TaskEntry
 from busguard.state import sealrows
+from busguard.state.buckets import KINDS, Catalog, width_for
 from busguard.state.codecs import bitmap_bytes, bitmap_int, encode, run_decoder, task_decoder
 from busguard.state.keys import KeySet, Partition, SourceKey
 from busguard.state.snapshot import Snapshot, WindowState, spans_of
-from busguard.state.buckets import KINDS, Catalog, width_for
 from busguard.state.sqlitedb import BACKSTOP_PAGES, Checkpointer, connect, key, reading, select_in, transaction
 from busguard.state.store import BatchFn, rearmed
 from busguard.state.writes import BatchWrites
@@ -98,7 +97,8 @@ CREATED: Final = "created"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS decision_runs(id INTEGER PRIMARY KEY, topic TEXT NOT NULL, part INTEGER NOT NULL, first INTEGER NOT NULL, last INTEGER NOT NULL, n INTEGER NOT NULL, exp INTEGER NOT NULL, body BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS decision_runs(id INTEGER PRIMARY KEY, topic TEXT NOT NULL, part INTEGER NOT NULL,
+    first INTEGER NOT NULL, last INTEGER NOT NULL, n INTEGER NOT NULL, exp INTEGER NOT NULL, body BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS windows(k TEXT PRIMARY KEY, top INTEGER NOT NULL, bitmap BLOB NOT NULL, exp INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS policy(k TEXT PRIMARY KEY, body BLOB NOT NULL, exp INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS watermarks(k TEXT PRIMARY KEY, topic TEXT NOT NULL, part INTEGER NOT NULL, off INTEGER NOT NULL) WITHOUT ROWID;
@@ -162,7 +162,9 @@ class SqliteStore:
                         meta["trusted_from_ms"] = str(now_ms)
                     db.executemany("INSERT INTO meta VALUES(?, ?)", list(meta.items()))
                 elif genesis:
-                    raise FileExistsError(f"{self.path}: already holds a state store (created at {meta['created_at_ms']}); genesis is for a new one")
+                    raise FileExistsError(
+                        f"{self.path}: already holds a state store (created at {meta['created_at_ms']}); genesis is for a new one"
+                    )
                 else:
                     if meta.get("schema") == "1":
                         meta = self._upgrade_from_1(db, meta)
@@ -363,7 +365,9 @@ class SqliteStore:
             [(key(*w.key), w.state.top, bitmap_bytes(w.state.bitmap), w.expires_at) for w in state.windows.values()],
         )
         self._write_tasks(state)
-        db.executemany("INSERT OR REPLACE INTO policy VALUES (?,?,?)", [(key(*p.key), p.value, p.expires_at) for p in state.policy.values()])
+        db.executemany(
+            "INSERT OR REPLACE INTO policy VALUES (?,?,?)", [(key(*p.key), p.value, p.expires_at) for p in state.policy.values()]
+        )
         sealrows.write(db, state.heads, self.decision_retention_ms)
 
     def _prior(self, kind: str, keys: list[str]) -> dict[str, tuple[str, int]]:
@@ -468,7 +472,9 @@ class SqliteStore:
                 total += self._buckets.drop(db, kind, bucket, before)
         for table, rowkey in _EXPIRING:
             counted = table == "decision_runs"  # a run counts as its decisions
-            delete = f"DELETE FROM {table} WHERE {rowkey} IN (SELECT {rowkey} FROM {table} WHERE exp <= ? LIMIT {EXPIRE_CHUNK})" + (" RETURNING n" if counted else "")
+            delete = f"DELETE FROM {table} WHERE {rowkey} IN (SELECT {rowkey} FROM {table} WHERE exp <= ? LIMIT {EXPIRE_CHUNK})" + (
+                " RETURNING n" if counted else ""
+            )
             while True:
                 with transaction(self._db) as db:
                     cur = db.execute(delete, (now_ms,))
@@ -489,7 +495,13 @@ class SqliteStore:
             horizon = -1 if expired_to is None else expired_to
             buckets = {kind: self._buckets.count(db, kind, horizon) for kind in KINDS}
             rest = {t: db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in _TABLES}
-        return {"decisions": decisions, "nonces": buckets["nonces"], "windows": rest["windows"], "tasks": buckets["tasks"], "policy": rest["policy"]}
+        return {
+            "decisions": decisions,
+            "nonces": buckets["nonces"],
+            "windows": rest["windows"],
+            "tasks": buckets["tasks"],
+            "policy": rest["policy"],
+        }
 
     def close(self) -> None:
         if self.checkpointer is not None:
@@ -519,4 +531,3 @@ def _source_of(k: str) -> tuple[str, int, int]:
     topic, rest = rest[: int(n)], rest[int(n) + 1 :]
     m, _, rest = rest.partition(":")
     return topic, int(rest[: int(m)]), int(rest[int(m) + 1 :])
-

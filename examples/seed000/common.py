@@ -39,17 +39,17 @@ try:
 except ModuleNotFoundError:  # a checkout without `pip install -e .`: use the repository's copy
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from busguard.wiring import init_state
 from busguard.config import load_config
 from busguard.devconfig import Topics, embedded_config
+from busguard.devtools.broker import free_port
 from busguard.protocol.attestation import HEADER_DECISION_ID, AttestationError, verify_admitted
 from busguard.protocol.envelope import HEADER_RECEIPT, open_envelope
 from busguard.protocol.identity import multikey_decode, multikey_encode, public_key_from_agent_id
 from busguard.protocol.keyfile import Identity, new_identity, read_key, write_key
 from busguard.protocol.receipt import Receipt, ReceiptError, decode_receipt, payload_hash, receipt_id, signing_input
 from busguard.protocol.signing import verify_signature
-from busguard.devtools.broker import free_port
 from busguard.runtime.topics import create_topics
+from busguard.wiring import init_state
 
 Receipts = Literal["legacy", "session"]
 PIPELINE_FILE = "pipeline.json"

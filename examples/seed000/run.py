@@ -55,7 +55,12 @@ class Proc:
     def __init__(self, name: str, argv: list[str], directory: Path, *, echo: bool, env: dict[str, str] | None = None) -> None:
         self.name = name
         self.log = directory / f"{name}.log"
-        full_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), "PYTHONUNBUFFERED": "1", **(env or {})}
+        full_env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+            "PYTHONUNBUFFERED": "1",
+            **(env or {}),
+        }
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=full_env, cwd=REPO, text=True)
         assert self.proc.stdout is not None
         self._pump = threading.Thread(target=self._copy, args=(self.proc.stdout, echo), daemon=True)
@@ -187,12 +192,21 @@ def print_commands(p: Pipeline, args: argparse.Namespace) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--no-guard", action="store_true", help="no busguard: a plain pass-through between the agents")
-    ap.add_argument("--receipts", choices=["legacy", "session"], default="legacy", help="the agents' receipts (default legacy: nonce-only, as in seed 000)")
+    ap.add_argument(
+        "--receipts",
+        choices=["legacy", "session"],
+        default="legacy",
+        help="the agents' receipts (default legacy: nonce-only, as in seed 000)",
+    )
     ap.add_argument("--tasks", type=int, default=5)
     ap.add_argument("--crash-at", type=int, default=3, help="the executor crashes after sending the ack for task-N")
     ap.add_argument("--dir", help="where to keep everything (default: a new temporary directory)")
     ap.add_argument("--bootstrap", help="use this Kafka broker instead of starting an embedded one")
-    ap.add_argument("--setup-only", action="store_true", help="with --bootstrap: write the deployment into --dir, print the commands to run each process by hand, and exit")
+    ap.add_argument(
+        "--setup-only",
+        action="store_true",
+        help="with --bootstrap: write the deployment into --dir, print the commands to run each process by hand, and exit",
+    )
     args = ap.parse_args()
     if args.setup_only:
         if not (args.bootstrap and args.dir):

@@ -40,8 +40,18 @@ def trace(nodes: list[dict[str, Any]], tainted_output: str | None, trace_id: str
     return doc
 
 
-def node(id: str, op: str, *, preds: list[str] | None = None, side_effects: bool = False, outcome: str = "success",
-         token: str | None = None, external: str | None = None, output: str | None = "", sinks: list[str] | None = None) -> dict[str, Any]:
+def node(
+    id: str,
+    op: str,
+    *,
+    preds: list[str] | None = None,
+    side_effects: bool = False,
+    outcome: str = "success",
+    token: str | None = None,
+    external: str | None = None,
+    output: str | None = "",
+    sinks: list[str] | None = None,
+) -> dict[str, Any]:
     n: dict[str, Any] = {"id": id, "predecessors": preds or [], "operation": op, "side_effects": side_effects, "outcome": outcome}
     if token is not None:
         n["token"] = token
@@ -62,42 +72,91 @@ def main() -> None:
     for name, typ in (("taint-trace.schema.json", Trace), ("taint-ledger.schema.json", Ledger)):
         (SCHEMAS / name).write_text(json.dumps(schema_document(typ), indent=2) + "\n", encoding="utf-8")
     # Seed 003's incident: the process died between the outbound write and its acknowledgment.
-    write("incident.trace.json", trace([
-        node("read_secret", "read_secret", external="vault path kv/prod/payments-api", output="the API key"),
-        node("summarize", "summarize", preds=["read_secret"], external="prompt: summarize the config for the channel"),
-        node("post_message", "post_message", preds=["summarize"], side_effects=True, outcome="pending",
-             token="tok-post-7", output=None, sinks=["chat:#ops"]),
-    ], "post_message", "incident-2026-11-08"))
+    write(
+        "incident.trace.json",
+        trace(
+            [
+                node("read_secret", "read_secret", external="vault path kv/prod/payments-api", output="the API key"),
+                node("summarize", "summarize", preds=["read_secret"], external="prompt: summarize the config for the channel"),
+                node(
+                    "post_message",
+                    "post_message",
+                    preds=["summarize"],
+                    side_effects=True,
+                    outcome="pending",
+                    token="tok-post-7",
+                    output=None,
+                    sinks=["chat:#ops"],
+                ),
+            ],
+            "post_message",
+            "incident-2026-11-08",
+        ),
+    )
     # The gateway's ledger: the first attempt reached one sink, the retry under the same token another.
-    write("incident.ledger.json", {"format": "busguard.taint-ledger.v1", "entries": [
-        {"token": "tok-post-7", "effects": [
-            {"id": "delivery-1", "status": "success", "sinks": ["chat:#ops"]},
-            {"id": "delivery-2", "status": "success", "sinks": ["webhook:partner-archive"]},
-        ]},
-    ]})
+    write(
+        "incident.ledger.json",
+        {
+            "format": "busguard.taint-ledger.v1",
+            "entries": [
+                {
+                    "token": "tok-post-7",
+                    "effects": [
+                        {"id": "delivery-1", "status": "success", "sinks": ["chat:#ops"]},
+                        {"id": "delivery-2", "status": "success", "sinks": ["webhook:partner-archive"]},
+                    ],
+                },
+            ],
+        },
+    )
     # A diamond (fetch -> two summaries -> merge) with a fan-out (fetch -> metrics) outside the cone of publish.
-    write("diamond.trace.json", trace([
-        node("fetch", "retrieval_read", external="query: quarterly numbers"),
-        node("sum_a", "summarize", preds=["fetch"], external="prompt: section A"),
-        node("sum_b", "summarize", preds=["fetch"], external="prompt: section B"),
-        node("merge", "merge", preds=["sum_a", "sum_b"]),
-        node("publish", "post_message", preds=["merge"], side_effects=True, token="tok-pub-1", sinks=["chat:#finance"]),
-        node("metrics", "emit_metrics", preds=["fetch"], side_effects=True, outcome="unknown", token="tok-met-1",
-             output=None, sinks=["metrics:prod"]),
-    ], "publish", "diamond-example"))
+    write(
+        "diamond.trace.json",
+        trace(
+            [
+                node("fetch", "retrieval_read", external="query: quarterly numbers"),
+                node("sum_a", "summarize", preds=["fetch"], external="prompt: section A"),
+                node("sum_b", "summarize", preds=["fetch"], external="prompt: section B"),
+                node("merge", "merge", preds=["sum_a", "sum_b"]),
+                node("publish", "post_message", preds=["merge"], side_effects=True, token="tok-pub-1", sinks=["chat:#finance"]),
+                node(
+                    "metrics",
+                    "emit_metrics",
+                    preds=["fetch"],
+                    side_effects=True,
+                    outcome="unknown",
+                    token="tok-met-1",
+                    output=None,
+                    sinks=["metrics:prod"],
+                ),
+            ],
+            "publish",
+            "diamond-example",
+        ),
+    )
     # An advisory abort: the approval step aborted, the execution ran anyway.
-    write("causal-violation.trace.json", trace([
-        node("plan", "plan", external="task: rotate credentials"),
-        node("approve", "human_approval", preds=["plan"], outcome="abort", output="advisory abort: not approved"),
-        node("execute", "rotate_credentials", preds=["approve"], side_effects=True, token="tok-rot-1",
-             sinks=["vault:prod"]),
-    ], "execute", "causal-violation-example"))
+    write(
+        "causal-violation.trace.json",
+        trace(
+            [
+                node("plan", "plan", external="task: rotate credentials"),
+                node("approve", "human_approval", preds=["plan"], outcome="abort", output="advisory abort: not approved"),
+                node("execute", "rotate_credentials", preds=["approve"], side_effects=True, token="tok-rot-1", sinks=["vault:prod"]),
+            ],
+            "execute",
+            "causal-violation-example",
+        ),
+    )
     # An input hash that does not follow from the recorded edges: summarize read something the trace does not show.
-    mismatch = trace([
-        node("read_doc", "retrieval_read", external="doc 17"),
-        node("summarize", "summarize", preds=["read_doc"], external="prompt: summarize"),
-        node("send", "send_email", preds=["summarize"], side_effects=True, token="tok-mail-3", sinks=["email:board@example.com"]),
-    ], "send", "input-mismatch-example")
+    mismatch = trace(
+        [
+            node("read_doc", "retrieval_read", external="doc 17"),
+            node("summarize", "summarize", preds=["read_doc"], external="prompt: summarize"),
+            node("send", "send_email", preds=["summarize"], side_effects=True, token="tok-mail-3", sinks=["email:board@example.com"]),
+        ],
+        "send",
+        "input-mismatch-example",
+    )
     mismatch["nodes"][1]["input_hash"] = derive_input_hash(h("prompt: summarize"), [h("output of read_doc"), h("output of read_secret")])
     write("input-mismatch.trace.json", mismatch)
 

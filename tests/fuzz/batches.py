@@ -190,6 +190,8 @@ def _uvarint(value: int) -> bytes:
         else:
             out.append(b)
             return bytes(out)
+
+
 def claimed_span(n: int, *, base_offset: int = 0, crc: int = 1) -> bytes:
     """A 69-byte record batch of one record whose header claims `n` offsets
     (lastOffsetDelta n - 1) and whose CRC does not match, so no reader can

@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, raw in bombs(args.inflated_mib).items():
             path = Path(tmp) / name
             path.write_bytes(raw)
-            run = subprocess.run([sys.executable, "-c", _DECODE, str(path)], cwd=args.busguard_root, capture_output=True, text=True, timeout=600)
+            run = subprocess.run(
+                [sys.executable, "-c", _DECODE, str(path)], cwd=args.busguard_root, capture_output=True, text=True, timeout=600
+            )
             line = run.stdout.strip() or f"?\tprocess died (exit {run.returncode}): {run.stderr.strip()[-120:]}"
             print(f"{name}\t{len(raw)}\t{line}")
     return 0

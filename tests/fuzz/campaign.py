@@ -36,7 +36,6 @@ import msgspec
 from aiokafka.consumer import fetcher
 from aiokafka.structs import TopicPartition
 
-from busguard.protocol.records import Decision
 from busguard.config import DEFAULT_MAX_INFLATED_BYTES, load_config
 from busguard.devconfig import Topics, embedded_config
 from busguard.protocol.envelope import HEADER_RECEIPT, HEADER_SIGNATURE, b64url_encode
@@ -44,6 +43,7 @@ from busguard.protocol.identity import agent_id_for_key
 from busguard.protocol.keyfile import Identity, write_key
 from busguard.protocol.keys import KeyRegistry
 from busguard.protocol.receipt import payload_hash, signing_input
+from busguard.protocol.records import Decision
 from busguard.protocol.signing import Signer, public_key_from_seed
 from busguard.protocol.timestamps import format_timestamp, parse_timestamp
 from busguard.runtime.guard import Guard
@@ -142,7 +142,9 @@ class Campaign:
         t = Topics.under("fuzz")
         t = msgspec.structs.replace(t, handoffs=TOPIC)
         (d / "busguard.toml").write_text(
-            embedded_config("127.0.0.1:1", group_id="fuzz", topics=t, comment="fuzz", state={"path": str(d / "unused.db")}, batch={"verify_threads": 2})
+            embedded_config(
+                "127.0.0.1:1", group_id="fuzz", topics=t, comment="fuzz", state={"path": str(d / "unused.db")}, batch={"verify_threads": 2}
+            )
         )
         self.cfg = load_config(d / "busguard.toml")
         keys = WatchedFile(self.cfg.path(self.cfg.keys.registry), KeyRegistry.load, what="key registry", watch=False)
@@ -258,7 +260,6 @@ class Campaign:
             self.guard.store = self._store()
             self.since_reset = 0
 
-
     def _check_cover(self, items: Sequence[Any], fetch_offset: int, end: int, *, truncated: bool) -> None:
         """No offset is covered by two items (a span overlapping anything is a
         duplicate); offsets the decoder passed over without an item (a
@@ -334,7 +335,9 @@ class Generator:
         # one store) never reuse a nonce
         task_id = self._task()
         nonce = f"{self.c.tasks:08x}{self.rng.getrandbits(96):024x}"
-        r = self.c.planner.sign(kind="handoff", task_id=task_id, receiver=self.c.receiver, payload=b'{"op":"fuzz","n":%d}' % self.n, nonce=nonce)
+        r = self.c.planner.sign(
+            kind="handoff", task_id=task_id, receiver=self.c.receiver, payload=b'{"op":"fuzz","n":%d}' % self.n, nonce=nonce
+        )
         return self.c.planner.agent_id.encode(), r.value, [(k.encode(), v) for k, v in r.headers]
 
     def _signed_raw(self, receipt: bytes, value: bytes) -> list[tuple[bytes, bytes | None]]:
@@ -372,9 +375,14 @@ class Generator:
             n = len(headers)
             return key, bytes(parts[0]), [(bytes(parts[1 + i]), bytes(parts[1 + n + i])) for i in range(n)]
         if kind == 1:  # random bytes in header names and values
-            return self._bytes(rng.randrange(8)), self._bytes(rng.randrange(64)), [
-                (self._bytes(rng.randrange(1, 40)), self._bytes(rng.randrange(64)) if rng.random() < 0.9 else None) for _ in range(rng.randrange(1, 6))
-            ]
+            return (
+                self._bytes(rng.randrange(8)),
+                self._bytes(rng.randrange(64)),
+                [
+                    (self._bytes(rng.randrange(1, 40)), self._bytes(rng.randrange(64)) if rng.random() < 0.9 else None)
+                    for _ in range(rng.randrange(1, 6))
+                ],
+            )
         if kind == 2:  # non-UTF-8 header names beside a valid receipt
             key, value, headers = self.valid()
             bad = rng.choice([b"\xff", b"\xc0\xaf", b"\xed\xa0\x80", b"busguard-receipt\xff", b"\x80" * 3, b"\xf4\x90\x80\x80"])
@@ -409,9 +417,15 @@ class Generator:
             receipt = self._receipt(value, issued_at=msgspec.json.encode(rng.choice(TIMESTAMP_EDGES)).decode())
             return None, value, self._signed_raw(receipt, value)
         if kind == 10:  # nulls and empties
-            return None, rng.choice([None, b""]), [(b"", None)] * rng.randrange(3) + [(HEADER_RECEIPT.encode(), None), (HEADER_SIGNATURE.encode(), None)]
+            return (
+                None,
+                rng.choice([None, b""]),
+                [(b"", None)] * rng.randrange(3) + [(HEADER_RECEIPT.encode(), None), (HEADER_SIGNATURE.encode(), None)],
+            )
         # kind 11: a signed receipt with a field dropped, duplicated or retyped
-        receipt = self._receipt(value, **{rng.choice(["v", "kind", "task_id", "nonce", "payload_hash"]): rng.choice(["<drop>", "null", "[]", "{}", '"x"', "1"])})
+        receipt = self._receipt(
+            value, **{rng.choice(["v", "kind", "task_id", "nonce", "payload_hash"]): rng.choice(["<drop>", "null", "[]", "{}", '"x"', "1"])}
+        )
         if rng.random() < 0.3:
             receipt = receipt[:-1] + b',"kind":"ack"}'
         return None, value, self._signed_raw(receipt, value)
@@ -457,7 +471,9 @@ class Generator:
             body = bytearray(buf[61:])
             for _ in range(rng.randint(1, 4)):
                 body[rng.randrange(len(body))] = rng.randrange(256)
-            return batch([], base_offset=base, codec=codec, payload=bytes(body), count=len(recs), last_offset_delta=len(recs) - 1, attributes=codec)
+            return batch(
+                [], base_offset=base, codec=codec, payload=bytes(body), count=len(recs), last_offset_delta=len(recs) - 1, attributes=codec
+            )
         if m == 6:  # offset deltas out of order or duplicated
             shuffled = [record(rng.choice([0, 0, i]), None, b"v", []) for i in range(len(recs))]
             return batch(shuffled, base_offset=base, codec=codec)
@@ -467,12 +483,26 @@ class Generator:
             return batch(recs, base_offset=base, codec=codec, attributes=codec | 0x20)
         # m == 8: random bytes after a plausible header
         junk = self._bytes(rng.randrange(1, 400))
-        return batch([], base_offset=base, codec=rng.randrange(8), payload=junk, count=len(recs), last_offset_delta=len(recs) - 1, attributes=rng.randrange(8))
+        return batch(
+            [],
+            base_offset=base,
+            codec=rng.randrange(8),
+            payload=junk,
+            count=len(recs),
+            last_offset_delta=len(recs) - 1,
+            attributes=rng.randrange(8),
+        )
 
     # -- bombs -----------------------------------------------------------
 
     #: What a bomb's records inflate to, around the default bound.
-    BOMB_SIZES = (DEFAULT_MAX_INFLATED_BYTES - 64, DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_INFLATED_BYTES + 1, 4 * DEFAULT_MAX_INFLATED_BYTES, 256 << 20)
+    BOMB_SIZES = (
+        DEFAULT_MAX_INFLATED_BYTES - 64,
+        DEFAULT_MAX_INFLATED_BYTES,
+        DEFAULT_MAX_INFLATED_BYTES + 1,
+        4 * DEFAULT_MAX_INFLATED_BYTES,
+        256 << 20,
+    )
     BOMB_RATE = 0.01  # per fetch
     _bombs: dict[tuple[int, int, int], bytes] = {}
 
@@ -484,7 +514,14 @@ class Generator:
         rng = self.rng
         codec = rng.choice([1, 2, 3, 4])
         if codec == 2 and rng.random() < 0.3:
-            raw = batch([], payload=snappy_length_lie(rng.choice([DEFAULT_MAX_INFLATED_BYTES + 1, 2**32 - 1])), count=1, last_offset_delta=0, attributes=2, base_offset=base)
+            raw = batch(
+                [],
+                payload=snappy_length_lie(rng.choice([DEFAULT_MAX_INFLATED_BYTES + 1, 2**32 - 1])),
+                count=1,
+                last_offset_delta=0,
+                attributes=2,
+                base_offset=base,
+            )
             return Batch(raw, base, 1, True, set(), bomb=True)
         inflated = rng.choice(self.BOMB_SIZES[:4] if codec == 2 else self.BOMB_SIZES)  # snappy at most ~21:1: keep its batches fetch-sized
         records = rng.choice([1, 1, 3])
@@ -496,6 +533,7 @@ class Generator:
             self._bombs[key] = bomb_batch(codec, value, records=records)
         self.c.stats.records += records
         return Batch(with_base_offset(self._bombs[key], base), base, records, True, set(), bomb=True)
+
     #: lastOffsetDelta + 1 a claimed-span batch's header claims (issue 19 item 2)
     CLAIMS = (1, 2, 20_000, 2**31 - 1, 2**31)
 
@@ -509,7 +547,9 @@ class Generator:
         if rng.random() < 0.7:
             return Batch(claimed_span(n, base_offset=base, crc=rng.randrange(2**32)), base, n, False, set())
         recs = [record(0, None, b"v", [])]
-        return Batch(batch(recs, base_offset=base, last_offset_delta=n - 1, count=rng.choice([1, 2, min(n, 2**31 - 1)])), base, n, False, set())
+        return Batch(
+            batch(recs, base_offset=base, last_offset_delta=n - 1, count=rng.choice([1, 2, min(n, 2**31 - 1)])), base, n, False, set()
+        )
 
     def fetch(self, base: int) -> tuple[list[Batch], int, int]:
         """Batches at `base` onward, the fetch offset, and the next free base."""

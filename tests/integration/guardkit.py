@@ -26,17 +26,17 @@ from typing import Any
 import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from busguard.wiring import init_state
 from busguard.config import load_config
 from busguard.devconfig import Topics, embedded_config
+from busguard.devtools.broker import free_port
 from busguard.protocol.attestation import verify_decision_record
 from busguard.protocol.identity import agent_id_for_key, multikey_encode
 from busguard.protocol.keyfile import Identity, read_key, write_key
 from busguard.protocol.records import Decision
 from busguard.protocol.signing import public_key_from_seed
-from busguard.devtools.broker import free_port
 from busguard.runtime.topics import create_topics
 from busguard.sdk.sender import Sender, SignedRecord
+from busguard.wiring import init_state
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -169,7 +169,10 @@ class GuardProcess:
             environ["BUSGUARD_FAULT"] = fault
         self._out = open(self.log, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "busguard.cli", command, "--config", str(setup.config)], stdout=self._out, stderr=subprocess.STDOUT, env=environ
+            [sys.executable, "-m", "busguard.cli", command, "--config", str(setup.config)],
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            env=environ,
         )
 
     def healthy(self) -> bool:
@@ -222,7 +225,9 @@ class GuardProcess:
         return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("busguard_decisions_total{"))
 
 
-async def produce(bootstrap: str, topic: str, records: Sequence[SignedRecord | tuple[bytes | None, list[tuple[str, bytes]]]], key: bytes | None = b"k") -> list[tuple[int, int]]:
+async def produce(
+    bootstrap: str, topic: str, records: Sequence[SignedRecord | tuple[bytes | None, list[tuple[str, bytes]]]], key: bytes | None = b"k"
+) -> list[tuple[int, int]]:
     """Produce in order; returns (partition, offset) per record. One key => one partition => order kept."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False, acks="all", linger_ms=5)
     await producer.start()

@@ -16,16 +16,16 @@ from pathlib import Path
 
 import msgspec
 
-from busguard.protocol.records import Coordinates, Decision
-from busguard.audit.run import load_checkpoint, run_audit
 from busguard.audit.lineage import AuditReport
 from busguard.audit.reader import read_log
+from busguard.audit.run import load_checkpoint, run_audit
 from busguard.config import Config, load_config
+from busguard.devtools.broker import EmbeddedBroker
 from busguard.protocol.attestation import attest, decision_bytes, seal
 from busguard.protocol.identity import multikey_encode
 from busguard.protocol.receipt import receipt_id
+from busguard.protocol.records import Coordinates, Decision
 from busguard.protocol.signing import Signer, public_key_from_seed
-from busguard.devtools.broker import EmbeddedBroker
 from busguard.sdk.sender import SignedRecord
 
 from .guardkit import REPO, GuardProcess, Setup, all_decided, collect, collect_all, identity, make_setup, produce, sender
@@ -71,7 +71,9 @@ def _cfg(s: Setup) -> Config:
 
 async def _audit(s: Setup, **kw: object) -> tuple[AuditReport, float]:
     started = time.perf_counter()
-    report = await asyncio.to_thread(run_audit, _cfg(s), guard_public_key=s.guard.public_key, reconciler_public_key=s.reconciler.public_key, **kw)  # type: ignore[arg-type]
+    report = await asyncio.to_thread(
+        run_audit, _cfg(s), guard_public_key=s.guard.public_key, reconciler_public_key=s.reconciler.public_key, **kw
+    )  # type: ignore[arg-type]
     return report, time.perf_counter() - started
 
 
@@ -101,7 +103,12 @@ async def test_audit_after_a_crash_and_restart_proves_exactly_once(broker: Embed
     assert report.ok, report.violations
     sm = report.summary
     assert sm.decisions == total and sm.records == total  # identical re-emissions count once
-    assert (sm.tasks, sm.duplicates, sm.escalations, sm.pending) == (counts["tasks"], counts["duplicates"], counts["escalations"], counts["escalations"])
+    assert (sm.tasks, sm.duplicates, sm.escalations, sm.pending) == (
+        counts["tasks"],
+        counts["duplicates"],
+        counts["escalations"],
+        counts["escalations"],
+    )
     for t in report.tasks:  # every task exactly once, and delivered
         assert t.forwards == 1 and t.delivered and t.witness is not None, t
     assert {p.task_id for p in report.pending} == {t.task_id for t in report.tasks if t.escalations}
@@ -125,12 +132,18 @@ def _forged_audit_record(s: Setup) -> tuple[bytes, list[tuple[str, bytes]]]:
     )
     body = decision_bytes(d)
     att = attest(d, body, "tulpa:" + multikey_encode(public_key_from_seed(IMPOSTOR_SEED)))
-    return body, [("busguard-decision-id", d.decision_id.encode()), ("busguard-attestation", att), ("busguard-seal", seal(Signer(IMPOSTOR_SEED), att))]
+    return body, [
+        ("busguard-decision-id", d.decision_id.encode()),
+        ("busguard-attestation", att),
+        ("busguard-seal", seal(Signer(IMPOSTOR_SEED), att)),
+    ]
 
 
 def _cli(s: Setup, *args: str) -> subprocess.CompletedProcess[bytes]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "busguard.cli", *args, "--config", str(s.config)], capture_output=True, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "busguard.cli", *args, "--config", str(s.config)], capture_output=True, env=env, timeout=120
+    )
 
 
 async def test_forgeries_are_caught_incrementally_and_by_the_cli(broker: EmbeddedBroker, tmp_path: Path) -> None:

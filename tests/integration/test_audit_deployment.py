@@ -25,7 +25,11 @@ FOREIGN = {"foreign_decision", "foreign_resolution", "foreign_forward", "foreign
 def _workload(tmp: Path, prefix: str, n: int = 12) -> tuple[list[SignedRecord], list[SignedRecord], int]:
     """Handoffs with duplicates and two legacy re-sends that escalate (the
     reconciler resolves them), and an ack per handoff; task ids of their own."""
-    planner, legacy, executor = sender("planner", session=tmp / "planner.session"), sender("executor"), sender("executor", session=tmp / "executor.session")
+    planner, legacy, executor = (
+        sender("planner", session=tmp / "planner.session"),
+        sender("executor"),
+        sender("executor", session=tmp / "executor.session"),
+    )
     to_exec, to_planner = identity("executor").agent_id, identity("planner").agent_id
     handoffs: list[SignedRecord] = []
     acks: list[SignedRecord] = []
@@ -43,7 +47,12 @@ def _workload(tmp: Path, prefix: str, n: int = 12) -> tuple[list[SignedRecord], 
 
 def _cli(s: Setup, *args: str) -> subprocess.CompletedProcess[bytes]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "busguard.cli", *args, "--config", str(s.config), "--idle-ms", "800"], capture_output=True, env=env, timeout=180)
+    return subprocess.run(
+        [sys.executable, "-m", "busguard.cli", *args, "--config", str(s.config), "--idle-ms", "800"],
+        capture_output=True,
+        env=env,
+        timeout=180,
+    )
 
 
 def _audit(s: Setup) -> tuple[int, dict]:  # type: ignore[type-arg]
@@ -67,7 +76,12 @@ async def _run(s: Setup, prefix: str, reconcile: bool) -> None:
         await produce(s.bootstrap, s.handoffs, handoffs, key=b"planner")
         await produce(s.bootstrap, s.acks, acks, key=b"executor")
         total = len(handoffs) + len(acks)
-        await collect(s.bootstrap, s.outputs, lambda c: all_decided(s, c, total) and (not reconcile or _resolutions(c[s.audit]) >= escalations), timeout=120)
+        await collect(
+            s.bootstrap,
+            s.outputs,
+            lambda c: all_decided(s, c, total) and (not reconcile or _resolutions(c[s.audit]) >= escalations),
+            timeout=120,
+        )
     finally:
         for p in procs:
             assert p.terminate() == 0, p.tail()

@@ -26,7 +26,6 @@ from busguard.policies.award.wire import AwardPayload, BidPayload, CallPayload, 
 from busguard.protocol.records import Decision
 from busguard.protocol.timestamps import format_timestamp
 from busguard.sdk.sender import Sender, SignedRecord
-
 from tests.pgkit import EmbeddedPostgres
 
 from .guardkit import GuardProcess, Setup, collect, make_setup, produce, sender
@@ -56,7 +55,9 @@ def b64(data: bytes) -> str:
 
 
 def call(who: Sender, call_id: str, deadline: str) -> SignedRecord:
-    return sign_as(who, "cnet.call", call_id, CallPayload(awarder=who.agent_id, task_class="t", task="x", requires_check=True, award_deadline=deadline))
+    return sign_as(
+        who, "cnet.call", call_id, CallPayload(awarder=who.agent_id, task_class="t", task="x", requires_check=True, award_deadline=deadline)
+    )
 
 
 def bid(who: Sender, bid_id: str, call_id: str, deadline: str, cost: int = 1) -> SignedRecord:
@@ -85,7 +86,9 @@ def state_backend(backend: str) -> Iterator[dict[str, object] | None]:
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-async def test_a_call_cannot_be_hijacked_or_awarded_twice_after_its_task_entries_expired(broker: EmbeddedBroker, tmp_path: Path, backend: str) -> None:
+async def test_a_call_cannot_be_hijacked_or_awarded_twice_after_its_task_entries_expired(
+    broker: EmbeddedBroker, tmp_path: Path, backend: str
+) -> None:
     with state_backend(backend) as state:
         s = await make_setup(tmp_path, broker.bootstrap, agents=AGENTS, state=state)
         await hijack_after_expiry(s)
@@ -98,7 +101,11 @@ async def hijack_after_expiry(s: Setup) -> None:
     deadline = format_timestamp(now_ms() + 3_600_000)  # the call's rows live an hour + 7 days
     output = b'{"rows": [1, 2]}'
     try:
-        first = [call(a, "c-h", deadline), bid(b, "c-h/bid-b", "c-h", deadline), sign_as(a, "cnet.award", "c-h", AwardPayload(winner="c-h/bid-b", ranked=["c-h/bid-b"], mode="verified"))]
+        first = [
+            call(a, "c-h", deadline),
+            bid(b, "c-h/bid-b", "c-h", deadline),
+            sign_as(a, "cnet.award", "c-h", AwardPayload(winner="c-h/bid-b", ranked=["c-h/bid-b"], mode="verified")),
+        ]
         assert await decide(s, first) == [FWD, FWD, FWD]
         await asyncio.sleep(11)  # past admission.task_retention_ms: the task index forgot the call and its award
         later = [
@@ -110,7 +117,12 @@ async def hijack_after_expiry(s: Setup) -> None:
         got = await decide(s, later, seen=len(first))
     finally:
         assert guard.terminate() == 0, guard.tail()
-    assert got == [("reject", "award_call_exists"), ("reject", "award_closed"), ("reject", "award_already_awarded"), FWD]  # B's award stands and settles
+    assert got == [
+        ("reject", "award_call_exists"),
+        ("reject", "award_closed"),
+        ("reject", "award_already_awarded"),
+        FWD,
+    ]  # B's award stands and settles
 
 
 async def test_a_far_future_deadline_is_refused_and_one_bidder_cannot_fill_a_call(broker: EmbeddedBroker, tmp_path: Path) -> None:

@@ -45,22 +45,48 @@ def other_calls(a: Sender, c: Sender) -> list[tuple[SignedRecord, tuple[str, str
     be = CallPayload(awarder=a.agent_id, task_class="advisory.summary", task="summarise", requires_check=False, award_deadline=deadline)
     out += [
         (sign_as(a, "cnet.call", "c-be", be), fwd),
-        (sign_as(c, "cnet.bid", "c-be/bid-c", BidPayload(call="c-be", cost=80, deadline=deadline, receipt=ReceiptTemplate(canonicalizer_id="c-private-norm.v1", commits="output"))), fwd),
-        (sign_as(a, "cnet.award", "c-be", AwardPayload(winner="c-be/bid-c", ranked=["c-be/bid-c"], mode="best_effort", risk_price=25)), fwd),
+        (
+            sign_as(
+                c,
+                "cnet.bid",
+                "c-be/bid-c",
+                BidPayload(
+                    call="c-be", cost=80, deadline=deadline, receipt=ReceiptTemplate(canonicalizer_id="c-private-norm.v1", commits="output")
+                ),
+            ),
+            fwd,
+        ),
+        (
+            sign_as(a, "cnet.award", "c-be", AwardPayload(winner="c-be/bid-c", ranked=["c-be/bid-c"], mode="best_effort", risk_price=25)),
+            fwd,
+        ),
         (sign_as(c, "cnet.result", "c-be", ResultPayload(state_root="1" * 64, output=b64(OUTPUT))), fwd),
     ]
     dl = CallPayload(awarder=a.agent_id, task_class="transform.table", task="prove it", requires_check=True, award_deadline=deadline)
     template = ReceiptTemplate(canonicalizer_id="zk-trace.v3", commits="trace", verifier_manifest="acme-verifier/v1")
     root = "ab" * 32
     message = attestation_input(
-        verifier_manifest="acme-verifier/v1", call="c-dl", bid="c-dl/bid-c", canonicalizer_id="zk-trace.v3", state_root=root, output_sha256=hashlib.sha256(OUTPUT).hexdigest()
+        verifier_manifest="acme-verifier/v1",
+        call="c-dl",
+        bid="c-dl/bid-c",
+        canonicalizer_id="zk-trace.v3",
+        state_root=root,
+        output_sha256=hashlib.sha256(OUTPUT).hexdigest(),
     )
     assert message is not None
     attestation = b64(sign(identity("verifier").seed, message))
     out += [
         (sign_as(a, "cnet.call", "c-dl", dl), fwd),
         (sign_as(c, "cnet.bid", "c-dl/bid-c", BidPayload(call="c-dl", cost=90, deadline=deadline, receipt=template)), fwd),
-        (sign_as(a, "cnet.award", "c-dl", AwardPayload(winner="c-dl/bid-c", ranked=["c-dl/bid-c"], mode="delegated", verifier="acme-verifier/v1")), fwd),
+        (
+            sign_as(
+                a,
+                "cnet.award",
+                "c-dl",
+                AwardPayload(winner="c-dl/bid-c", ranked=["c-dl/bid-c"], mode="delegated", verifier="acme-verifier/v1"),
+            ),
+            fwd,
+        ),
         (sign_as(c, "cnet.result", "c-dl", ResultPayload(state_root=root, trace=b64(OUTPUT), attestation=attestation)), fwd),
     ]
     return out
@@ -84,7 +110,12 @@ async def test_the_seed_net_through_busguard_run(broker: EmbeddedBroker, tmp_pat
         got = await collect(
             s.bootstrap,
             [s.downstream_handoffs, s.dead_letter, s.reconciliation, s.audit, rebid],
-            lambda g: len(g[s.audit]) >= len(steps) and len(g[s.downstream_handoffs]) >= forwards and len(g[rebid]) >= 1 and len(g[s.reconciliation]) >= 1,
+            lambda g: (
+                len(g[s.audit]) >= len(steps)
+                and len(g[s.downstream_handoffs]) >= forwards
+                and len(g[rebid]) >= 1
+                and len(g[s.reconciliation]) >= 1
+            ),
         )
     finally:
         assert guard.terminate() == 0, guard.tail()
@@ -104,9 +135,17 @@ async def test_the_seed_net_through_busguard_run(broker: EmbeddedBroker, tmp_pat
     # the rebid notice: to the awarder, naming B, bound to the refused award's decision
     (n,) = got[rebid]
     notice = json.loads(n.value)
-    assert n.key == b"c-seed" and (notice["reason"], notice["winner"], notice["awarder"]) == ("award_unrecomputable", "c-seed/bid-c", a.agent_id)
+    assert n.key == b"c-seed" and (notice["reason"], notice["winner"], notice["awarder"]) == (
+        "award_unrecomputable",
+        "c-seed/bid-c",
+        a.agent_id,
+    )
     assert [x["bid"] for x in notice["awardable"]] == ["c-seed/bid-b"] and notice["awardable"][0]["bidder"] == b.agent_id
-    assert (header(n, "busguard-route"), header(n, "busguard-reason"), header(n, "busguard-decision-id")) == (b"rebid", b"award_unrecomputable", refused.decision_id.encode())
+    assert (header(n, "busguard-route"), header(n, "busguard-reason"), header(n, "busguard-decision-id")) == (
+        b"rebid",
+        b"award_unrecomputable",
+        refused.decision_id.encode(),
+    )
     (dead,) = got[s.dead_letter]
     assert header(dead, "busguard-reason") == b"award_unrecomputable"
 
@@ -129,6 +168,8 @@ async def test_the_seed_net_through_busguard_run(broker: EmbeddedBroker, tmp_pat
     # the auditor, per call
     calls = {r.call: r for r in call_reports(ledger.decisions.values())}
     assert (calls["c-seed"].awarded_to, calls["c-seed"].mode, calls["c-seed"].settlement) == (b.agent_id, "verified", "settled")
-    assert calls["c-seed"].refused_awards == ["award_unrecomputable"] and calls["c-seed"].escalations == [f"settlement_mismatch attributed to {b.agent_id}"]
+    assert calls["c-seed"].refused_awards == ["award_unrecomputable"] and calls["c-seed"].escalations == [
+        f"settlement_mismatch attributed to {b.agent_id}"
+    ]
     assert (calls["c-be"].mode, calls["c-be"].risk_price, calls["c-be"].settlement) == ("best_effort", "25", "unverified")
     assert (calls["c-dl"].mode, calls["c-dl"].delegated_to, calls["c-dl"].settlement) == ("delegated", "acme-verifier/v1", "settled")

@@ -24,7 +24,18 @@ from .conftest import TopicFactory
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-KEYS = ("verify_1t_per_s", "verify_nt_per_s", "relay_per_s", "naive_per_s", "busguard_per_s", "ratio_naive", "ratio_relay", "p50_ms", "p99_ms", "rss_mb")
+KEYS = (
+    "verify_1t_per_s",
+    "verify_nt_per_s",
+    "relay_per_s",
+    "naive_per_s",
+    "busguard_per_s",
+    "ratio_naive",
+    "ratio_relay",
+    "p50_ms",
+    "p99_ms",
+    "rss_mb",
+)
 
 
 def test_compare_smoke(tmp_path: Path) -> None:
@@ -70,7 +81,9 @@ def test_compare_rate_with_the_broker_floor(tmp_path: Path) -> None:
     assert result["direct_per_s"] > 0 and result["p99_ms"] == result["busguard_p99_ms"]
 
 
-async def test_naive_guard_forwards_only_verified_records(broker: EmbeddedBroker, topic_factory: TopicFactory, group_id: str, tmp_path: Path) -> None:
+async def test_naive_guard_forwards_only_verified_records(
+    broker: EmbeddedBroker, topic_factory: TopicFactory, group_id: str, tmp_path: Path
+) -> None:
     """The hand-written guard the benchmark compares against really verifies:
     a record whose payload was changed, or whose signature is another
     record's, is dropped; the valid ones are forwarded with their headers."""
@@ -87,7 +100,13 @@ async def test_naive_guard_forwards_only_verified_records(broker: EmbeddedBroker
     good = [sender.sign(kind="handoff", task_id=f"t{i}", receiver="r", payload=b'{"n":%d}' % i) for i in range(3)]
     tampered_payload = (b'{"n":99}', good[0].headers)
     swapped_signature = (good[1].value, [good[1].headers[0], good[2].headers[1]])
-    inputs = [(good[0].value, good[0].headers), tampered_payload, (good[1].value, good[1].headers), swapped_signature, (good[2].value, good[2].headers)]
+    inputs = [
+        (good[0].value, good[0].headers),
+        tampered_payload,
+        (good[1].value, good[1].headers),
+        swapped_signature,
+        (good[2].value, good[2].headers),
+    ]
 
     proc = subprocess.Popen(
         [sys.executable, str(REPO / "benchmarks" / "naive_guard.py"), broker.bootstrap, group_id, str(keys), f"{src}={dst}"],

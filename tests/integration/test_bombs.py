@@ -50,7 +50,13 @@ def send_bombs(bootstrap: str, topic: str, codecs: Sequence[str] = tuple(INFLATE
     batch of one record that the producer compresses itself."""
     for codec in codecs:
         p = confluent_kafka.Producer(
-            {"bootstrap.servers": bootstrap, "compression.type": codec, "message.max.bytes": 1_000_000_000, "enable.idempotence": False, "acks": "all"}
+            {
+                "bootstrap.servers": bootstrap,
+                "compression.type": codec,
+                "message.max.bytes": 1_000_000_000,
+                "enable.idempotence": False,
+                "acks": "all",
+            }
         )
         p.produce(topic, key=b"bomb-" + codec.encode(), value=bytes(INFLATED[codec]))
         assert p.flush(60) == 0
@@ -99,7 +105,9 @@ async def test_bombs_in_every_codec_into_a_running_guard_and_a_restarted_one(bro
     finally:
         assert again.terminate() == 0, again.tail()
 
-    print(f"guard peak RSS growth: {first_growth / 2**20:.1f} MiB; restarted guard's peak {restart_peak / 2**20:.1f} MiB vs {base / 2**20:.1f} MiB")
+    print(
+        f"guard peak RSS growth: {first_growth / 2**20:.1f} MiB; restarted guard's peak {restart_peak / 2**20:.1f} MiB vs {base / 2**20:.1f} MiB"
+    )
     assert first_growth <= GROWTH_BOUND, f"{first_growth / 2**20:.1f} MiB"
     assert restart_peak - base <= GROWTH_BOUND, f"{(restart_peak - base) / 2**20:.1f} MiB"
     decided = decisions_by_source(s, got)

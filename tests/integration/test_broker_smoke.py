@@ -34,9 +34,7 @@ GROUP_SETTINGS: dict[str, Any] = {
 
 @asynccontextmanager
 async def producer(broker: EmbeddedBroker) -> AsyncIterator[AIOKafkaProducer]:
-    p = AIOKafkaProducer(
-        bootstrap_servers=broker.bootstrap, enable_idempotence=False, acks="all"
-    )
+    p = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, enable_idempotence=False, acks="all")
     await p.start()
     try:
         yield p
@@ -45,9 +43,7 @@ async def producer(broker: EmbeddedBroker) -> AsyncIterator[AIOKafkaProducer]:
 
 
 @asynccontextmanager
-async def consumer(
-    broker: EmbeddedBroker, topic: str, group: str, **kw: Any
-) -> AsyncIterator[AIOKafkaConsumer]:
+async def consumer(broker: EmbeddedBroker, topic: str, group: str, **kw: Any) -> AsyncIterator[AIOKafkaConsumer]:
     c = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=group, **GROUP_SETTINGS)
     c.subscribe([topic], **kw)
     await c.start()
@@ -57,9 +53,7 @@ async def consumer(
         await c.stop()
 
 
-async def produce(
-    broker: EmbeddedBroker, topic: str, n: int, partitions: int
-) -> list[tuple[int, bytes, list[tuple[str, bytes]]]]:
+async def produce(broker: EmbeddedBroker, topic: str, n: int, partitions: int) -> list[tuple[int, bytes, list[tuple[str, bytes]]]]:
     """Send n records round-robin over partitions; return (partition, value, headers)."""
     sent = []
     async with producer(broker) as p:
@@ -84,9 +78,7 @@ async def drain(c: AIOKafkaConsumer, n: int, timeout: float = 20.0) -> list[Cons
     return got
 
 
-async def test_headers_and_values_round_trip(
-    broker: EmbeddedBroker, topic_factory: TopicFactory, group_id: str
-) -> None:
+async def test_headers_and_values_round_trip(broker: EmbeddedBroker, topic_factory: TopicFactory, group_id: str) -> None:
     topic = await topic_factory("roundtrip", partitions=4)
     sent = await produce(broker, topic, 100, partitions=4)
 
@@ -192,9 +184,7 @@ async def drain_for(c: AIOKafkaConsumer, seconds: float) -> list[ConsumerRecord]
     return got
 
 
-async def test_committed_offsets_survive_consumer_restart(
-    broker: EmbeddedBroker, topic_factory: TopicFactory, group_id: str
-) -> None:
+async def test_committed_offsets_survive_consumer_restart(broker: EmbeddedBroker, topic_factory: TopicFactory, group_id: str) -> None:
     topic = await topic_factory("restart", partitions=2)
     await produce(broker, topic, 20, partitions=2)  # offsets 0..9 in each partition
     tps = [TopicPartition(topic, p) for p in range(2)]
@@ -210,9 +200,7 @@ async def test_committed_offsets_survive_consumer_restart(
         assert await drain_for(c, 0.5) == []
     firsts = {p: min(r.offset for r in resumed if r.partition == p) for p in range(2)}
     assert firsts == {0: 4, 1: 7}
-    assert sorted((r.partition, r.offset) for r in resumed) == (
-        [(0, o) for o in range(4, 10)] + [(1, o) for o in range(7, 10)]
-    )
+    assert sorted((r.partition, r.offset) for r in resumed) == ([(0, o) for o in range(4, 10)] + [(1, o) for o in range(7, 10)])
 
 
 # A group member in another process: consumes, commits offset 5 on every

@@ -66,7 +66,9 @@ async def test_claimed_spans_cost_one_decision_each_and_the_partition_moves_on(b
     try:
         # the restarted guard (once the dead member's session is gone) re-reads
         # the uncommitted batch and re-emits its decisions: every audit record twice
-        got = await collect(s.bootstrap, [s.audit, s.dead_letter, s.downstream_handoffs], lambda c: len(c[s.audit]) >= 4 * len(CLAIMS), timeout=180)
+        got = await collect(
+            s.bootstrap, [s.audit, s.dead_letter, s.downstream_handoffs], lambda c: len(c[s.audit]) >= 4 * len(CLAIMS), timeout=180
+        )
         decided_s = time.monotonic() - started
         assert guard.proc.poll() is None, guard.tail()
         got = await collect_all(s.bootstrap, [s.audit, s.dead_letter, s.downstream_handoffs])
@@ -78,7 +80,9 @@ async def test_claimed_spans_cost_one_decision_each_and_the_partition_moves_on(b
     audit = got[s.audit]
     distinct = {r.value for r in audit}
     decisions = sorted({d.decision_id: d for d in _decisions(audit)}.values(), key=lambda d: d.source.offset)
-    assert len(audit) == 4 * len(CLAIMS) and len(distinct) == len(decisions) == 2 * len(CLAIMS)  # re-emitted after the crash, byte-identical
+    assert len(audit) == 4 * len(CLAIMS) and len(distinct) == len(decisions) == 2 * len(
+        CLAIMS
+    )  # re-emitted after the crash, byte-identical
     spans_decided = [d for d in decisions if d.reason == "undecodable_batch"]
     assert [(d.source.offset, d.covers_to, d.outcome) for d in spans_decided] == [(sp.start, sp.stop - 1, "reject") for sp in spans]
     assert [d.last_offset is None for d in spans_decided] == [n == 1 for n in CLAIMS]
@@ -87,7 +91,9 @@ async def test_claimed_spans_cost_one_decision_each_and_the_partition_moves_on(b
     # one dead letter per span (re-emitted identically), carrying the batch's 69 bytes
     dead = {(r.value, tuple(r.headers)) for r in got[s.dead_letter]}
     assert len(got[s.dead_letter]) == 2 * len(CLAIMS) and len(dead) == len(CLAIMS)
-    for (value, headers), span in zip(sorted(dead, key=lambda v: int(header(_Rec(v[1]), "busguard-batch-offset") or b"0")), spans, strict=True):
+    for (value, headers), span in zip(
+        sorted(dead, key=lambda v: int(header(_Rec(v[1]), "busguard-batch-offset") or b"0")), spans, strict=True
+    ):
         rec = _Rec(headers)
         assert len(value) == 69 and header(rec, "busguard-original-form") == b"batch"
         assert header(rec, "busguard-source") == f"{s.handoffs}/0/{span.start}".encode()
@@ -110,7 +116,13 @@ async def test_claimed_spans_cost_one_decision_each_and_the_partition_moves_on(b
     assert report.ok, report.violations
     (cov,) = report.inputs
     assert (cov.topic, cov.first, cov.last, cov.offsets, cov.spans, cov.undecided, cov.overlapping) == (
-        s.handoffs, spans[0].start, good_offsets[-1], good_offsets[-1] - spans[0].start + 1, 2, 0, 0
+        s.handoffs,
+        spans[0].start,
+        good_offsets[-1],
+        good_offsets[-1] - spans[0].start + 1,
+        2,
+        0,
+        0,
     )
 
     # a restart finds the store level with the group (its watermark covers the

@@ -13,12 +13,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from busguard.protocol.records import Decision
 from busguard.cli import build_parser, main
+from busguard.devtools.broker import EmbeddedBroker
 from busguard.protocol.attestation import verify_admitted
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.keyfile import read_key
-from busguard.devtools.broker import EmbeddedBroker
+from busguard.protocol.records import Decision
 
 from .guardkit import REPO, GuardProcess, collect, header, identity, make_setup
 
@@ -92,7 +92,9 @@ def test_check_config_names_file_field_and_value(tmp_path: Path) -> None:
 
 def test_check_config_reports_a_cross_field_rule(tmp_path: Path) -> None:
     config = tmp_path / "busguard.toml"
-    config.write_text('[[routes]]\nname = "r"\ninputs = ["in"]\ndownstream = "out"\n[[routes]]\nname = "s"\ninputs = ["in"]\ndownstream = "out2"\n')
+    config.write_text(
+        '[[routes]]\nname = "r"\ninputs = ["in"]\ndownstream = "out"\n[[routes]]\nname = "s"\ninputs = ["in"]\ndownstream = "out2"\n'
+    )
     result = busguard("check-config", "--config", str(config))
     assert result.returncode == 2
     assert f"{config}: routes[1].inputs = 'in': each input topic belongs to one route (already in 'r')" in result.stderr
@@ -128,7 +130,20 @@ async def test_send_produces_a_signed_record_the_guard_forwards(broker: Embedded
     try:
         guard.wait_ready()  # before signing: receipts older than the guard's store are refused (store_warming)
         to = identity("executor").agent_id
-        common = ["--key", str(tmp_path / "agent.key"), "--topic", s.handoffs, "--kind", "handoff", "--task", "t-cli", "--to", to, "--bootstrap", s.bootstrap]
+        common = [
+            "--key",
+            str(tmp_path / "agent.key"),
+            "--topic",
+            s.handoffs,
+            "--kind",
+            "handoff",
+            "--task",
+            "t-cli",
+            "--to",
+            to,
+            "--bootstrap",
+            s.bootstrap,
+        ]
         first = busguard("send", *common, "--payload", str(payload))
         assert first.returncode == 0, first.stderr
         m = re.fullmatch(rf"sent handoff for task t-cli to {re.escape(s.handoffs)}/\d+@\d+; receipt_id ([0-9a-f]{{64}})\n", first.stdout)
@@ -160,7 +175,22 @@ async def test_send_produces_a_signed_record_the_guard_forwards(broker: Embedded
 
 
 def test_send_with_a_missing_key_file_is_a_config_error(tmp_path: Path) -> None:
-    result = busguard("send", "--key", str(tmp_path / "none.key"), "--topic", "t", "--kind", "ack", "--task", "x", "--to", "y", "--payload", "-", stdin=b"")
+    result = busguard(
+        "send",
+        "--key",
+        str(tmp_path / "none.key"),
+        "--topic",
+        "t",
+        "--kind",
+        "ack",
+        "--task",
+        "x",
+        "--to",
+        "y",
+        "--payload",
+        "-",
+        stdin=b"",
+    )
     assert result.returncode == 2 and "does not exist" in result.stderr and "busguard keygen" in result.stderr
 
 
@@ -203,7 +233,9 @@ def test_help_from_a_real_process() -> None:
 
 def test_check_config_reads_the_operators_file(tmp_path: Path) -> None:
     config = tmp_path / "busguard.toml"
-    config.write_text('[[routes]]\nname = "r"\ninputs = ["in"]\ndownstream = "out"\n[keys]\nregistry = "keys.toml"\noperators = "operators.toml"\n')
+    config.write_text(
+        '[[routes]]\nname = "r"\ninputs = ["in"]\ndownstream = "out"\n[keys]\nregistry = "keys.toml"\noperators = "operators.toml"\n'
+    )
     (tmp_path / "keys.toml").write_text("")
     (tmp_path / "operators.toml").write_text('[[operator]]\nname = "alice"\npublic_key = "z6Mkxyz"\n')
     result = busguard("check-config", "--config", str(config))

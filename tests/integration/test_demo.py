@@ -71,7 +71,10 @@ def test_summary_shows_links_and_resolutions(demo: subprocess.CompletedProcess[s
 def test_audit_summary_ends_the_output(demo: subprocess.CompletedProcess[str]) -> None:
     out = demo.stdout
     assert "busguard audit: OK" in out
-    m = re.search(r"records (\d+)\s+decisions (\d+)\s+resolutions (\d+)\s+tasks (\d+)\s+forwarded (\d+)\s+duplicates (\d+)\s+escalations (\d+)\s+pending (\d+)", out)
+    m = re.search(
+        r"records (\d+)\s+decisions (\d+)\s+resolutions (\d+)\s+tasks (\d+)\s+forwarded (\d+)\s+duplicates (\d+)\s+escalations (\d+)\s+pending (\d+)",
+        out,
+    )
     assert m is not None, out
     records, decisions, resolutions, tasks, forwarded, duplicates, escalations, pending = map(int, m.groups())
     assert decisions == len(EXPECTED) and forwarded == 3 and duplicates == 2 and escalations == 2

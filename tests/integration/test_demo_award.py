@@ -25,13 +25,21 @@ def test_demo_award_runs_the_seed_net(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BUSGUARD_")}
     env["PYTHONPATH"] = str(REPO)
     env["TMPDIR"] = str(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "busguard.cli", "demo", "award"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=180)
+    done = subprocess.run(
+        [sys.executable, "-m", "busguard.cli", "demo", "award"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=180
+    )
     out = done.stdout
     assert done.returncode == 0 and "demo OK" in out, f"stdout:\n{out}\nstderr:\n{done.stderr}"
     for label, (dest, reason) in STEPS.items():
         (line,) = [x for x in out.splitlines() if f". {label} " in x]
         assert re.search(rf"^\s*ok\s+\d+\. .*->\s+{re.escape(dest)}\s+{re.escape(reason)}\b", line), line
-    assert re.search(r"rebid notice on busguard\.rebid to awarder: award_unrecomputable; awardable: \S+/bid-b \(bidder-b, cost 120, verified\)$", out, re.M)
+    assert re.search(
+        r"rebid notice on busguard\.rebid to awarder: award_unrecomputable; awardable: \S+/bid-b \(bidder-b, cost 120, verified\)$",
+        out,
+        re.M,
+    )
     assert "(the reconciler holds it for an operator): settlement_mismatch, attributed to bidder-b: committed " in out
     assert "busguard-annotation-verification: recomputed" in out
-    assert re.search(r"awarded to bidder-b \(\S+/bid-b\) mode verified; settled; escalations \['settlement_mismatch attributed to bidder-b'\]", out)
+    assert re.search(
+        r"awarded to bidder-b \(\S+/bid-b\) mode verified; settled; escalations \['settlement_mismatch attributed to bidder-b'\]", out
+    )

@@ -32,7 +32,9 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProces
     env["PYTHONPATH"] = str(REPO)
     env["TMPDIR"] = str(tmp)
     env["BUSGUARD_KAFKA__BOOTSTRAP_SERVERS"] = "192.0.2.1:9092"  # must not redirect the demo's own config
-    return subprocess.run([sys.executable, "-m", "busguard.cli", "demo", "handoff"], capture_output=True, text=True, env=env, cwd=tmp, timeout=180)
+    return subprocess.run(
+        [sys.executable, "-m", "busguard.cli", "demo", "handoff"], capture_output=True, text=True, env=env, cwd=tmp, timeout=180
+    )
 
 
 def test_demo_handoff_exits_zero(demo: subprocess.CompletedProcess[str]) -> None:

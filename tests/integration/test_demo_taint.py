@@ -22,7 +22,9 @@ def test_demo_taint_runs_the_seed_incident_through_the_guard(tmp_path: Path) -> 
     env = {k: v for k, v in os.environ.items() if not k.startswith("BUSGUARD_")}
     env["PYTHONPATH"] = str(REPO)
     env["TMPDIR"] = str(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "busguard.cli", "demo", "taint"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=180)
+    done = subprocess.run(
+        [sys.executable, "-m", "busguard.cli", "demo", "taint"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=180
+    )
     out = done.stdout
     assert done.returncode == 0, f"stdout:\n{out}\nstderr:\n{done.stderr}"
     for label, (topic, reason) in EXPECTED.items():

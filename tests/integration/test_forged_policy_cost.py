@@ -54,7 +54,12 @@ async def test_forged_taint_requests_are_bad_signature_and_cost_what_forged_hand
 
     async def phase(topic: str, kind: str, tag: str, n: int, before: int) -> Collected:
         await produce(s.bootstrap, topic, forge(kind, tag, payload, n))
-        return await collect(s.bootstrap, [s.dead_letter, s.audit], lambda c: len(c[s.audit]) >= before + n and len(c[s.dead_letter]) >= before + n, timeout=180)
+        return await collect(
+            s.bootstrap,
+            [s.dead_letter, s.audit],
+            lambda c: len(c[s.audit]) >= before + n and len(c[s.dead_letter]) >= before + n,
+            timeout=180,
+        )
 
     try:
         # warm-up: both kinds once, so neither phase pays for first use

@@ -10,12 +10,24 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from busguard.protocol.records import Decision
-from busguard.protocol.attestation import verify_admitted
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.protocol.attestation import verify_admitted
+from busguard.protocol.records import Decision
 from busguard.sdk.sender import SignedRecord
 
-from .guardkit import GuardProcess, Setup, all_decided, collect, collect_all, decisions_by_source, header, identity, make_setup, produce, sender
+from .guardkit import (
+    GuardProcess,
+    Setup,
+    all_decided,
+    collect,
+    collect_all,
+    decisions_by_source,
+    header,
+    identity,
+    make_setup,
+    produce,
+    sender,
+)
 
 
 def workload(tmp: Path, name: str = "planner", legacy_name: str = "executor", n: int = 150) -> tuple[list[SignedRecord], list[str]]:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import msgspec
 
+from busguard.devtools.broker import EmbeddedBroker
 from busguard.protocol.records import Decision
 from busguard.protocol.timestamps import format_timestamp
-from busguard.devtools.broker import EmbeddedBroker
 from busguard.sdk.sender import SignedRecord
 
 from .guardkit import GuardProcess, Setup, collect, identity, make_setup, produce, sender
@@ -93,11 +93,14 @@ async def test_a_non_utf8_or_unreadable_registry_keeps_the_old_one_and_the_guard
     try:
         # Not UTF-8: an editor saved it in Latin-1, enrolling the outsider. Nothing changes.
         tmp = s.dir / "keys.toml.new"
-        tmp.write_bytes((_agents("planner", "executor", "outsider") + '# edited by J\xfcrgen\n').encode("latin-1"))
+        tmp.write_bytes((_agents("planner", "executor", "outsider") + "# edited by J\xfcrgen\n").encode("latin-1"))
         os.replace(tmp, registry)
         first = await _decide(
             s,
-            [planner.sign(kind="handoff", task_id="t-1", receiver="x", payload=WORK), outsider.sign(kind="handoff", task_id="t-2", receiver="x", payload=WORK)],
+            [
+                planner.sign(kind="handoff", task_id="t-1", receiver="x", payload=WORK),
+                outsider.sign(kind="handoff", task_id="t-2", receiver="x", payload=WORK),
+            ],
             0,
         )
         assert [d.reason for d in first] == ["admitted", "unknown_sender"]

@@ -21,13 +21,26 @@ from pathlib import Path
 
 import msgspec
 
-from busguard.protocol.records import Decision
-from busguard.protocol.attestation import verify_admitted
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.protocol.attestation import verify_admitted
+from busguard.protocol.records import Decision
 from busguard.sdk.sender import SignedRecord
 from tests.pgkit import EmbeddedPostgres
 
-from .guardkit import REPO, GuardProcess, Setup, all_decided, collect, decisions_by_source, distinct_sources, header, identity, make_setup, produce, sender
+from .guardkit import (
+    REPO,
+    GuardProcess,
+    Setup,
+    all_decided,
+    collect,
+    decisions_by_source,
+    distinct_sources,
+    header,
+    identity,
+    make_setup,
+    produce,
+    sender,
+)
 
 SENDERS = [f"agent-{i}" for i in range(4)]
 
@@ -67,7 +80,11 @@ async def test_three_hosts_one_postgres_unkeyed_kill_9_and_a_database_restart(br
         shared = tmp_path / "provisioning"
         shared.mkdir()
         s = await make_setup(
-            shared, broker.bootstrap, agents=[*SENDERS, "executor"], max_records=30, state={"backend": "postgres", "dsn": pg.dsn, "schema": "deployment"}
+            shared,
+            broker.bootstrap,
+            agents=[*SENDERS, "executor"],
+            max_records=30,
+            state={"backend": "postgres", "dsn": pg.dsn, "schema": "deployment"},
         )
         hosts = [_host(s, tmp_path / f"host-{i}") for i in range(3)]
         records, of = _workload(tmp_path, n=40)

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import msgspec
 
-from busguard.protocol.records import Decision
-from busguard.protocol.attestation import verify_admitted
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.protocol.attestation import verify_admitted
+from busguard.protocol.records import Decision
 
 from .guardkit import GuardProcess, all_decided, collect, header, make_setup, produce
 from .test_guard_crash import workload

@@ -11,8 +11,8 @@ import msgspec
 import pytest
 
 from busguard import AttestationError, open_admitted
-from busguard.protocol.records import Decision
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.protocol.records import Decision
 
 from .guardkit import GuardProcess, all_decided, collect, header, identity, make_setup, produce, sender
 
@@ -36,7 +36,9 @@ async def test_a_route_with_receivers_rejects_a_handoff_for_anyone_else(broker: 
         assert guard.healthy()
     finally:
         assert guard.terminate() == 0, guard.tail()
-    reasons = {msgspec.json.decode(r.value, type=Decision).task_id: msgspec.json.decode(r.value, type=Decision).reason for r in got[s.audit]}
+    reasons = {
+        msgspec.json.decode(r.value, type=Decision).task_id: msgspec.json.decode(r.value, type=Decision).reason for r in got[s.audit]
+    }
     assert reasons == {"t-1": "admitted", "t-2": "wrong_receiver"}
     (dead,) = got[s.dead_letter]
     assert header(dead, "busguard-reason") == b"wrong_receiver" and dead.value == theirs.value

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import msgspec
 
-from busguard.protocol.records import Decision
-from busguard.protocol.attestation import verify_admitted, verify_decision_record
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.protocol.attestation import verify_admitted, verify_decision_record
+from busguard.protocol.records import Decision
 
 from .guardkit import GuardProcess, all_decided, collect, header, identity, make_setup, produce, sender
 
@@ -25,7 +25,11 @@ def _malformed(good_headers: list[tuple[str, bytes]]) -> list[tuple[str, bytes |
         ("bad_base64", WORK, [("busguard-receipt", receipt), ("busguard-signature", b"%%%" + sig[3:])]),
         ("wrong_type", WORK, [("busguard-receipt", receipt.replace(b'"v":1', b'"v":"one"')), ("busguard-signature", sig)]),
         ("duplicate_key", WORK, [("busguard-receipt", receipt[:-1] + b',"kind":"ack"}'), ("busguard-signature", sig)]),
-        ("unknown_kind", WORK, [("busguard-receipt", receipt.replace(b'"kind":"handoff"', b'"kind":"launch"')), ("busguard-signature", sig)]),
+        (
+            "unknown_kind",
+            WORK,
+            [("busguard-receipt", receipt.replace(b'"kind":"handoff"', b'"kind":"launch"')), ("busguard-signature", sig)],
+        ),
     ]
 
 

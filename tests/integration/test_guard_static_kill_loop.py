@@ -37,7 +37,20 @@ from busguard.devtools.broker import EmbeddedBroker
 from busguard.protocol.records import Decision
 from tests.pgkit import EmbeddedPostgres
 
-from .guardkit import GuardProcess, Setup, all_decided, assignment_events, collect, decisions_by_source, distinct_sources, held, identity, make_setup, sender, until
+from .guardkit import (
+    GuardProcess,
+    Setup,
+    all_decided,
+    assignment_events,
+    collect,
+    decisions_by_source,
+    distinct_sources,
+    held,
+    identity,
+    make_setup,
+    sender,
+    until,
+)
 
 #: seconds from each kill to the restart: at once, or after a supervisor's pause
 #: that is still well within the session
@@ -92,7 +105,11 @@ def _ownerless(events: list[tuple[float, str, list[str]]], since: float, until_t
 async def test_a_static_guard_killed_six_times_never_rebalances_the_others(broker: EmbeddedBroker, tmp_path: Path) -> None:
     with EmbeddedPostgres() as pg:
         s = await make_setup(
-            tmp_path, broker.bootstrap, agents=["loop-sender", "executor"], max_records=30, state={"backend": "postgres", "dsn": pg.dsn, "schema": "deployment"}
+            tmp_path,
+            broker.bootstrap,
+            agents=["loop-sender", "executor"],
+            max_records=30,
+            state={"backend": "postgres", "dsn": pg.dsn, "schema": "deployment"},
         )
         coords: list[tuple[int, int]] = []
         stop = asyncio.Event()
@@ -121,7 +138,9 @@ async def test_a_static_guard_killed_six_times_never_rebalances_the_others(broke
             stop.set()
             await trickle
             loop_ended = time.time()
-            got = await collect(s.bootstrap, s.outputs, lambda c: all_decided(s, c, len(coords)) and distinct_sources(s, c) >= len(coords), timeout=120)
+            got = await collect(
+                s.bootstrap, s.outputs, lambda c: all_decided(s, c, len(coords)) and distinct_sources(s, c) >= len(coords), timeout=120
+            )
             events = [e for g in guards for e in assignment_events(g)]
             for g, killed_at in retired:
                 events += assignment_events(g) + [(killed_at, "revoked", held(g))]

@@ -29,7 +29,21 @@ from busguard.devtools.broker import EmbeddedBroker
 from busguard.protocol.records import Decision
 from busguard.sdk.sender import SignedRecord
 
-from .guardkit import GuardProcess, Setup, all_decided, assignment_events, collect, decisions_by_source, distinct_sources, held, identity, make_setup, produce, sender, until
+from .guardkit import (
+    GuardProcess,
+    Setup,
+    all_decided,
+    assignment_events,
+    collect,
+    decisions_by_source,
+    distinct_sources,
+    held,
+    identity,
+    make_setup,
+    produce,
+    sender,
+    until,
+)
 
 SENDERS = [f"member-{i}" for i in range(3)]
 SESSION = {"BUSGUARD_KAFKA__SESSION_TIMEOUT_MS": "20000", "BUSGUARD_KAFKA__HEARTBEAT_INTERVAL_MS": "500"}
@@ -127,7 +141,10 @@ async def test_a_second_live_process_under_one_instance_id_exits_at_start(broker
         assert second.wait(60) == 2
         log = second.log.read_text()
         assert "static member name in use by another live process" in log, log
-        assert f"kafka.group_instance_id = 'guard-same': a name no other live process of group '{s.group}' uses; pid {first.proc.pid} on " in log, log
+        assert (
+            f"kafka.group_instance_id = 'guard-same': a name no other live process of group '{s.group}' uses; pid {first.proc.pid} on "
+            in log
+        ), log
         assert first.healthy()
     finally:
         code = first.terminate()

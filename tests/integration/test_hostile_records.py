@@ -26,10 +26,10 @@ import msgspec
 from aiokafka import AIOKafkaProducer
 from aiokafka.consumer import fetcher
 
-from busguard.protocol.records import Decision
 from busguard.audit.run import run_audit
 from busguard.config import load_config
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.protocol.records import Decision
 from busguard.runtime.records import consumer_options
 from busguard.sdk.sender import SignedRecord
 from tests.fuzz.batches import CODECS, batch, record
@@ -74,7 +74,12 @@ def hostile_batches(n: int, valid: list[SignedRecord]) -> list[tuple[bytes, int]
         kind = i % 6
         if kind == 0:  # non-UTF-8 header names between valid records
             good = [_raw(next(v)), _raw(next(v))]
-            recs = [record(0, *good[0]), record(1, b"k", b"v", [(b"\xff\xfename", b"x"), (b"ok", None)]), record(2, b"k", b"w", [(b"\xc0\xaf", b"")]), record(3, *good[1])]
+            recs = [
+                record(0, *good[0]),
+                record(1, b"k", b"v", [(b"\xff\xfename", b"x"), (b"ok", None)]),
+                record(2, b"k", b"w", [(b"\xc0\xaf", b"")]),
+                record(3, *good[1]),
+            ]
             out.append((batch(recs, codec=i % 5), 4))
         elif kind == 1:  # a record whose fields do not parse, between valid ones
             broken = b"\x16\x00\x00\x02\x7ekk" + b"\x00" * 5
@@ -114,7 +119,9 @@ async def test_librdkafka_in_every_codec_into_a_running_guard(broker: EmbeddedBr
     planner, to = sender("planner"), identity("executor").agent_id
     per_codec = 30
     for codec in CODECS:  # all of it waits in one partition, so one fetch holds every codec
-        p = confluent_kafka.Producer({"bootstrap.servers": s.bootstrap, "compression.type": codec, "enable.idempotence": False, "acks": "all", "linger.ms": 50})
+        p = confluent_kafka.Producer(
+            {"bootstrap.servers": s.bootstrap, "compression.type": codec, "enable.idempotence": False, "acks": "all", "linger.ms": 50}
+        )
         for i in range(per_codec):
             r = planner.sign(kind="handoff", task_id=f"{codec}-{i}", receiver=to, payload=WORK)
             p.produce(s.handoffs, key=b"planner", value=r.value, headers=r.headers)
@@ -180,7 +187,9 @@ async def test_hostile_records_between_valid_ones_each_get_one_decision_across_a
         expected = {o for span in spans for o in span} | set(plain_offsets)
         hostile_total = sum(n for _, n in batches)
         assert hostile_total >= 2500
-        got = await collect(s.bootstrap, [s.audit, s.dead_letter, s.downstream_handoffs], lambda c: len(_decisions(c, s)) >= len(expected), timeout=180)
+        got = await collect(
+            s.bootstrap, [s.audit, s.dead_letter, s.downstream_handoffs], lambda c: len(_decisions(c, s)) >= len(expected), timeout=180
+        )
         assert guard.proc.poll() is None, guard.tail()
     finally:
         assert guard.terminate() == 0, guard.tail()
@@ -215,7 +224,12 @@ async def test_the_reconciler_and_the_auditor_survive_foreign_records_on_their_t
     worker.wait_ready()
     planner, to = sender("planner"), identity("executor").agent_id
     poison = [
-        (batch([record(0, b"k", b"v", [(b"\xff", b"x")]), record(1, None, b"w", [(b"busguard-command\xff", b"1")])], codec=CODECS["snappy"]), 2),
+        (
+            batch(
+                [record(0, b"k", b"v", [(b"\xff", b"x")]), record(1, None, b"w", [(b"busguard-command\xff", b"1")])], codec=CODECS["snappy"]
+            ),
+            2,
+        ),
         (batch([record(j, None, b"x", []) for j in range(3)], crc=1), 3),
     ]
     try:
@@ -251,7 +265,11 @@ async def test_the_reconciler_and_the_auditor_survive_foreign_records_on_their_t
         # each role's key, as a deployment with a reconciler key is audited: the
         # resolution of t-esc is sealed by the reconciler, not the guard
         report = await asyncio.to_thread(
-            run_audit, load_config(s.config), guard_public_key=s.guard.public_key, reconciler_public_key=s.reconciler.public_key, idle_ms=2000
+            run_audit,
+            load_config(s.config),
+            guard_public_key=s.guard.public_key,
+            reconciler_public_key=s.reconciler.public_key,
+            idle_ms=2000,
         )
     finally:
         assert guard.terminate() == 0, guard.tail()

@@ -39,7 +39,9 @@ def busguard(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
 async def test_an_installed_kind_plugin_is_guarded_by_busguard_run(broker: EmbeddedBroker, tmp_path: Path) -> None:
     site = install_example(tmp_path)
     listed = {k["kind"]: k for k in json.loads(busguard(site, "kinds", "--json").stdout)}
-    assert listed["quota"]["origin"] == "plugin" and listed["quota"]["task_index"] is False and listed["quota"]["settings_section"] == "quota"
+    assert (
+        listed["quota"]["origin"] == "plugin" and listed["quota"]["task_index"] is False and listed["quota"]["settings_section"] == "quota"
+    )
     assert "quota" not in {k["kind"] for k in json.loads(busguard(tmp_path, "kinds", "--json").stdout)}  # not installed there
 
     s = await make_setup(tmp_path / "run", broker.bootstrap)
@@ -63,7 +65,12 @@ async def test_an_installed_kind_plugin_is_guarded_by_busguard_run(broker: Embed
     assert [r.value for r in got[s.downstream_handoffs]] == [p.value for p in parts[:2]]
     assert sorted(header(r, "busguard-reason") for r in got[s.dead_letter]) == [b"nonce_replay", b"quota_exceeded"]
     audit = [msgspec.json.decode(r.value, type=Decision) for r in got[s.audit]]
-    assert sorted((d.kind, d.reason) for d in audit) == [("quota", "admitted"), ("quota", "admitted"), ("quota", "nonce_replay"), ("quota", "quota_exceeded")]
+    assert sorted((d.kind, d.reason) for d in audit) == [
+        ("quota", "admitted"),
+        ("quota", "admitted"),
+        ("quota", "nonce_replay"),
+        ("quota", "quota_exceeded"),
+    ]
     # the auditor, where the kind is installed, proves the log: two forwards of one task are this kind's rule, not a violation
     report = busguard(site, "audit", "--config", str(s.config), "--idle-ms", "1000", "--json")
     assert report.returncode == 0, report.stdout + report.stderr

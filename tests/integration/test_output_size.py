@@ -20,9 +20,9 @@ from pathlib import Path
 import msgspec
 from aiokafka import AIOKafkaProducer
 
-from busguard.protocol.records import Decision, headers_encoding
-from busguard.protocol.attestation import verify_admitted, verify_decision_record
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.protocol.attestation import verify_admitted, verify_decision_record
+from busguard.protocol.records import Decision, headers_encoding
 from busguard.runtime.outputs import Output, batch_size, compressed_batch_size
 from busguard.sdk.sender import SignedRecord
 
@@ -100,7 +100,9 @@ async def test_oversized_outputs_between_valid_records(broker: EmbeddedBroker, t
     survivor = GuardProcess(s)
     try:
         survivor.wait_ready()
-        got = await collect(s.bootstrap, s.outputs, lambda c: all_decided(s, c, len(records)) and len(_decisions(s, c)) == len(records), timeout=120)
+        got = await collect(
+            s.bootstrap, s.outputs, lambda c: all_decided(s, c, len(records)) and len(_decisions(s, c)) == len(records), timeout=120
+        )
         assert survivor.healthy(), survivor.tail()
         # still serving: a valid record after the large ones is admitted
         after = sender("planner").sign(kind="handoff", task_id="after", receiver=EXECUTOR, payload=b"{}")

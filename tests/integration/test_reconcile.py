@@ -11,10 +11,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from busguard.protocol.records import Decision
-from busguard.protocol.attestation import verify_decision_record
-from busguard.protocol.records import Reply, Resolution, audit_decoder
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.protocol.attestation import verify_decision_record
+from busguard.protocol.records import Decision, Reply, Resolution, audit_decoder
 
 from .guardkit import REPO, GuardProcess, Setup, collect, collect_all, header, identity, make_setup, produce, sender
 
@@ -69,7 +68,9 @@ async def test_automatic_and_operator_resolutions(broker: EmbeddedBroker, tmp_pa
         worker.wait_ready()
         records = escalating_workload(tmp_path, 6)
         await produce(s.bootstrap, s.handoffs, records, key=b"planner")
-        got = await collect(s.bootstrap, [s.audit, s.reconciliation, s.replies], lambda c: len(resolutions(s, c)) >= 8 and len(c[s.replies]) >= 6)
+        got = await collect(
+            s.bootstrap, [s.audit, s.reconciliation, s.replies], lambda c: len(resolutions(s, c)) >= 8 and len(c[s.replies]) >= 6
+        )
         finals = check_each_escalation_resolved_once(s, got, 6)
         assert {f.resolved_as for f in finals.values()} == {"retransmission"}
         # replies carry the first admission back to the sender
@@ -80,13 +81,30 @@ async def test_automatic_and_operator_resolutions(broker: EmbeddedBroker, tmp_pa
         held = [res for res in resolutions(s, got) if res.stage == "held"]
         target = held[0].escalation_id
         # an operator settles one held conflict through the CLI; a second attempt is refused
-        cli = [sys.executable, "-m", "busguard.cli", "escalations", "resolve", target, "--as", "reject", "--note", "payload differs", "--operator", "ana", "--config", str(s.config)]
+        cli = [
+            sys.executable,
+            "-m",
+            "busguard.cli",
+            "escalations",
+            "resolve",
+            target,
+            "--as",
+            "reject",
+            "--note",
+            "payload differs",
+            "--operator",
+            "ana",
+            "--config",
+            str(s.config),
+        ]
         first = subprocess.run(cli, capture_output=True, text=True, timeout=60, cwd=REPO)
         assert first.returncode == 0, first.stderr
         assert '"by": "operator:ana"' in first.stdout or '"by":"operator:ana"' in first.stdout
         second = subprocess.run([*cli[:-2], "--wait", "0", "--config", str(s.config)], capture_output=True, text=True, timeout=60, cwd=REPO)
         assert second.returncode == 0, second.stderr  # sent; the reconciler refuses it
-        dlq = await collect(s.bootstrap, [s.dead_letter], lambda c: any(header(r, "busguard-reason") == b"already_resolved" for r in c[s.dead_letter]))
+        dlq = await collect(
+            s.bootstrap, [s.dead_letter], lambda c: any(header(r, "busguard-reason") == b"already_resolved" for r in c[s.dead_letter])
+        )
         assert dlq[s.dead_letter]
     finally:
         assert worker.terminate() == 0, worker.tail()

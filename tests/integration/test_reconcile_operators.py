@@ -15,14 +15,13 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from busguard.protocol.records import Decision
+from busguard.devtools.broker import EmbeddedBroker
 from busguard.protocol.attestation import AttestationError, attest_record, seal, verify_decision_record
 from busguard.protocol.envelope import b64url_encode
 from busguard.protocol.identity import multikey_encode
 from busguard.protocol.keyfile import write_key
+from busguard.protocol.records import COMMAND_CONTEXT, Decision, Resolution, ResolveCommand, SignedCommand, audit_decoder, resolution_id
 from busguard.protocol.signing import Signer, sign
-from busguard.protocol.records import COMMAND_CONTEXT, ResolveCommand, Resolution, SignedCommand, audit_decoder, resolution_id
-from busguard.devtools.broker import EmbeddedBroker
 
 from .guardkit import REPO, GuardProcess, Setup, collect, header, identity, make_setup, produce, sender
 
@@ -138,7 +137,9 @@ async def test_the_audit_proves_operator_names_and_refuses_a_forged_one(broker: 
     esc = next(msgspec.json.decode(r.value, type=Decision) for r in got[s.audit] if r.value and b'"type":"decision"' in r.value
                and msgspec.json.decode(r.value, type=Decision).decision_id == second)  # fmt: skip
     body = msgspec.json.encode(ResolveCommand(escalation_id=second, resolve_as="reject", operator="alice", note="conflict", issued_at=1))
-    forged_command = SignedCommand(body=body, seal=b64url_encode(sign(mallory.seed, COMMAND_CONTEXT + body)), signer=multikey_encode(alice.public_key))
+    forged_command = SignedCommand(
+        body=body, seal=b64url_encode(sign(mallory.seed, COMMAND_CONTEXT + body)), signer=multikey_encode(alice.public_key)
+    )
     forged = msgspec.structs.replace(
         resolution,
         resolution_id=resolution_id(second, "final"),
@@ -149,8 +150,14 @@ async def test_the_audit_proves_operator_names_and_refuses_a_forged_one(broker: 
         command=forged_command,
     )
     value = msgspec.json.encode(forged)
-    att = attest_record(s.reconciler.agent_id, forged.resolution_id, "resolved", "reject", forged.receipt_id, forged.source, forged.resolved_at, value)
-    headers = [("busguard-decision-id", forged.resolution_id.encode()), ("busguard-attestation", att), ("busguard-seal", seal(Signer(s.reconciler.seed), att))]
+    att = attest_record(
+        s.reconciler.agent_id, forged.resolution_id, "resolved", "reject", forged.receipt_id, forged.source, forged.resolved_at, value
+    )
+    headers = [
+        ("busguard-decision-id", forged.resolution_id.encode()),
+        ("busguard-attestation", att),
+        ("busguard-seal", seal(Signer(s.reconciler.seed), att)),
+    ]
     await produce(s.bootstrap, s.audit, [(value, headers)], key=(esc.task_id or second).encode())
 
     code, report = _audit_cli(s)

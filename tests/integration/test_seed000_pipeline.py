@@ -24,14 +24,13 @@ from typing import Any
 
 import msgspec
 
-from busguard.protocol.records import Decision
 from busguard.config import load_config
+from busguard.devtools.broker import EmbeddedBroker
 from busguard.protocol.envelope import open_envelope
 from busguard.protocol.identity import public_key_from_agent_id
 from busguard.protocol.receipt import signing_input
+from busguard.protocol.records import Decision, audit_decoder
 from busguard.protocol.signing import verify_signature
-from busguard.protocol.records import audit_decoder
-from busguard.devtools.broker import EmbeddedBroker
 
 from .guardkit import REPO, collect_all
 
@@ -52,7 +51,19 @@ class Scenario(msgspec.Struct, kw_only=True):
 
 async def run_example(bootstrap: str, directory: Path, *flags: str) -> Scenario:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    argv = [sys.executable, str(RUN), "--bootstrap", bootstrap, "--dir", str(directory), "--tasks", str(TASKS), "--crash-at", str(CRASH_AT), *flags]
+    argv = [
+        sys.executable,
+        str(RUN),
+        "--bootstrap",
+        bootstrap,
+        "--dir",
+        str(directory),
+        "--tasks",
+        str(TASKS),
+        "--crash-at",
+        str(CRASH_AT),
+        *flags,
+    ]
     proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env, cwd=REPO)
     out, _ = await asyncio.wait_for(proc.communicate(), 300)
     output = out.decode(errors="replace")
@@ -194,7 +205,12 @@ async def test_same_crash_with_and_without_busguard(broker: EmbeddedBroker, tmp_
     assert esc["resolved_as"] == "retransmission" and esc["by"] == "policy"
     assert esc["supersedes"] == crashed["witness_receipt_id"] == esc["prior_receipt_id"]
     assert crashed["supersedes"] == [
-        {"decision_id": esc["escalation_id"], "reason": "ambiguous_retransmission", "receipt_id": esc["receipt_id"], "supersedes": crashed["witness_receipt_id"]}
+        {
+            "decision_id": esc["escalation_id"],
+            "reason": "ambiguous_retransmission",
+            "receipt_id": esc["receipt_id"],
+            "supersedes": crashed["witness_receipt_id"],
+        }
     ]
     # the audit topic, read directly: which decision each of the three acks got
     first, resend, retry = (rid for _, rid in sent["guarded"][CRASHED])

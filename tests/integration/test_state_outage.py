@@ -52,7 +52,9 @@ def _config(tmp: Path, state: str, *, level: str = "info", kafka: str = "") -> P
 def _run(config: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BUSGUARD_")}
     env["PYTHONPATH"] = str(REPO)
-    return subprocess.run([sys.executable, "-m", "busguard.cli", "run", "--config", str(config)], capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "busguard.cli", "run", "--config", str(config)], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def test_postgres_unreachable_at_start_is_one_line_and_status_3(tmp_path: Path) -> None:
@@ -83,7 +85,9 @@ def test_a_sqlite_path_that_cannot_be_created_is_one_line_and_status_3(tmp_path:
         done = _run(_config(tmp_path, f'path = "{path}"', level="error"))
         assert done.returncode == 3, done.stderr
         (line,) = done.stderr.splitlines()
-        assert line.startswith(f"{PREFIX}{tmp_path / 'busguard.toml'}: state.path = '{tmp_path / path}': cannot create or open it for writing (NotADirectoryError"), line
+        assert line.startswith(
+            f"{PREFIX}{tmp_path / 'busguard.toml'}: state.path = '{tmp_path / path}': cannot create or open it for writing (NotADirectoryError"
+        ), line
         assert line.endswith("a file in a directory this user can create and write, or correct state.path"), line
     missing = tmp_path / "not" / "yet"  # a missing directory is created, as the file is
     ok = _run(_config(tmp_path, f'path = "{missing / "state.db"}"', level="error"))
@@ -126,7 +130,9 @@ async def _decisions(s: Setup, n: int) -> list[Decision]:
 async def test_an_outage_within_retry_s_is_waited_out_on_the_batch_s_own_clock(broker: EmbeddedBroker, tmp_path: Path) -> None:
     with EmbeddedPostgres() as pg:
         # housekeeping once at start, not during the outage: the batch is what waits
-        s = await make_setup(tmp_path, broker.bootstrap, state={"backend": "postgres", "dsn": pg.dsn, "schema": "outage", "expire_interval_s": 3600})
+        s = await make_setup(
+            tmp_path, broker.bootstrap, state={"backend": "postgres", "dsn": pg.dsn, "schema": "outage", "expire_interval_s": 3600}
+        )
         guard = GuardProcess(s)
         try:
             guard.wait_ready(60)
@@ -147,7 +153,9 @@ async def test_an_outage_within_retry_s_is_waited_out_on_the_batch_s_own_clock(b
         assert len(await _decisions(s, 2)) == 2  # one decision each
 
 
-async def test_an_outage_past_retry_s_stops_the_guard_in_one_line_and_the_next_judges_afresh(broker: EmbeddedBroker, tmp_path: Path) -> None:
+async def test_an_outage_past_retry_s_stops_the_guard_in_one_line_and_the_next_judges_afresh(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
     with EmbeddedPostgres() as pg:
         state = {"backend": "postgres", "dsn": pg.dsn, "schema": "outage", "expire_interval_s": 3600, "retry_s": 2}
         s = await make_setup(tmp_path, broker.bootstrap, state=state)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import msgspec
 
-from busguard.protocol.records import Decision
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.protocol.records import Decision
 from busguard.sdk.sender import SignedRecord
 
 from .guardkit import REPO, Collected, GuardProcess, Setup, collect, collect_all, identity, make_setup, produce, sender

@@ -21,9 +21,11 @@ from .guardkit import GuardProcess, collect, header, identity, make_setup, produ
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "taint"
 TRACE = (EXAMPLES / "incident.trace.json").read_bytes()
 LEDGER = (EXAMPLES / "incident.ledger.json").read_bytes()
-CYCLE = b'{"format": "busguard.taint-trace.v1", "nodes": [' \
-        b'{"id": "a", "predecessors": ["b"], "operation": "x", "side_effects": false, "outcome": "success", "input_hash": null, "output_hash": null},' \
-        b'{"id": "b", "predecessors": ["a"], "operation": "x", "side_effects": false, "outcome": "success", "input_hash": null, "output_hash": null}]}'
+CYCLE = (
+    b'{"format": "busguard.taint-trace.v1", "nodes": ['
+    b'{"id": "a", "predecessors": ["b"], "operation": "x", "side_effects": false, "outcome": "success", "input_hash": null, "output_hash": null},'
+    b'{"id": "b", "predecessors": ["a"], "operation": "x", "side_effects": false, "outcome": "success", "input_hash": null, "output_hash": null}]}'
+)
 
 
 async def test_taint_route_end_to_end(broker: EmbeddedBroker, tmp_path: Path) -> None:
@@ -42,7 +44,11 @@ async def test_taint_route_end_to_end(broker: EmbeddedBroker, tmp_path: Path) ->
     bad = responder.sign(kind="taint-replay", task_id="incident-bad", receiver=to, payload=bad_req)
     await produce(s.bootstrap, requests, [refused, valid, bad])
     try:
-        got = await collect(s.bootstrap, [plans, s.dead_letter, s.audit], lambda c: len(c[s.audit]) >= 3 and len(c[plans]) >= 1 and len(c[s.dead_letter]) >= 2)
+        got = await collect(
+            s.bootstrap,
+            [plans, s.dead_letter, s.audit],
+            lambda c: len(c[s.audit]) >= 3 and len(c[plans]) >= 1 and len(c[s.dead_letter]) >= 2,
+        )
     finally:
         assert guard.terminate() == 0, guard.tail()
 
@@ -75,7 +81,10 @@ async def test_taint_route_end_to_end(broker: EmbeddedBroker, tmp_path: Path) ->
         d = msgspec.json.decode(rec.value, type=Decision)
         audit[d.receipt_id] = d
     assert audit[refused.receipt_id].reason == "taint_replay_refused" and audit[refused.receipt_id].annotations == {
-        "taint.verdict": "refused", "taint.condition": "1", "taint.nodes": "1"}
+        "taint.verdict": "refused",
+        "taint.condition": "1",
+        "taint.nodes": "1",
+    }
     assert audit[valid.receipt_id].outcome == "forward" and audit[valid.receipt_id].replacement == fwd.value
     assert (audit[valid.receipt_id].annotations or {})["taint.unit"] == "token"
     assert audit[bad.receipt_id].reason == "taint_request_malformed"

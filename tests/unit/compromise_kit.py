@@ -67,10 +67,19 @@ PLAN = inline_component("plan", b'{"next":"deploy"}', operational=True, encoding
 MEMORY = inline_component("memory", b"working memory", operational=True)
 
 
-def declaration(*, handoff_id: str = HANDOFF_ID, by: str = SESSION, detected: tuple[CompromiseKind, ...] = (CompromiseKind.CORRUPTED_CONTEXT,)) -> SignedStatement:
+def declaration(
+    *, handoff_id: str = HANDOFF_ID, by: str = SESSION, detected: tuple[CompromiseKind, ...] = (CompromiseKind.CORRUPTED_CONTEXT,)
+) -> SignedStatement:
     return sign_statement(
         signer(by),
-        CompromiseDeclaration(v=1, handoff_id=handoff_id, signer=by, detected=detected, detected_at="2026-11-29T11:59:00.000Z", detail="context window overwritten"),
+        CompromiseDeclaration(
+            v=1,
+            handoff_id=handoff_id,
+            signer=by,
+            detected=detected,
+            detected_at="2026-11-29T11:59:00.000Z",
+            detail="context window overwritten",
+        ),
     )
 
 
@@ -89,7 +98,9 @@ def integrity(
 ) -> SignedStatement:
     return sign_statement(
         signer(by),
-        SuccessorIntegrity(v=1, handoff_id=handoff_id, signer=by, successor=successor, status=status, rederives_operational_state=rederives),
+        SuccessorIntegrity(
+            v=1, handoff_id=handoff_id, signer=by, successor=successor, status=status, rederives_operational_state=rederives
+        ),
     )
 
 
@@ -139,7 +150,9 @@ def payload(
     )
 
 
-def receipt_for(value: bytes, *, task_id: str = HANDOFF_ID, sender: str = SESSION, receiver: str = SUCCESSOR, issued_at: int = NOW) -> Receipt:
+def receipt_for(
+    value: bytes, *, task_id: str = HANDOFF_ID, sender: str = SESSION, receiver: str = SUCCESSOR, issued_at: int = NOW
+) -> Receipt:
     return Receipt(
         v=1,
         kind=KIND_SESSION_HANDOFF,

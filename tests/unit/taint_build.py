@@ -53,7 +53,9 @@ def trace(*nodes: dict[str, Any], tainted_output: str | None = None) -> Trace:
         n = dict(n)
         if n["input_hash"] == DERIVE:
             preds = [outs.get(p) for p in n["predecessors"]]
-            n["input_hash"] = None if any(p is None for p in preds) else derive_input_hash(n["external_input_hash"], [p for p in preds if p])
+            n["input_hash"] = (
+                None if any(p is None for p in preds) else derive_input_hash(n["external_input_hash"], [p for p in preds if p])
+            )
         fixed.append(n)
     return msgspec.convert({"format": "busguard.taint-trace.v1", "tainted_output": tainted_output, "nodes": fixed}, Trace)
 
@@ -92,9 +94,17 @@ def chain_trace(nodes: int, degree: int) -> bytes:
     for i in range(nodes):
         preds = list(range(max(0, i - degree), i))
         fx = i % 10 == 9
-        built.append(Node(
-            id=f"n{i}", predecessors=[f"n{p}" for p in preds], operation="tool_call", side_effects=fx, outcome="success",
-            token=f"tok-{i}" if fx else None, input_hash=derive_input_hash(None, [outs[p] for p in preds]), output_hash=outs[i],
-            sinks=[f"sink-{i % 7}"] if fx else [],
-        ))
+        built.append(
+            Node(
+                id=f"n{i}",
+                predecessors=[f"n{p}" for p in preds],
+                operation="tool_call",
+                side_effects=fx,
+                outcome="success",
+                token=f"tok-{i}" if fx else None,
+                input_hash=derive_input_hash(None, [outs[p] for p in preds]),
+                output_hash=outs[i],
+                sinks=[f"sink-{i % 7}"] if fx else [],
+            )
+        )
     return msgspec.json.encode(Trace(format="busguard.taint-trace.v1", nodes=built))

@@ -20,8 +20,16 @@ OPS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
 def fact(offset: int, kind: str, task_id: str, outcome: str, reason: str, principal: str = "awarder", **annotations: str) -> DecisionFact:
     return DecisionFact(
-        decision_id=f"d{offset}", sha256="0" * 64, outcome=outcome, reason=reason, source=Coordinates(topic="in", partition=0, offset=offset),
-        kind=kind, task_id=task_id, principal=principal, decided_at=offset, annotations=annotations or None,
+        decision_id=f"d{offset}",
+        sha256="0" * 64,
+        outcome=outcome,
+        reason=reason,
+        source=Coordinates(topic="in", partition=0, offset=offset),
+        kind=kind,
+        task_id=task_id,
+        principal=principal,
+        decided_at=offset,
+        annotations=annotations or None,
     )
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import random
 
+from busguard.audit.checks import apply_audit, check_audit_record, check_forwarded, note_head
 from busguard.audit.ledger import Ledger
 from busguard.audit.lineage import judge
-from busguard.audit.checks import apply_audit, check_audit_record, check_forwarded, note_head
 from busguard.protocol.attestation import HeadCache, attest, decision_bytes
 from busguard.protocol.records import Coordinates, Decision
 from busguard.protocol.signing import Signer
@@ -22,7 +22,13 @@ SIGNER = Signer(GUARD_SEED)
 
 
 def _decision(offset: int) -> Decision:
-    return Decision(decision_id=f"{offset:032x}", outcome="reject", reason="bad_signature", source=Coordinates(topic="agents.in", partition=0, offset=offset), decided_at=7)
+    return Decision(
+        decision_id=f"{offset:032x}",
+        outcome="reject",
+        reason="bad_signature",
+        source=Coordinates(topic="agents.in", partition=0, offset=offset),
+        decided_at=7,
+    )
 
 
 def _batches(sizes: list[int], *, chain: str = "c0", links: dict[int, bytes] | None = None) -> list[list[Record]]:
@@ -42,7 +48,9 @@ def _batches(sizes: list[int], *, chain: str = "c0", links: dict[int, bytes] | N
         tip = ChainTip(0 if tip is None else tip.seq + 1, tree.head)
         records = []
         for i, (d, b, a) in enumerate(zip(ds, bodies, atts, strict=True)):
-            _, audit = outputs_for(Sealed(d, b, a, b"", BatchProof(tree.head, tree.seal, tree.inclusion(i))), b"k", b"", [], DOWNSTREAM, TOPICS, 1 << 20)
+            _, audit = outputs_for(
+                Sealed(d, b, a, b"", BatchProof(tree.head, tree.seal, tree.inclusion(i))), b"k", b"", [], DOWNSTREAM, TOPICS, 1 << 20
+            )
             assert audit.value is not None
             records.append((audit.value, audit.headers))
         out.append(records)

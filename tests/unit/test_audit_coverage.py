@@ -35,7 +35,15 @@ def test_a_span_decision_covers_its_whole_range_and_the_log_audits_clean() -> No
     report = _report(_d(0), _d(1, 2**31 - 1), _d(2**31), _d(2**31 + 1))
     assert report.ok and _codes(report) == []
     (cov,) = report.inputs
-    assert (cov.first, cov.last, cov.offsets, cov.decisions, cov.spans, cov.undecided, cov.overlapping) == (0, 2**31 + 1, 2**31 + 2, 4, 1, 0, 0)
+    assert (cov.first, cov.last, cov.offsets, cov.decisions, cov.spans, cov.undecided, cov.overlapping) == (
+        0,
+        2**31 + 1,
+        2**31 + 2,
+        4,
+        1,
+        0,
+        0,
+    )
 
 
 def test_an_old_log_with_one_decision_per_offset_audits_clean() -> None:
@@ -66,7 +74,11 @@ def test_partitions_and_topics_are_accounted_separately_and_the_ends_prove_nothi
     # each partition starts where its first decision is and ends at its last
     report = _report(_d(100, 199, partition=0), _d(200, partition=0), _d(3, partition=1), _d(0, 5, topic="other.in"))
     assert report.ok
-    assert [(c.topic, c.partition, c.first, c.last, c.offsets) for c in report.inputs] == [("agents.in", 0, 100, 200, 101), ("agents.in", 1, 3, 3, 1), ("other.in", 0, 0, 5, 6)]
+    assert [(c.topic, c.partition, c.first, c.last, c.offsets) for c in report.inputs] == [
+        ("agents.in", 0, 100, 200, 101),
+        ("agents.in", 1, 3, 3, 1),
+        ("other.in", 0, 0, 5, 6),
+    ]
 
 
 def test_a_re_emitted_span_counts_once() -> None:
@@ -76,7 +88,25 @@ def test_a_re_emitted_span_counts_once() -> None:
 
 
 def test_a_checkpoint_written_before_spans_reads_back() -> None:
-    old = msgspec.msgpack.encode(["id", "sha", "reject", "bad_signature", {"topic": "t", "partition": 0, "offset": 3}, None, None, None, None, None, None, None, None, None, None])
+    old = msgspec.msgpack.encode(
+        [
+            "id",
+            "sha",
+            "reject",
+            "bad_signature",
+            {"topic": "t", "partition": 0, "offset": 3},
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+        ]
+    )
     fact = msgspec.msgpack.decode(old, type=DecisionFact)
     assert fact.last_offset is None and fact.source.offset == 3
 

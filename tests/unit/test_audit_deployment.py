@@ -15,10 +15,10 @@ from pathlib import Path
 import msgspec
 
 from busguard.admission.types import AdmissionPolicy
-from busguard.audit.run import new_ledger
-from busguard.audit.lineage import AuditReport, Ledger, judge
 from busguard.audit.checks import apply_audit, apply_forwarded, check_audit_record, check_forwarded
+from busguard.audit.lineage import AuditReport, Ledger, judge
 from busguard.audit.report import render_table
+from busguard.audit.run import new_ledger
 from busguard.config import AdmissionConfig, AuditConfig, Config, Route
 from busguard.protocol.attestation import attest, decision_bytes
 from busguard.protocol.records import Coordinates, Decision, decision_id
@@ -76,7 +76,15 @@ class Deployment:
             tree = seal_batch(SIGNER, atts, guard=GUARD_ID, chain=chain, tip=tip, sealed_at=7)
             tip = ChainTip(0 if tip is None else tip.seq + 1, tree.head)
             for i, (d, b, a, rec) in enumerate(zip(ds, bodies, atts, signed[lo:hi], strict=True)):
-                primary, audit = outputs_for(Sealed(d, b, a, b"", BatchProof(tree.head, tree.seal, tree.inclusion(i))), b"k", rec.value, rec.headers, downstream, TOPICS, 1 << 20)
+                primary, audit = outputs_for(
+                    Sealed(d, b, a, b"", BatchProof(tree.head, tree.seal, tree.inclusion(i))),
+                    b"k",
+                    rec.value,
+                    rec.headers,
+                    downstream,
+                    TOPICS,
+                    1 << 20,
+                )
                 assert audit.value is not None
                 self.audit.append((audit.value, audit.headers))
                 if d.outcome == "forward":
@@ -197,10 +205,15 @@ def test_the_namespace_and_the_source_topic_are_each_checked(tmp_path: Path) -> 
     a = Deployment(tmp_path, A_NS, A_IN, A_DOWN, TOPICS.reconciliation, "")
     same_ns = Deployment(tmp_path / "x", A_NS, B_IN, B_DOWN, TOPICS.reconciliation, "x-")  # another input topic
     same_topic = Deployment(tmp_path / "y", B_NS, A_IN, A_DOWN, TOPICS.reconciliation, "y-")  # another namespace
-    for other, expect, absent in ((same_ns, "is not an input topic", "is not derived"), (same_topic, "is not derived from this deployment's namespace", "is not an input topic")):
+    for other, expect, absent in (
+        (same_ns, "is not an input topic", "is not derived"),
+        (same_topic, "is not derived from this deployment's namespace", "is not an input topic"),
+    ):
         r = report([*a.log(), *other.log()])
         found = [v for v in r.violations if v.invariant == "foreign_decision"]
-        assert len(found) == len({d.decision_id for d in other.decisions}) and all(expect in v.detail and absent not in v.detail for v in found)
+        assert len(found) == len({d.decision_id for d in other.decisions}) and all(
+            expect in v.detail and absent not in v.detail for v in found
+        )
         # its resolution comes from A's reconciliation topic, but settles a foreign escalation
         (res,) = [v for v in r.violations if v.invariant == "foreign_resolution"]
         assert "another deployment's decision" in res.detail and "was made from" not in res.detail
@@ -220,7 +233,10 @@ def test_former_namespaces_and_inputs_keep_a_deployments_history_its_own(tmp_pat
     log = [*a.log(), *b.log(downstream=A_DOWN)]
     assert "foreign_decision" in codes(report(log, config(audit=AuditConfig(former_namespaces=[B_NS]))))  # topic still foreign
     assert "foreign_decision" in codes(report(log, config(audit=AuditConfig(former_inputs=[B_IN]))))  # namespace still foreign
-    both = report([*a.log(), *[x for x in b.log(downstream=A_DOWN) if x[1] != b.resolution[0]]], config(audit=AuditConfig(former_namespaces=[B_NS], former_inputs=[B_IN])))
+    both = report(
+        [*a.log(), *[x for x in b.log(downstream=A_DOWN) if x[1] != b.resolution[0]]],
+        config(audit=AuditConfig(former_namespaces=[B_NS], former_inputs=[B_IN])),
+    )
     assert both.ok, both.violations
     assert both.summary.tasks == 6 and len(both.chains) == 2
 
@@ -236,7 +252,13 @@ def test_the_namespace_defaults_to_the_group_id_as_the_guard_derives_it() -> Non
     cfg = msgspec.convert({"kafka": {"group_id": "guards-a"}, "routes": [{"name": "r", "inputs": [A_IN], "downstream": A_DOWN}]}, Config)
     dep = new_ledger(cfg).deployment
     assert dep is not None and dep.namespaces == ["guards-a"] == [cfg.policy().namespace] and dep.inputs == [A_IN]
-    own = Decision(decision_id=decision_id("guards-a", Coordinates(topic=A_IN, partition=2, offset=9)), outcome="reject", reason="bad_signature", source=Coordinates(topic=A_IN, partition=2, offset=9), decided_at=1)
+    own = Decision(
+        decision_id=decision_id("guards-a", Coordinates(topic=A_IN, partition=2, offset=9)),
+        outcome="reject",
+        reason="bad_signature",
+        source=Coordinates(topic=A_IN, partition=2, offset=9),
+        decided_at=1,
+    )
     assert dep.source_problem(own.decision_id, own.source) is None
     assert dep.source_problem(decision_id("busguard", own.source), own.source) is not None
 
@@ -248,9 +270,23 @@ def test_a_sealed_decision_no_guard_could_derive_is_a_finding_not_a_crash() -> N
     from .test_audit_lineage import audit_record
 
     weird = [
-        Decision(decision_id="x", outcome="reject", reason="bad_signature", source=Coordinates(topic=A_IN, partition=0, offset=-1), decided_at=1),
-        Decision(decision_id="", outcome="reject", reason="bad_signature", source=Coordinates(topic=A_IN, partition=-3, offset=1 << 70), decided_at=1),
-        Decision(decision_id="y" * 40, outcome="reject", reason="bad_signature", source=Coordinates(topic=A_IN, partition=1, offset=5), decided_at=1),
+        Decision(
+            decision_id="x", outcome="reject", reason="bad_signature", source=Coordinates(topic=A_IN, partition=0, offset=-1), decided_at=1
+        ),
+        Decision(
+            decision_id="",
+            outcome="reject",
+            reason="bad_signature",
+            source=Coordinates(topic=A_IN, partition=-3, offset=1 << 70),
+            decided_at=1,
+        ),
+        Decision(
+            decision_id="y" * 40,
+            outcome="reject",
+            reason="bad_signature",
+            source=Coordinates(topic=A_IN, partition=1, offset=5),
+            decided_at=1,
+        ),
     ]
     r = report([(TOPICS.audit, *audit_record(d)) for d in weird])
     assert codes(r) == ["foreign_decision"] * 3 and r.summary.decisions == 0

@@ -19,21 +19,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from busguard.protocol.records import Coordinates, Decision
+from busguard.audit.checks import apply_audit, check_audit_record, check_forwarded
+from busguard.audit.lineage import INVARIANTS, AuditReport, Ledger, judge
+from busguard.audit.report import StderrProgress, render_json, render_pending, render_table
 from busguard.audit.run import Checkpoint, load_checkpoint, new_ledger, save_checkpoint
 from busguard.commands.audit import add_commands
-from busguard.audit.lineage import AuditReport, INVARIANTS, Ledger, judge
-from busguard.audit.checks import apply_audit, check_audit_record, check_forwarded
-from busguard.audit.report import StderrProgress, render_json, render_pending, render_table
 from busguard.config import Config, Route, TopicsConfig, load_config
 from busguard.errors import ConfigError
 from busguard.protocol.attestation import attest, attest_record, decision_bytes, seal
-from busguard.protocol.signing import Signer
-from busguard.protocol.identity import agent_id_for_key, multikey_encode
-from busguard.protocol.signing import public_key_from_seed
 from busguard.protocol.envelope import b64url_encode
-from busguard.protocol.signing import sign
-from busguard.protocol.records import COMMAND_CONTEXT, ResolveCommand, Resolution, SignedCommand, resolution_id
+from busguard.protocol.identity import agent_id_for_key, multikey_encode
+from busguard.protocol.records import COMMAND_CONTEXT, Coordinates, Decision, Resolution, ResolveCommand, SignedCommand, resolution_id
+from busguard.protocol.signing import Signer, public_key_from_seed, sign
 from busguard.runtime.outputs import Sealed, outputs_for
 from busguard.sdk.sender import SignedRecord
 
@@ -84,8 +81,21 @@ def forwarded(d: Decision, rec: SignedRecord, topic: str = DOWNSTREAM) -> Fwd:
 def resolution_record(r: Resolution, seed: bytes = RECONCILER_SEED) -> Record:
     """Sealed as the reconciler seals it: with its own key."""
     body = msgspec.json.encode(r)
-    att = attest_record(agent_id_for_key(public_key_from_seed(seed)), r.resolution_id, "resolved" if r.stage == "final" else "held", r.resolved_as or "held", r.receipt_id, r.source, r.resolved_at, body)
-    return body, [("busguard-decision-id", r.resolution_id.encode()), ("busguard-attestation", att), ("busguard-seal", seal(Signer(seed), att))]
+    att = attest_record(
+        agent_id_for_key(public_key_from_seed(seed)),
+        r.resolution_id,
+        "resolved" if r.stage == "final" else "held",
+        r.resolved_as or "held",
+        r.receipt_id,
+        r.source,
+        r.resolved_at,
+        body,
+    )
+    return body, [
+        ("busguard-decision-id", r.resolution_id.encode()),
+        ("busguard-attestation", att),
+        ("busguard-seal", seal(Signer(seed), att)),
+    ]
 
 
 def resolve(esc: Decision, stage: str = "final", resolved_as: str | None = "retransmission", **kw: object) -> Resolution:
@@ -160,7 +170,15 @@ class World:
         forged = sender("executor").sign_receipt(handoff(planner, task="task-2").receipt, b'{"op":"x"}')
         self.decisions = h.feed(self.first, self.first, self.retx, self.legacy1, self.legacy2, forged, self.ack)
         reasons = [d.reason for d in self.decisions]
-        assert reasons == ["admitted", "exact_duplicate", "retransmission", "admitted", "ambiguous_retransmission", "bad_signature", "admitted"]
+        assert reasons == [
+            "admitted",
+            "exact_duplicate",
+            "retransmission",
+            "admitted",
+            "ambiguous_retransmission",
+            "bad_signature",
+            "admitted",
+        ]
         self.fwd, self.dup, self.retx_d, self.legacy_fwd, self.esc, self.bad, self.ack_d = self.decisions
         self.audit = [audit_record(d) for d in self.decisions]
         self.downstream = [forwarded(self.fwd, self.first), forwarded(self.legacy_fwd, self.legacy1), forwarded(self.ack_d, self.ack)]
@@ -181,15 +199,39 @@ def test_clean_log_proves_every_invariant_and_lists_the_pending_escalation(world
     report = judge(world.ledger())
     assert report.ok, report.violations
     s = report.summary
-    assert (s.records, s.decisions, s.resolutions, s.forwarded, s.duplicates, s.escalations, s.pending, s.violations) == (7, 7, 0, 3, 2, 1, 1, 0)
+    assert (s.records, s.decisions, s.resolutions, s.forwarded, s.duplicates, s.escalations, s.pending, s.violations) == (
+        7,
+        7,
+        0,
+        3,
+        2,
+        1,
+        1,
+        0,
+    )
     tasks = {(t.kind, t.task_id): t for t in report.tasks}
     assert set(tasks) == {("handoff", "task-1"), ("handoff", "legacy-1"), ("handoff", "task-2"), ("ack", "task-1")}
     t1 = tasks[("handoff", "task-1")]
-    assert (t1.witness, t1.witness_receipt_id, t1.forwards, t1.delivered, t1.duplicates, t1.rejects) == (world.fwd.decision_id, world.first.receipt_id, 1, True, 2, 0)
-    assert [(x.decision_id, x.reason, x.supersedes) for x in t1.supersedes] == [(world.retx_d.decision_id, "retransmission", world.first.receipt_id)]
+    assert (t1.witness, t1.witness_receipt_id, t1.forwards, t1.delivered, t1.duplicates, t1.rejects) == (
+        world.fwd.decision_id,
+        world.first.receipt_id,
+        1,
+        True,
+        2,
+        0,
+    )
+    assert [(x.decision_id, x.reason, x.supersedes) for x in t1.supersedes] == [
+        (world.retx_d.decision_id, "retransmission", world.first.receipt_id)
+    ]
     leg = tasks[("handoff", "legacy-1")]
     (e,) = leg.escalations
-    assert (e.escalation_id, e.status, e.receipt_id, e.supersedes, e.prior_receipt_id) == (world.esc.decision_id, "pending", world.legacy2.receipt_id, world.legacy1.receipt_id, world.legacy1.receipt_id)
+    assert (e.escalation_id, e.status, e.receipt_id, e.supersedes, e.prior_receipt_id) == (
+        world.esc.decision_id,
+        "pending",
+        world.legacy2.receipt_id,
+        world.legacy1.receipt_id,
+        world.legacy1.receipt_id,
+    )
     assert tasks[("handoff", "task-2")].witness is None and tasks[("handoff", "task-2")].rejects == 1  # only rejects: no violation
     (p,) = report.pending
     assert (p.escalation_id, p.task_id, p.reason, p.receipt_id, p.prior_receipt_id, p.supersedes, p.held) == (
@@ -229,7 +271,10 @@ def test_at_most_one_ack_but_an_ack_without_witness_is_allowed(world: World) -> 
 
 def test_a_handoff_with_decisions_but_no_witness_is_a_violation(world: World) -> None:
     report = judge(feed(ledger(), audit_record(world.dup), audit_record(world.esc)))
-    assert [(v.invariant, v.task_id) for v in report.violations if v.invariant != "offsets_undecided"] == [("missing_witness", "legacy-1"), ("missing_witness", "task-1")]
+    assert [(v.invariant, v.task_id) for v in report.violations if v.invariant != "offsets_undecided"] == [
+        ("missing_witness", "legacy-1"),
+        ("missing_witness", "task-1"),
+    ]
 
 
 def test_missing_witness_for_each_task_without_one(world: World) -> None:
@@ -497,7 +542,10 @@ def test_checkpoint_file_round_trip_and_refusals(world: World, tmp_path: Path) -
     path = tmp_path / "sub" / "audit.ckpt"
     assert load_checkpoint(path, cfg, GUARD_PK) is None
     led = world.ledger()
-    save_checkpoint(path, Checkpoint(guard_public_key=multikey_encode(GUARD_PK), audit_topic=cfg.topics.audit, offsets={"t.audit": {0: 7, 3: 2}}, ledger=led))
+    save_checkpoint(
+        path,
+        Checkpoint(guard_public_key=multikey_encode(GUARD_PK), audit_topic=cfg.topics.audit, offsets={"t.audit": {0: 7, 3: 2}}, ledger=led),
+    )
     cp = load_checkpoint(path, cfg, GUARD_PK)
     assert cp is not None and cp.offsets == {"t.audit": {0: 7, 3: 2}}
     assert msgspec.json.encode(judge(cp.ledger)) == msgspec.json.encode(judge(led))
@@ -570,7 +618,14 @@ def test_any_order_and_any_duplication_give_the_same_report(audit: list[int], fw
 
 def test_the_pool_exercises_many_invariants() -> None:
     report = msgspec.json.decode(REFERENCE, type=AuditReport)
-    assert set(codes(report)) >= {"conflicting_reemission", "forged_record", "duplicate_resolution", "unknown_escalation", "bad_resolution_id", "forwarded_unattested"}
+    assert set(codes(report)) >= {
+        "conflicting_reemission",
+        "forged_record",
+        "duplicate_resolution",
+        "unknown_escalation",
+        "bad_resolution_id",
+        "forwarded_unattested",
+    }
     assert all(v.invariant in INVARIANTS for v in report.violations)
 
 
@@ -585,7 +640,19 @@ def test_table_and_json_rendering(world: World) -> None:
     assert f"{world.retx.receipt_id[:12]}->{world.first.receipt_id[:12]}" in table
     data = json.loads(render_json(report))
     assert set(data) == {"ok", "summary", "tasks", "pending", "violations", "inputs"}
-    assert set(data["summary"]) == {"records", "decisions", "resolutions", "tasks", "forwarded", "duplicates", "escalations", "pending", "violations", "single_key", "foreign"}
+    assert set(data["summary"]) == {
+        "records",
+        "decisions",
+        "resolutions",
+        "tasks",
+        "forwarded",
+        "duplicates",
+        "escalations",
+        "pending",
+        "violations",
+        "single_key",
+        "foreign",
+    }
     assert world.esc.decision_id in render_pending(report.pending)
     bad = judge(feed(world.ledger(), audit_record(harness(100).one(handoff(sender("planner"))), seed=OTHER_SEED)))
     assert "VIOLATION" in render_table(bad) and "[forged_record]" in render_table(bad)
@@ -648,13 +715,19 @@ ALICE_MK, BOB_MK = multikey_encode(public_key_from_seed(ALICE_SEED)), multikey_e
 OPERATORS = {"alice": ALICE_MK, "bob": BOB_MK}
 
 
-def signed_command(esc: Decision, operator: str, seed: bytes | None, signer: str | None, resolve_as: str = "reject", note: str = "payload differs") -> SignedCommand:
+def signed_command(
+    esc: Decision, operator: str, seed: bytes | None, signer: str | None, resolve_as: str = "reject", note: str = "payload differs"
+) -> SignedCommand:
     """What `busguard escalations resolve` sends, as the reconciler keeps it (seed None: the guard key)."""
-    body = msgspec.json.encode(ResolveCommand(escalation_id=esc.decision_id, resolve_as=resolve_as, operator=operator, note=note, issued_at=5))  # type: ignore[arg-type]
+    body = msgspec.json.encode(
+        ResolveCommand(escalation_id=esc.decision_id, resolve_as=resolve_as, operator=operator, note=note, issued_at=5)
+    )  # type: ignore[arg-type]
     return SignedCommand(body=body, seal=b64url_encode(sign(seed or GUARD_SEED, COMMAND_CONTEXT + body)), signer=signer)
 
 
-def by_operator(esc: Decision, name: str, command: SignedCommand | None, resolved_as: str = "reject", note: str = "payload differs") -> Resolution:
+def by_operator(
+    esc: Decision, name: str, command: SignedCommand | None, resolved_as: str = "reject", note: str = "payload differs"
+) -> Resolution:
     return resolve(esc, resolved_as=resolved_as, by=f"operator:{name}", note=note, command=command, supersedes=None)
 
 
@@ -685,7 +758,9 @@ def test_a_genuine_operator_resolution_passes(world: World) -> None:
         ("alice", ("alice", ALICE_SEED, ALICE_MK, "reject", "something else"), "differs in note"),
     ],
 )
-def test_an_operator_name_not_backed_by_that_operators_key_fails_the_audit(world: World, name: str, command: tuple | None, why: str) -> None:  # type: ignore[type-arg]
+def test_an_operator_name_not_backed_by_that_operators_key_fails_the_audit(
+    world: World, name: str, command: tuple | None, why: str
+) -> None:  # type: ignore[type-arg]
     signed = None if command is None else signed_command(world.esc, *command)
     report = judge(feed(keyed(world), resolution_record(by_operator(world.esc, name, signed))))
     assert codes(report) == ["unproven_operator"], report.violations
@@ -725,7 +800,11 @@ def test_a_one_key_deployment_passes_only_when_the_config_says_so(world: World) 
     escalations decided before the move to separate keys."""
     policy = resolution_record(resolve(world.esc, "held"), seed=GUARD_SEED)
     unproven = resolution_record(by_operator(world.esc, "ana", signed_command(world.esc, "ana", None, None)), seed=GUARD_SEED)
-    assert sorted(codes(judge(feed(keyed(world), policy, unproven)))) == ["guard_sealed_resolution", "guard_sealed_resolution", "unproven_operator"]
+    assert sorted(codes(judge(feed(keyed(world), policy, unproven)))) == [
+        "guard_sealed_resolution",
+        "guard_sealed_resolution",
+        "unproven_operator",
+    ]
     report = judge(feed(keyed(world, single_key=True), policy, unproven))
     assert report.ok and report.summary.single_key == 2
     assert "2 resolution(s) accepted only under keys.single_key_audit" in render_table(report)

@@ -137,7 +137,9 @@ _JSON = st.recursive(
     | st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(st.characters(exclude_categories=("Cs",))),
-    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(st.characters(exclude_categories=("Cs",)), max_size=5), inner, max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=5) | st.dictionaries(st.text(st.characters(exclude_categories=("Cs",)), max_size=5), inner, max_size=5)
+    ),
     max_leaves=20,
 )
 
@@ -245,9 +247,7 @@ def test_a_plugin_is_discovered_through_its_entry_point(
 
 
 @pytest.mark.parametrize("builtin", sorted(BUILTIN))
-def test_a_plugin_cannot_replace_a_builtin(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_modules: None, builtin: str
-) -> None:
+def test_a_plugin_cannot_replace_a_builtin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_modules: None, builtin: str) -> None:
     fake_distribution(tmp_path, "evil-plug", {builtin: "fakeplug_b:Upper"}, {"fakeplug_b": _PLUGIN_MODULE})
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(PluginError) as info:
@@ -316,7 +316,13 @@ def test_the_module_only_imports_what_it_may() -> None:
     package = Path(canon.__file__).parent
     for path in sorted(package.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             for name in names:
                 ok = name.split(".")[0] in allowed_roots or name.startswith(
                     ("busguard.protocol", "busguard.errors", "busguard.policies.award", "busguard.policies.seam")

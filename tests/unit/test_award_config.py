@@ -36,8 +36,11 @@ def test_a_registry_with_a_verifier_and_a_best_effort_class(tmp_path: Path) -> N
     ("section", "field"),
     [
         ('[verification]\ncanonicalizers = ["c-private-norm.v1"]\n', "verification.canonicalizers[0]"),
-        ('[verification]\nbest_effort = true\n', "verification"),
-        ('[[verification.verifiers]]\nmanifest = "m"\nagent_id = "did:web:x.example"\ncanonicalizers = ["a"]\n', "verification.verifiers[0].public_key"),
+        ("[verification]\nbest_effort = true\n", "verification"),
+        (
+            '[[verification.verifiers]]\nmanifest = "m"\nagent_id = "did:web:x.example"\ncanonicalizers = ["a"]\n',
+            "verification.verifiers[0].public_key",
+        ),
     ],
 )
 def test_errors_name_the_file_and_the_key(tmp_path: Path, section: str, field: str) -> None:
@@ -70,7 +73,10 @@ def test_the_award_section_reaches_the_policy_through_its_context(tmp_path: Path
     assert award.POLICY.limits == AwardConfig()  # the registered policy's own rules are untouched
 
 
-@pytest.mark.parametrize(("line", "value"), [("max_bids_per_bidder = 0", 0), ("max_bids_per_bidder = 65", 65), ("deadline_horizon_ms = 0", 0), ("horizon = 5", None)])
+@pytest.mark.parametrize(
+    ("line", "value"),
+    [("max_bids_per_bidder = 0", 0), ("max_bids_per_bidder = 65", 65), ("deadline_horizon_ms = 0", 0), ("horizon = 5", None)],
+)
 def test_award_errors_name_the_file_the_key_and_what_is_allowed(tmp_path: Path, line: str, value: int | None) -> None:
     (tmp_path / "b.toml").write_text(ROUTE + f"[award]\n{line}\n")
     with pytest.raises(ConfigError) as info:

@@ -41,7 +41,13 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def call(net: Net, who: str, call_id: str = "c1", deadline_ms: int = NOW + 8 * DAY, awarder: str | None = None) -> str:
-    p = CallPayload(awarder=agent(who) if awarder is None else awarder, task_class="t", task="x", requires_check=True, award_deadline=format_timestamp(deadline_ms))
+    p = CallPayload(
+        awarder=agent(who) if awarder is None else awarder,
+        task_class="t",
+        task="x",
+        requires_check=True,
+        award_deadline=format_timestamp(deadline_ms),
+    )
     d = net.send(who, "cnet.call", call_id, p)
     return d.reason if d.outcome != Outcome.FORWARD else d.outcome
 
@@ -139,10 +145,20 @@ def test_a_bid_writes_only_its_own_rows_whatever_the_call_holds() -> None:
     """Before: every bid rewrote the call's row with all its bids (the 64th wrote ~45 KB here)."""
     policy, view = AwardPolicy(REGISTRY), View()
     deadline = format_timestamp(NOW + HOUR)
-    run(policy, view, envelope(A, "cnet.call", "c1", CallPayload(awarder=agent(A), task_class="t", task="x", requires_check=True, award_deadline=deadline)))
+    run(
+        policy,
+        view,
+        envelope(
+            A, "cnet.call", "c1", CallPayload(awarder=agent(A), task_class="t", task="x", requires_check=True, award_deadline=deadline)
+        ),
+    )
     written = []
     for i in range(64):
-        out = run(policy, view, envelope(f"bidder-{i}", "cnet.bid", f"bid-{i:02d}", BidPayload(call="c1", cost=i, deadline=deadline, receipt=TEMPLATE)))
+        out = run(
+            policy,
+            view,
+            envelope(f"bidder-{i}", "cnet.bid", f"bid-{i:02d}", BidPayload(call="c1", cost=i, deadline=deadline, receipt=TEMPLATE)),
+        )
         assert out.objection is None
         written.append(sum(len(w.value) for w in out.writes))
     growth = [b - a for a, b in zip(written, written[1:], strict=False)]
@@ -154,15 +170,27 @@ def test_an_award_ranking_64_bids_reads_at_most_10_rows_and_still_checks_every_r
     """Rows read are row locks on PostgreSQL: an award must not take one per ranked bid."""
     policy, view = AwardPolicy(REGISTRY), View()
     deadline = format_timestamp(NOW + HOUR)
-    run(policy, view, envelope(A, "cnet.call", "c1", CallPayload(awarder=agent(A), task_class="t", task="x", requires_check=True, award_deadline=deadline)))
+    run(
+        policy,
+        view,
+        envelope(
+            A, "cnet.call", "c1", CallPayload(awarder=agent(A), task_class="t", task="x", requires_check=True, award_deadline=deadline)
+        ),
+    )
     for i in range(64):
-        run(policy, view, envelope(f"bidder-{i}", "cnet.bid", f"bid-{i:02d}", BidPayload(call="c1", cost=i, deadline=deadline, receipt=TEMPLATE)))
+        run(
+            policy,
+            view,
+            envelope(f"bidder-{i}", "cnet.bid", f"bid-{i:02d}", BidPayload(call="c1", cost=i, deadline=deadline, receipt=TEMPLATE)),
+        )
     ranked = [f"bid-{i:02d}" for i in range(64)]
     good = envelope(A, "cnet.award", "c1", AwardPayload(winner="bid-40", ranked=ranked, mode="verified"))
     parsed = policy.parse(policy_input(good), bare_context(NOW))
     assert not isinstance(parsed, Objection) and len(set(policy.keys(parsed))) == 10
     bad = ranked[:40] + ["bid-xx"] + ranked[41:]
-    refused = run(policy, view, envelope(A, "cnet.award", "c1", AwardPayload(winner="bid-40", ranked=[*bad, "bid-40"][:64], mode="verified")))
+    refused = run(
+        policy, view, envelope(A, "cnet.award", "c1", AwardPayload(winner="bid-40", ranked=[*bad, "bid-40"][:64], mode="verified"))
+    )
     assert refused.objection is not None and refused.objection.reason == Reason.AWARD_UNKNOWN_BID and "bid-xx" in refused.objection.detail
     assert run(policy, view, good).objection is None
 
@@ -183,11 +211,19 @@ def test_the_settlement_root_is_recomputed_in_parse_not_in_decide() -> None:
     reg = build_registry(VerificationConfig(canonicalizers=["jcs-sha256"]), "test", canonicalizers={**BUILTIN, "jcs-sha256": Counting()})
     policy, view = AwardPolicy(reg), View()
     deadline = format_timestamp(NOW + HOUR)
-    run(policy, view, envelope(A, "cnet.call", "c1", CallPayload(awarder=agent(A), task_class="t", task="x", requires_check=True, award_deadline=deadline)))
+    run(
+        policy,
+        view,
+        envelope(
+            A, "cnet.call", "c1", CallPayload(awarder=agent(A), task_class="t", task="x", requires_check=True, award_deadline=deadline)
+        ),
+    )
     run(policy, view, envelope(B, "cnet.bid", "bid-b", BidPayload(call="c1", cost=1, deadline=deadline, receipt=TEMPLATE)))
     run(policy, view, envelope(A, "cnet.award", "c1", AwardPayload(winner="bid-b", ranked=["bid-b"], mode="verified")))
     for _ in range(3):  # the awardee resends a wrong root
-        parsed = policy.parse(policy_input(envelope(B, "cnet.result", "c1", ResultPayload(state_root="0" * 64, output=b64(OUTPUT)))), bare_context(NOW))
+        parsed = policy.parse(
+            policy_input(envelope(B, "cnet.result", "c1", ResultPayload(state_root="0" * 64, output=b64(OUTPUT)))), bare_context(NOW)
+        )
         assert not isinstance(parsed, Objection)
         before = Counting.calls
         out = policy.decide(parsed, view, NOW)
@@ -205,7 +241,14 @@ def test_an_awarder_id_is_an_agent_id_of_up_to_512_code_units() -> None:
     assert "awarder" in net.log[-1].detail
 
 
-@pytest.mark.parametrize(("mode", "extra", "reason"), [("best_effort", {}, Reason.MISSING_FIELD), ("delegated", {}, Reason.MISSING_FIELD), ("verified", {"risk_price": 1}, Reason.MALFORMED_FIELD)])
+@pytest.mark.parametrize(
+    ("mode", "extra", "reason"),
+    [
+        ("best_effort", {}, Reason.MISSING_FIELD),
+        ("delegated", {}, Reason.MISSING_FIELD),
+        ("verified", {"risk_price": 1}, Reason.MALFORMED_FIELD),
+    ],
+)
 def test_a_mode_required_field_absent_is_missing_field(mode: str, extra: dict[str, object], reason: Reason) -> None:
     d = Net().send(A, "cnet.award", "c1", msgspec.json.encode({"winner": "b", "ranked": ["b"], "mode": mode, **extra}))
     assert (d.outcome, d.reason) == (Outcome.REJECT, reason)
@@ -220,11 +263,31 @@ def test_a_call_row_of_the_old_layout_is_read_and_migrated_by_its_next_bid() -> 
     legacy = rows.LegacyCallRow(agent(A), canonical_principal(agent(A)), "t", True, NOW + HOUR, (old_bid,), None)
     policy, view = AwardPolicy(REGISTRY), View({rows.call_key("c1"): msgspec.msgpack.encode(legacy)})
     deadline = format_timestamp(NOW + HOUR)
-    assert run(policy, view, envelope(B, "cnet.bid", "bid-b", BidPayload(call="c1", cost=1, deadline=deadline, receipt=TEMPLATE))).objection.reason == Reason.AWARD_BID_EXISTS  # type: ignore[union-attr]
-    assert run(policy, view, envelope(A, "cnet.call", "c1", CallPayload(awarder=agent(A), task_class="t", task="x", requires_check=True, award_deadline=deadline))).objection.reason == Reason.AWARD_CALL_EXISTS  # type: ignore[union-attr]
+    assert (
+        run(
+            policy, view, envelope(B, "cnet.bid", "bid-b", BidPayload(call="c1", cost=1, deadline=deadline, receipt=TEMPLATE))
+        ).objection.reason
+        == Reason.AWARD_BID_EXISTS
+    )  # type: ignore[union-attr]
+    assert (
+        run(
+            policy,
+            view,
+            envelope(
+                A, "cnet.call", "c1", CallPayload(awarder=agent(A), task_class="t", task="x", requires_check=True, award_deadline=deadline)
+            ),
+        ).objection.reason
+        == Reason.AWARD_CALL_EXISTS
+    )  # type: ignore[union-attr]
     out = run(policy, view, envelope(C, "cnet.bid", "bid-c", BidPayload(call="c1", cost=1, deadline=deadline, receipt=TEMPLATE)))
     assert out.objection is None
-    assert {w.key for w in out.writes} == {rows.call_key("c1"), rows.bid_key("c1", "bid-b"), rows.bid_key("c1", "bid-c"), rows.bidder_key("c1", canonical_principal(agent(B))), rows.bidder_key("c1", canonical_principal(agent(C)))}
+    assert {w.key for w in out.writes} == {
+        rows.call_key("c1"),
+        rows.bid_key("c1", "bid-b"),
+        rows.bid_key("c1", "bid-c"),
+        rows.bidder_key("c1", canonical_principal(agent(B))),
+        rows.bidder_key("c1", canonical_principal(agent(C))),
+    }
     migrated = rows.decode_call(view[rows.call_key("c1")])
     assert isinstance(migrated, rows.CallRow) and len(migrated.bid_ids) == 2
     awarded = run(policy, view, envelope(A, "cnet.award", "c1", AwardPayload(winner="bid-b", ranked=["bid-b", "bid-c"], mode="verified")))
@@ -235,10 +298,16 @@ def test_a_call_row_of_the_old_layout_is_read_and_migrated_by_its_next_bid() -> 
 
 def test_an_awarded_call_row_of_the_old_layout_settles_and_refuses_a_second_award() -> None:
     old_bid = rows.BidRow("bid-b", agent(B), canonical_principal(agent(B)), 5, NOW + HOUR, "jcs-sha256", "output", None)
-    legacy = rows.LegacyCallRow(agent(A), canonical_principal(agent(A)), "t", True, NOW + HOUR, (old_bid,), rows.AwardRow("bid-b", "verified", None, None))
+    legacy = rows.LegacyCallRow(
+        agent(A), canonical_principal(agent(A)), "t", True, NOW + HOUR, (old_bid,), rows.AwardRow("bid-b", "verified", None, None)
+    )
     policy, view = AwardPolicy(REGISTRY), View({rows.call_key("c1"): msgspec.msgpack.encode(legacy)})
     second = run(policy, view, envelope(A, "cnet.award", "c1", AwardPayload(winner="bid-b", ranked=["bid-b"], mode="verified")))
     assert second.objection is not None and second.objection.reason == Reason.AWARD_ALREADY_AWARDED
     root = hashlib.sha256(b"x").hexdigest()
-    out = run(policy, view, envelope(B, "cnet.result", "c1", ResultPayload(state_root=root, output=base64.urlsafe_b64encode(OUTPUT).rstrip(b"=").decode())))
+    out = run(
+        policy,
+        view,
+        envelope(B, "cnet.result", "c1", ResultPayload(state_root=root, output=base64.urlsafe_b64encode(OUTPUT).rstrip(b"=").decode())),
+    )
     assert out.objection is not None and out.objection.reason == Reason.SETTLEMENT_MISMATCH

@@ -12,8 +12,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from busguard.policies.award import policy as award
 from busguard.audit.lineage import judge
+from busguard.policies.award import policy as award
 from busguard.policies.award.canonicalizers import BUILTIN, JcsSha256
 from busguard.policies.award.registry import VerificationConfig, VerifierConfig, build_registry
 from busguard.policies.award.wire import (
@@ -24,8 +24,8 @@ from busguard.policies.award.wire import (
     ResultPayload,
     attestation_input,
 )
-from busguard.protocol.records import Decision
 from busguard.protocol.reasons import Outcome, Reason
+from busguard.protocol.records import Decision
 from busguard.protocol.signing import sign
 from busguard.sdk.sender import SignedRecord
 from tests.unit.harness import NOW, Harness, agent, seed, sender
@@ -68,13 +68,17 @@ class Net:
     def send(self, who: str, kind: str, task_id: str, payload: msgspec.Struct | bytes) -> Decision:
         value = payload if isinstance(payload, bytes) else msgspec.json.encode(payload)
         self.n += 1
-        record: SignedRecord = sender(who, now=self.h.now).sign(kind=kind, task_id=task_id, receiver=GUARD, payload=value, nonce=f"nonce-{self.n:012d}")
+        record: SignedRecord = sender(who, now=self.h.now).sign(
+            kind=kind, task_id=task_id, receiver=GUARD, payload=value, nonce=f"nonce-{self.n:012d}"
+        )
         decision = self.h.one(record)
         self.log.append(decision)
         return decision
 
     def call(self, call: str = "c1", *, task_class: str = "transform.table", requires_check: bool = True, who: str = A) -> Decision:
-        p = CallPayload(awarder=agent(A), task_class=task_class, task="normalise the table", requires_check=requires_check, award_deadline=DEADLINE)
+        p = CallPayload(
+            awarder=agent(A), task_class=task_class, task="normalise the table", requires_check=requires_check, award_deadline=DEADLINE
+        )
         return self.send(who, "cnet.call", call, p)
 
     def bid(self, who: str, bid: str, cost: int, canonicalizer: str, call: str = "c1", manifest: str | None = None) -> Decision:
@@ -91,7 +95,12 @@ class Net:
 def seed_net() -> Net:
     net = Net()
     assert net.call().outcome == Outcome.FORWARD
-    assert net.bid(B, "bid-b", 120, "jcs-sha256").annotations == {"call": "c1", "bid": "bid-b", "canonicalizer_id": "jcs-sha256", "awardable": "verified"}
+    assert net.bid(B, "bid-b", 120, "jcs-sha256").annotations == {
+        "call": "c1",
+        "bid": "bid-b",
+        "canonicalizer_id": "jcs-sha256",
+        "awardable": "verified",
+    }
     d = net.bid(C, "bid-c", 80, "c-private-norm.v1")
     assert (d.outcome, d.annotations and d.annotations["awardable"]) == (Outcome.FORWARD, "no")  # bid-valid
     return net
@@ -114,10 +123,18 @@ def test_the_seed_incident_award_to_c_refused_with_a_rebid_naming_b_then_b_award
     n = notice(refused)
     assert n["type"] == "rebid" and n["call"] == "c1" and n["winner"] == "bid-c" and n["reason"] == "award_unrecomputable"
     assert n["awarder"] == agent(A) and refused.notices is not None and refused.notices[0].key == b"c1"
-    assert n["awardable"] == [{"bid": "bid-b", "bidder": agent(B), "cost": 120, "mode": "verified", "canonicalizer_id": "jcs-sha256", "verifier_manifest": None}]
+    assert n["awardable"] == [
+        {"bid": "bid-b", "bidder": agent(B), "cost": 120, "mode": "verified", "canonicalizer_id": "jcs-sha256", "verifier_manifest": None}
+    ]
     awarded = net.award("bid-b", ["bid-c", "bid-b"])  # same task (the call): the refused award recorded no task
     assert (awarded.outcome, awarded.reason) == (Outcome.FORWARD, Reason.ADMITTED) and awarded.notices is None
-    assert awarded.annotations == {"call": "c1", "winner": "bid-b", "bidder": agent(B), "mode": "verified", "canonicalizer_id": "jcs-sha256"}
+    assert awarded.annotations == {
+        "call": "c1",
+        "winner": "bid-b",
+        "bidder": agent(B),
+        "mode": "verified",
+        "canonicalizer_id": "jcs-sha256",
+    }
     settled = net.result(OUTPUT, JcsSha256().root(OUTPUT))
     assert (settled.outcome, settled.reason) == (Outcome.FORWARD, Reason.ADMITTED)
     assert settled.annotations is not None
@@ -251,7 +268,12 @@ def delegated_net(manifest: str) -> Net:
 
 def attest(root: str, output: bytes, who: str = V, manifest: str = "acme-verifier/v1") -> str:
     message = attestation_input(
-        verifier_manifest=manifest, call="c1", bid="bid-c", canonicalizer_id="zk-trace.v3", state_root=root, output_sha256=hashlib.sha256(output).hexdigest()
+        verifier_manifest=manifest,
+        call="c1",
+        bid="bid-c",
+        canonicalizer_id="zk-trace.v3",
+        state_root=root,
+        output_sha256=hashlib.sha256(output).hexdigest(),
     )
     assert message is not None
     return b64(sign(seed(who), message))
@@ -293,12 +315,36 @@ def test_a_delegated_verifier_not_in_the_trust_policy_is_refused() -> None:
 @pytest.mark.parametrize(
     ("kind", "value", "reason"),
     [
-        ("cnet.bid", b'{"call": "c1", "cost": 1, "deadline": "2026-11-29T13:00:00Z", "receipt": {"canonicalizer_id": "jcs-sha256", "commits": "output"}, "extra": 1}', Reason.UNKNOWN_FIELD),
-        ("cnet.bid", b'{"call": "c1", "call": "c2", "cost": 1, "deadline": "2026-11-29T13:00:00Z", "receipt": {"canonicalizer_id": "jcs-sha256", "commits": "output"}}', Reason.DUPLICATE_KEY),
-        ("cnet.bid", b'{"call": "c1", "cost": -1, "deadline": "2026-11-29T13:00:00Z", "receipt": {"canonicalizer_id": "jcs-sha256", "commits": "output"}}', Reason.MALFORMED_FIELD),
-        ("cnet.bid", b'{"call": "c1", "cost": 1.5, "deadline": "2026-11-29T13:00:00Z", "receipt": {"canonicalizer_id": "jcs-sha256", "commits": "output"}}', Reason.WRONG_TYPE),
-        ("cnet.bid", b'{"call": "c1", "cost": 1, "deadline": "tomorrow", "receipt": {"canonicalizer_id": "jcs-sha256", "commits": "output"}}', Reason.MALFORMED_TIMESTAMP),
-        ("cnet.bid", b'{"call": "c1", "cost": 1, "deadline": "2026-11-29T13:00:00Z", "receipt": {"canonicalizer_id": "JCS", "commits": "output"}}', Reason.MALFORMED_FIELD),
+        (
+            "cnet.bid",
+            b'{"call": "c1", "cost": 1, "deadline": "2026-11-29T13:00:00Z", "receipt": {"canonicalizer_id": "jcs-sha256", "commits": "output"}, "extra": 1}',
+            Reason.UNKNOWN_FIELD,
+        ),
+        (
+            "cnet.bid",
+            b'{"call": "c1", "call": "c2", "cost": 1, "deadline": "2026-11-29T13:00:00Z", "receipt": {"canonicalizer_id": "jcs-sha256", "commits": "output"}}',
+            Reason.DUPLICATE_KEY,
+        ),
+        (
+            "cnet.bid",
+            b'{"call": "c1", "cost": -1, "deadline": "2026-11-29T13:00:00Z", "receipt": {"canonicalizer_id": "jcs-sha256", "commits": "output"}}',
+            Reason.MALFORMED_FIELD,
+        ),
+        (
+            "cnet.bid",
+            b'{"call": "c1", "cost": 1.5, "deadline": "2026-11-29T13:00:00Z", "receipt": {"canonicalizer_id": "jcs-sha256", "commits": "output"}}',
+            Reason.WRONG_TYPE,
+        ),
+        (
+            "cnet.bid",
+            b'{"call": "c1", "cost": 1, "deadline": "tomorrow", "receipt": {"canonicalizer_id": "jcs-sha256", "commits": "output"}}',
+            Reason.MALFORMED_TIMESTAMP,
+        ),
+        (
+            "cnet.bid",
+            b'{"call": "c1", "cost": 1, "deadline": "2026-11-29T13:00:00Z", "receipt": {"canonicalizer_id": "JCS", "commits": "output"}}',
+            Reason.MALFORMED_FIELD,
+        ),
         ("cnet.award", b'{"winner": "b", "ranked": ["b"], "mode": "delegated"}', Reason.MISSING_FIELD),  # 15: a mode-required field
         ("cnet.award", b'{"winner": "b", "ranked": ["b"], "mode": "best_effort"}', Reason.MISSING_FIELD),
         ("cnet.award", b'{"winner": "b", "ranked": ["b"], "mode": "verified", "verifier": "v/1"}', Reason.MALFORMED_FIELD),

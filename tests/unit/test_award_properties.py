@@ -11,8 +11,8 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from busguard.policies.award.canonicalizers import BUILTIN
 from busguard.policies.award import rows
+from busguard.policies.award.canonicalizers import BUILTIN
 from busguard.policies.award.limits import AwardConfig
 from busguard.policies.award.policy import AwardPolicy
 from busguard.policies.award.registry import VerificationConfig, VerifierConfig, build_registry
@@ -73,7 +73,12 @@ def test_an_award_is_admitted_exactly_when_the_winner_is_awardable_in_its_mode(
     call = CallPayload(awarder=agent("awarder"), task_class=task_class, task="t", requires_check=requires_check, award_deadline=DEADLINE)
     assert decide(policy, view, "awarder", "cnet.call", "c", call).objection is None
     for i, (canon, manifest, cost) in enumerate(bids):
-        bid = BidPayload(call="c", cost=cost, deadline=DEADLINE, receipt=ReceiptTemplate(canonicalizer_id=canon, commits="output", verifier_manifest=manifest))
+        bid = BidPayload(
+            call="c",
+            cost=cost,
+            deadline=DEADLINE,
+            receipt=ReceiptTemplate(canonicalizer_id=canon, commits="output", verifier_manifest=manifest),
+        )
         assert decide(policy, view, "bidder", "cnet.bid", f"b{i}", bid).objection is None  # every bid is bid-valid
     w = data.draw(st.integers(0, len(bids) - 1))
     mode = data.draw(st.sampled_from(["verified", "delegated", "best_effort"]))
@@ -140,10 +145,14 @@ def test_no_row_is_overwritten_and_a_call_holds_at_most_one_award_ever(ops: list
         if kind == "call":
             payload = CallPayload(awarder=agent(who), task_class="advisory", task="t", requires_check=False, award_deadline=deadline)
         elif kind == "bid":
-            payload = BidPayload(call=call, cost=1, deadline=deadline, receipt=ReceiptTemplate(canonicalizer_id="jcs-sha256", commits="output"))
+            payload = BidPayload(
+                call=call, cost=1, deadline=deadline, receipt=ReceiptTemplate(canonicalizer_id="jcs-sha256", commits="output")
+            )
         else:
             payload = AwardPayload(winner=bid_id, ranked=[bid_id], mode="verified")
-        r = sender(who, now=view.now).sign(kind=f"cnet.{kind}", task_id=bid_id if kind == "bid" else call, receiver="guard", payload=msgspec.json.encode(payload))
+        r = sender(who, now=view.now).sign(
+            kind=f"cnet.{kind}", task_id=bid_id if kind == "bid" else call, receiver="guard", payload=msgspec.json.encode(payload)
+        )
         parsed = policy.parse(policy_input(open_envelope(r.value, r.headers, 1 << 20)), bare_context(NOW))
         assert not isinstance(parsed, Objection), parsed
         out = policy.decide(parsed, view, view.now)

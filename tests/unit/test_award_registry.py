@@ -178,7 +178,12 @@ def verifier(**fields: str | list[str]) -> str:
         (verifier(agent_id="did:web:v.example"), "verification.verifiers[0].public_key", None, "does not carry its key"),
         (verifier(public_key="not-a-key"), "verification.verifiers[0].public_key", "not-a-key", "Ed25519 multikey"),
         (verifier(public_key=multikey_encode(PK_B)), "verification.verifiers[0].public_key", multikey_encode(PK_B), "name different keys"),
-        (verifier(agent_id="did:web:v.example", public_key=SMALL_ORDER), "verification.verifiers[0].public_key", SMALL_ORDER, "large prime order"),
+        (
+            verifier(agent_id="did:web:v.example", public_key=SMALL_ORDER),
+            "verification.verifiers[0].public_key",
+            SMALL_ORDER,
+            "large prime order",
+        ),
         (verifier(canonicalizers=[]), "verification.verifiers[0].canonicalizers", [], "at least one canonicalizer"),
         (verifier(canonicalizers=["Bad Id"]), "verification.verifiers[0].canonicalizers[0]", "Bad Id", "a canonicalizer id"),
         (verifier(canonicalizers=["x", "x"]), "verification.verifiers[0].canonicalizers[1]", "x", "already listed"),

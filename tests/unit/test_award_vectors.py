@@ -66,7 +66,9 @@ def test_scenario(scenario: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> 
     h = Harness(*DOC["agents"], now=now)
     for i, st in enumerate(scenario["steps"]):
         h.now = at = parse_timestamp(st.get("at", DOC["now"]))  # "at": the guard's and the sender's clock for this step
-        record = sender(st["sender"], now=at).sign(kind=st["kind"], task_id=st["task_id"], receiver="guard", payload=st["payload"].encode(), nonce=f"vector-nonce-{i:06d}")
+        record = sender(st["sender"], now=at).sign(
+            kind=st["kind"], task_id=st["task_id"], receiver="guard", payload=st["payload"].encode(), nonce=f"vector-nonce-{i:06d}"
+        )
         d = h.one(record)
         want = st["expect"]
         assert (d.outcome, d.reason) == (want["outcome"], want["reason"]), (i, d.detail)

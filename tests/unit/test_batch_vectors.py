@@ -28,7 +28,9 @@ DOC = json.loads((VECTORS / "batches.json").read_text(encoding="ascii"))
 def test_batch_vector(vec: Any) -> None:
     consumer_options()
     raw = bytes.fromhex(vec["fetch_hex"])
-    records = fetcher.PartitionRecords(TopicPartition(DOC["topic"], DOC["partition"]), fetcher.MemoryRecords(raw), None, vec["fetch_offset"], RAW_KEYS, None, True, 0)
+    records = fetcher.PartitionRecords(
+        TopicPartition(DOC["topic"], DOC["partition"]), fetcher.MemoryRecords(raw), None, vec["fetch_offset"], RAW_KEYS, None, True, 0
+    )
     got = [[i.offset, i.next_offset - 1, i.reason] if type(i) is Undecodable else [i.offset, i.offset, "record"] for i in records]
     assert got == vec["expect"]
     assert records.next_fetch_offset == (vec["expect"][-1][1] + 1 if vec["expect"] else vec["fetch_offset"])
@@ -36,10 +38,19 @@ def test_batch_vector(vec: Any) -> None:
 
 def test_the_vectors_cover_every_decode_reason() -> None:
     assert DOC["format"] == "busguard.batches.v2"
-    assert {what for v in DOC["vectors"] for *_, what in v["expect"]} == {"record", "undecodable_header", "undecodable_record", "undecodable_batch"}
+    assert {what for v in DOC["vectors"] for *_, what in v["expect"]} == {
+        "record",
+        "undecodable_header",
+        "undecodable_record",
+        "undecodable_batch",
+    }
     assert len(DOC["vectors"]) >= 21
     spans = {v["name"]: v["expect"] for v in DOC["vectors"] if v["name"].startswith("claimed_span_")}
-    assert {n: e[0][1] - e[0][0] + 1 for n, e in spans.items()} == {"claimed_span_1": 1, "claimed_span_20000": 20_000, "claimed_span_2147483647": 2**31 - 1}
+    assert {n: e[0][1] - e[0][0] + 1 for n, e in spans.items()} == {
+        "claimed_span_1": 1,
+        "claimed_span_20000": 20_000,
+        "claimed_span_2147483647": 2**31 - 1,
+    }
 
 
 @pytest.mark.parametrize("rec", DOC["span_decisions"], ids=lambda r: r["vector"])

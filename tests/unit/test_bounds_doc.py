@@ -19,7 +19,11 @@ def _section() -> str:
 
 
 def _rows(section: str) -> list[str]:
-    return [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| ---") and not line.startswith("| resource ") and not line.startswith("| row ")]
+    return [
+        line
+        for line in section.splitlines()
+        if line.startswith("| ") and not line.startswith("| ---") and not line.startswith("| resource ") and not line.startswith("| row ")
+    ]
 
 
 def test_every_bound_names_at_least_one_test() -> None:

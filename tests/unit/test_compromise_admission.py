@@ -52,11 +52,17 @@ _nonces = itertools.count()
 
 def registry() -> KeyRegistry:
     names = (SESSION, SUCCESSOR, kit.ATTESTER, kit.STRANGER, OPERATOR)
-    return KeyRegistry({canonical_principal(n): (KeyWindow(key_id=kit.SESSION_KEY, public_key=public_key_from_seed(kit.seed(n))),) for n in names})
+    return KeyRegistry(
+        {canonical_principal(n): (KeyWindow(key_id=kit.SESSION_KEY, public_key=public_key_from_seed(kit.seed(n))),) for n in names}
+    )
 
 
 def harness(**settings: object) -> Harness:
-    policy = AdmissionPolicy(policy_settings={"compromise": CompromiseSettings(trusted_attesters=(kit.ATTESTER,), trusted_notice_issuers=(OPERATOR,), **settings)})  # type: ignore[arg-type]
+    policy = AdmissionPolicy(
+        policy_settings={
+            "compromise": CompromiseSettings(trusted_attesters=(kit.ATTESTER,), trusted_notice_issuers=(OPERATOR,), **settings)
+        }
+    )  # type: ignore[arg-type]
     return Harness(reg=registry(), policy=policy)
 
 
@@ -74,7 +80,9 @@ def handoff_record(value: bytes, *, task_id: str = kit.HANDOFF_ID, by: str = SES
 
 
 def notice_record(notice: CompromiseNotice, *, by: str = OPERATOR) -> SignedRecord:
-    return sender(by).sign(kind=KIND_COMPROMISE_NOTICE, task_id=notice.notice_id, receiver="busguard", payload=encode(notice), nonce=nonce())
+    return sender(by).sign(
+        kind=KIND_COMPROMISE_NOTICE, task_id=notice.notice_id, receiver="busguard", payload=encode(notice), nonce=nonce()
+    )
 
 
 def handoff(components: Sequence[Component], **statements: object) -> bytes:
@@ -152,7 +160,9 @@ def test_a_notice_not_signed_by_a_trusted_issuer_is_refused(by: str, issuer: str
 
 
 def test_a_malformed_notice_is_refused_with_its_code() -> None:
-    d = harness().one(sender(OPERATOR).sign(kind=KIND_COMPROMISE_NOTICE, task_id="n-x", receiver="busguard", payload=b'{"v":1}', nonce=nonce()))
+    d = harness().one(
+        sender(OPERATOR).sign(kind=KIND_COMPROMISE_NOTICE, task_id="n-x", receiver="busguard", payload=b'{"v":1}', nonce=nonce())
+    )
     assert (d.outcome, d.reason) == (Outcome.REJECT, Reason.NOTICE_MALFORMED) and "missing_field" in d.detail
 
 
@@ -208,7 +218,9 @@ def test_an_undeclared_session_whose_successor_rederives_state_may_hand_off() ->
 
 def test_a_forged_scope_component_is_stripped_recorded_by_hash_and_never_forwarded() -> None:
     forged = kit.tamper(MEMORY, b"injected instructions")
-    value = handoff([PLAN, forged, LOG], declaration=kit.declaration(), scope=kit.scope(PLAN, MEMORY, LOG), successor_integrity=kit.integrity())
+    value = handoff(
+        [PLAN, forged, LOG], declaration=kit.declaration(), scope=kit.scope(PLAN, MEMORY, LOG), successor_integrity=kit.integrity()
+    )
     d = harness().one(handoff_record(value))
     assert (d.outcome, d.reason) == (Outcome.FORWARD, Reason.ADMITTED)
     assert d.annotations is not None and d.annotations["verdict"] == "scoped"
@@ -366,7 +378,13 @@ _RULES = (None, *InteractionRule)
     rule=st.sampled_from(_RULES),
 )
 def test_stripped_components_never_reach_the_successor(
-    carried: list[int], scoped: set[int] | None, forged: set[int], declared: bool, noticed: bool, status: IntegrityStatus | None, rule: InteractionRule | None
+    carried: list[int],
+    scoped: set[int] | None,
+    forged: set[int],
+    declared: bool,
+    noticed: bool,
+    status: IntegrityStatus | None,
+    rule: InteractionRule | None,
 ) -> None:
     """Whatever the inputs: one decision; what is forwarded (or quarantined) is
     exactly the verdict's `transfer`, never a stripped component's bytes, and

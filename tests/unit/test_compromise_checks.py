@@ -18,8 +18,8 @@ from busguard.policies.compromise.message import (
     CompromiseDeclaration,
     CompromiseKind,
     CompromiseNotice,
-    InteractionRule,
     IntegrityStatus,
+    InteractionRule,
     MessageCode,
     MessageError,
     SignedStatement,
@@ -71,8 +71,14 @@ def raw_payload(**fields: object) -> bytes:
         (b'{"v":1,"components":[{"name":"a","operational":1,"encoding":"x","content":""}]}', MessageCode.WRONG_TYPE),
         (b'{"v":1,"components":[{"name":"","operational":true,"encoding":"x","content":""}]}', MessageCode.MALFORMED_FIELD),
         (b'{"v":1,"components":[{"name":"a","operational":true,"encoding":"x"}]}', MessageCode.MALFORMED_FIELD),
-        (b'{"v":1,"components":[{"name":"a","operational":true,"encoding":"x","content":"","sha256":"' + b"0" * 64 + b'"}]}', MessageCode.MALFORMED_FIELD),
-        (b'{"v":1,"components":[{"name":"a","operational":true,"encoding":"x","sha256":"' + b"A" * 64 + b'"}]}', MessageCode.MALFORMED_FIELD),
+        (
+            b'{"v":1,"components":[{"name":"a","operational":true,"encoding":"x","content":"","sha256":"' + b"0" * 64 + b'"}]}',
+            MessageCode.MALFORMED_FIELD,
+        ),
+        (
+            b'{"v":1,"components":[{"name":"a","operational":true,"encoding":"x","sha256":"' + b"A" * 64 + b'"}]}',
+            MessageCode.MALFORMED_FIELD,
+        ),
         (b'{"v":1,"components":[{"name":"a","operational":true,"encoding":"x","content":"AB"}]}', MessageCode.BAD_BASE64),
         (b'{"v":1,"components":[{"name":"a","operational":true,"encoding":"x","content":"A"}]}', MessageCode.BAD_BASE64),
         (b'{"v":1,"components":[{"name":"a","operational":true,"encoding":"x","content":"AA=="}]}', MessageCode.MALFORMED_FIELD),
@@ -105,7 +111,13 @@ def test_statement_encodings_are_strict() -> None:
     good = kit.declaration()
     short_sig = b'{"v":1,"components":[],"declaration":{"statement":"' + good.statement.encode() + b'","signature":"AAAA"}}'
     assert code_of(short_sig) is MessageCode.MALFORMED_FIELD
-    padded = b'{"v":1,"components":[],"declaration":{"statement":"' + good.statement.encode() + b'=","signature":"' + good.signature.encode() + b'"}}'
+    padded = (
+        b'{"v":1,"components":[],"declaration":{"statement":"'
+        + good.statement.encode()
+        + b'=","signature":"'
+        + good.signature.encode()
+        + b'"}}'
+    )
     assert code_of(padded) is MessageCode.MALFORMED_FIELD
     alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
     assert good.signature[-1] in "AQgw"
@@ -149,7 +161,9 @@ def test_a_statement_type_in_the_wrong_slot_does_not_decode() -> None:
 
 def test_duplicate_key_inside_a_signed_statement() -> None:
     raw = b'{"v":1,"handoff_id":"handoff-0001","signer":"session-a","rule":"escalate","rule":"partial_transfer"}'
-    signed = SignedStatement(statement=b64url_encode(raw), signature=b64url_encode(kit.signer(kit.SESSION).sign(b"busguard/compromise-interaction/v1\x00" + raw)))
+    signed = SignedStatement(
+        statement=b64url_encode(raw), signature=b64url_encode(kit.signer(kit.SESSION).sign(b"busguard/compromise-interaction/v1\x00" + raw))
+    )
     assert code_of(kit.payload([], interaction=signed)) is MessageCode.DUPLICATE_KEY
 
 
@@ -210,7 +224,9 @@ def test_self_certifying_spellings_are_one_principal() -> None:
 
     declaration = sign_statement(
         Signer(seed),
-        CompromiseDeclaration(v=1, handoff_id=kit.HANDOFF_ID, signer=ink, detected=(CompromiseKind.OTHER,), detected_at="2026-11-29T11:00:00Z"),
+        CompromiseDeclaration(
+            v=1, handoff_id=kit.HANDOFF_ID, signer=ink, detected=(CompromiseKind.OTHER,), detected_at="2026-11-29T11:00:00Z"
+        ),
     )
     value = kit.payload([], declaration=declaration)
     receipt = kit.receipt_for(value, sender=tulpa)
@@ -273,7 +289,10 @@ def test_malformed_notices(change: dict[str, object], code: MessageCode) -> None
 
 def test_notice_duplicate_key_and_unknown_field() -> None:
     raw, _ = sign_notice(kit.signer(kit.OPERATOR), kit.notice())
-    for bad, code in ((raw[:-1] + b',"notice_id":"n-2"}', MessageCode.DUPLICATE_KEY), (raw[:-1] + b',"until":"x"}', MessageCode.UNKNOWN_FIELD)):
+    for bad, code in (
+        (raw[:-1] + b',"notice_id":"n-2"}', MessageCode.DUPLICATE_KEY),
+        (raw[:-1] + b',"until":"x"}', MessageCode.UNKNOWN_FIELD),
+    ):
         signature = kit.signer(kit.OPERATOR).sign(b"busguard/compromise-notice/v1\x00" + bad)
         with pytest.raises(MessageError) as info:
             verify_notice(bad, signature, kit.keys, [kit.OPERATOR])
@@ -285,16 +304,24 @@ def test_notice_coverage() -> None:
     agent_wide = kit.notice()
     assert notice_covers(agent_wide, session, None, ())
     assert not notice_covers(agent_wide, canonical_principal(kit.SUCCESSOR), None, ())
-    assert notice_covers(kit.notice(session_id="s1"), session, "s1", ()) and not notice_covers(kit.notice(session_id="s1"), session, None, ())
-    assert notice_covers(kit.notice(subject_key_id="k1"), session, None, {"k1"}) and not notice_covers(kit.notice(subject_key_id="k1"), session, None, {"k2"})
+    assert notice_covers(kit.notice(session_id="s1"), session, "s1", ()) and not notice_covers(
+        kit.notice(session_id="s1"), session, None, ()
+    )
+    assert notice_covers(kit.notice(subject_key_id="k1"), session, None, {"k1"}) and not notice_covers(
+        kit.notice(subject_key_id="k1"), session, None, {"k2"}
+    )
     weird: CompromiseNotice = msgspec.structs.replace(agent_wide, subject="x" * 600)
     assert not notice_covers(weird, session, None, ())
 
 
 def test_successor_session_scoped_notice_is_not_matched() -> None:
-    facts = kit.check(kit.payload([PLAN], successor_integrity=kit.integrity()), notices=[kit.notice(subject=kit.SUCCESSOR, session_id="any")]).facts
+    facts = kit.check(
+        kit.payload([PLAN], successor_integrity=kit.integrity()), notices=[kit.notice(subject=kit.SUCCESSOR, session_id="any")]
+    ).facts
     assert facts.successor_notices == ()
-    facts = kit.check(kit.payload([PLAN], successor_integrity=kit.integrity()), notices=[kit.notice(subject=kit.SUCCESSOR, subject_key_id="k1")]).facts
+    facts = kit.check(
+        kit.payload([PLAN], successor_integrity=kit.integrity()), notices=[kit.notice(subject=kit.SUCCESSOR, subject_key_id="k1")]
+    ).facts
     assert facts.successor_notices == ("n-1",)
 
 

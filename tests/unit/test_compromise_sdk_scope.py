@@ -60,7 +60,9 @@ def test_what_busguard_transfers_under_scoped_is_what_the_successor_verifies() -
     """The forwarded payload (the transferred components, the statements kept)
     passes the successor's check component by component."""
     forged = kit.tamper(MEMORY, b"implanted")
-    original = kit.payload([LOG, PLAN, forged], declaration=kit.declaration(), scope=kit.scope(PLAN, MEMORY), successor_integrity=kit.integrity())
+    original = kit.payload(
+        [LOG, PLAN, forged], declaration=kit.declaration(), scope=kit.scope(PLAN, MEMORY), successor_integrity=kit.integrity()
+    )
     verdict = evaluate(kit.check(original).facts, CompromisePolicy())
     handoff = decode_handoff(original)
     moved = {c.name for c in verdict.transfer}

@@ -93,7 +93,11 @@ def test_table_a_successor_treatment_matches_the_implementation_exhaustively() -
     for status, by, notice, claim in itertools.product(statuses, [a.value for a in Attester], [True, False], [True, False]):
         i = first_match(rows, (status, by, yes(notice)))
         used.add(i)
-        evidence = None if status == "none" else SuccessorEvidence(status=IntegrityStatus(status), attested_by=Attester(by), rederives_operational_state=claim)
+        evidence = (
+            None
+            if status == "none"
+            else SuccessorEvidence(status=IntegrityStatus(status), attested_by=Attester(by), rederives_operational_state=claim)
+        )
         treated, rederives = successor_treatment(evidence, notice)
         assert treated == SuccessorState(the(rows[i][3])), (status, by, notice)
         assert rederives == (claim and the(rows[i][4]) == "yes"), (status, by, notice, claim)
@@ -142,10 +146,20 @@ def test_table_c_verdict_matches_the_implementation_exhaustively() -> None:
     used: set[int] = set()
     count = 0
     for session, strict, operational, rederives, all_stripped, successor, rule in _c_inputs():
-        key = (session.value, yes(strict), yes(operational), yes(rederives), yes(all_stripped), successor.value, rule.value if rule else "none")
+        key = (
+            session.value,
+            yes(strict),
+            yes(operational),
+            yes(rederives),
+            yes(all_stripped),
+            successor.value,
+            rule.value if rule else "none",
+        )
         i = first_match(rows, key)
         used.add(i)
-        got = gate(session, CompromisePolicy(require_declaration_for_compromised=strict), operational, rederives, all_stripped, successor, rule)
+        got = gate(
+            session, CompromisePolicy(require_declaration_for_compromised=strict), operational, rederives, all_stripped, successor, rule
+        )
         assert tuple(g.value for g in got) == (the(rows[i][7]), the(rows[i][8]), the(rows[i][9])), key
         count += 1
     assert count == 3 * 2 * 2 * 2 * 2 * 2 * 4

@@ -15,11 +15,11 @@ from busguard.policies.compromise.message import (
     CompromiseKind,
     IntegrityStatus,
     InteractionRule,
+    StateScope,
     component_sha256,
     decode_strict,
     inline_component,
     open_statement,
-    StateScope,
 )
 from busguard.policies.compromise.verdict import (
     Attester,
@@ -132,7 +132,10 @@ def test_sample_code_fall_through_is_closed() -> None:
     require_declaration_for_compromised is false, and then returns SCOPED_HANDOFF
     for a clean successor with a scope. The text allows that only for
     non-operational data or a re-deriving successor."""
-    assert _sample_code(session_compromised=True, compromise_declared=False, successor_compromised=False, scope=True, require=False) == "SCOPED_HANDOFF"
+    assert (
+        _sample_code(session_compromised=True, compromise_declared=False, successor_compromised=False, scope=True, require=False)
+        == "SCOPED_HANDOFF"
+    )
     value = kit.payload([PLAN], scope=kit.scope(PLAN), successor_integrity=kit.integrity())
     v = judge(value, CompromisePolicy(require_declaration_for_compromised=False), notices=[NOTICE])
     assert (v.verdict, v.reason) == (HandoffVerdict.PROHIBITED, VerdictReason.UNDECLARED_OPERATIONAL_STATE)
@@ -221,7 +224,11 @@ def test_forged_scope_component_is_stripped_recorded_and_never_forwarded() -> No
 
 @pytest.mark.parametrize("change", ["operational", "encoding"])
 def test_a_component_relabelled_against_its_scope_entry_is_a_mismatch(change: str) -> None:
-    relabelled = msgspec.structs.replace(PLAN, operational=False) if change == "operational" else msgspec.structs.replace(PLAN, encoding="text/x-python")
+    relabelled = (
+        msgspec.structs.replace(PLAN, operational=False)
+        if change == "operational"
+        else msgspec.structs.replace(PLAN, encoding="text/x-python")
+    )
     v = judge(kit.payload([relabelled], declaration=kit.declaration(), scope=kit.scope(PLAN), successor_integrity=kit.integrity()))
     assert whys(v) == {"plan": StripReason.SCOPE_HASH_MISMATCH}
     assert v.verdict is HandoffVerdict.PROHIBITED
@@ -245,7 +252,9 @@ def test_scope_signed_with_compromised_credentials_vouches_for_no_operational_st
         "notice with credentials": [kit.notice(detected=(CompromiseKind.COMPROMISED_CREDENTIALS,))],
         "notice on the scope key": [kit.notice(subject_key_id=kit.SESSION_KEY)],
     }[how]
-    value = kit.payload([LOG, PLAN], declaration=kit.declaration(detected=detected), scope=kit.scope(LOG, PLAN), successor_integrity=kit.integrity())
+    value = kit.payload(
+        [LOG, PLAN], declaration=kit.declaration(detected=detected), scope=kit.scope(LOG, PLAN), successor_integrity=kit.integrity()
+    )
     checked = kit.check(value, notices=notices)
     assert checked.facts.scope is ScopeState.UNTRUSTED
     v = evaluate(checked.facts, DEFAULT)
@@ -263,7 +272,9 @@ def test_compromised_session_handing_off_no_state_is_not_paralysed() -> None:
 
 
 def test_missing_successor_receipt_means_compromised_successor() -> None:
-    value = kit.payload([PLAN], declaration=kit.declaration(), scope=kit.scope(PLAN), interaction=kit.interaction(InteractionRule.PARTIAL_TRANSFER))
+    value = kit.payload(
+        [PLAN], declaration=kit.declaration(), scope=kit.scope(PLAN), interaction=kit.interaction(InteractionRule.PARTIAL_TRANSFER)
+    )
     v = judge(value)
     assert (v.verdict, v.route, v.reason) == (
         HandoffVerdict.DOUBLE_COMPROMISE_CAUTION,
@@ -307,7 +318,10 @@ def test_double_compromise_under_each_interaction_rule(rule: InteractionRule | N
 def test_double_compromise_without_scope_or_anything_transferable_is_prohibited_not_flagged() -> None:
     value = kit.payload([PLAN], declaration=kit.declaration(), interaction=kit.interaction(InteractionRule.PARTIAL_TRANSFER))
     assert judge(value).reason is VerdictReason.NOTHING_TRANSFERABLE
-    assert _sample_code(session_compromised=True, compromise_declared=True, successor_compromised=True, scope=False, require=True) == "DOUBLE_COMPROMISE_CAUTION"
+    assert (
+        _sample_code(session_compromised=True, compromise_declared=True, successor_compromised=True, scope=False, require=True)
+        == "DOUBLE_COMPROMISE_CAUTION"
+    )
 
 
 def test_integrity_receipt_by_a_trusted_attester_counts_and_by_a_stranger_does_not() -> None:
@@ -322,7 +336,9 @@ def test_integrity_receipt_by_a_trusted_attester_counts_and_by_a_stranger_does_n
 @pytest.mark.parametrize("subject", [kit.SUCCESSOR, kit.ATTESTER])
 def test_a_notice_against_the_successor_or_its_attester_overrides_verified_clean(subject: str) -> None:
     by = kit.SUCCESSOR if subject == kit.SUCCESSOR else kit.ATTESTER
-    value = kit.payload([PLAN], declaration=kit.declaration(), scope=kit.scope(PLAN), successor_integrity=kit.integrity(by=by, rederives=True))
+    value = kit.payload(
+        [PLAN], declaration=kit.declaration(), scope=kit.scope(PLAN), successor_integrity=kit.integrity(by=by, rederives=True)
+    )
     checked = kit.check(value, notices=[kit.notice("n-succ", subject=subject)])
     assert checked.facts.successor_notices == ("n-succ",)
     v = evaluate(checked.facts, DEFAULT)
@@ -442,7 +458,13 @@ def _mutations(facts: HandoffFacts) -> list[HandoffFacts]:
         r(facts, scope_id=(facts.scope_id or "") + "x"),
         r(facts, successor_integrity_id="x"),
         r(facts, interaction_id="x"),
-        r(facts, components=(*facts.components, ComponentFact(name="zz-new", sha256="0" * 64, operational=False, against_scope=ScopeMatch.UNLISTED))),
+        r(
+            facts,
+            components=(
+                *facts.components,
+                ComponentFact(name="zz-new", sha256="0" * 64, operational=False, against_scope=ScopeMatch.UNLISTED),
+            ),
+        ),
         r(
             facts,
             successor=None

@@ -132,7 +132,9 @@ def test_a_file_with_only_a_route_gets_every_default(tmp_path: Path) -> None:
     assert cfg.kafka.auto_offset_reset == "earliest" and cfg.state.backend == "sqlite" and cfg.state.synchronous == "full"
     assert cfg.policy().namespace == "busguard"  # "" falls back to the group id
     kind_routes = [f"busguard.{r}" for spec in KINDS.values() for r in spec.routes]  # e.g. busguard.quarantine
-    assert cfg.output_topics == sorted({"agents.handoffs.admitted", "busguard.reconciliation", "busguard.dead-letter", "busguard.audit", "busguard.replies", *kind_routes})
+    assert cfg.output_topics == sorted(
+        {"agents.handoffs.admitted", "busguard.reconciliation", "busguard.dead-letter", "busguard.audit", "busguard.replies", *kind_routes}
+    )
 
 
 def test_namespace_defaults_to_the_group_id_and_can_be_set(tmp_path: Path) -> None:
@@ -142,7 +144,9 @@ def test_namespace_defaults_to_the_group_id_and_can_be_set(tmp_path: Path) -> No
 
 def test_relative_paths_resolve_against_the_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "etc").mkdir()
-    path = write(tmp_path / "etc", ROUTE + '[state]\npath = "../var/state.db"\n[keys]\nregistry = "keys.toml"\nguard_key = "/abs/guard.key"\n')
+    path = write(
+        tmp_path / "etc", ROUTE + '[state]\npath = "../var/state.db"\n[keys]\nregistry = "keys.toml"\nguard_key = "/abs/guard.key"\n'
+    )
     monkeypatch.chdir(tmp_path / "etc")  # wherever the command runs from
     cfg = load_config(path, env={})
     monkeypatch.chdir("/")
@@ -183,12 +187,20 @@ def test_env_overrides_are_typed(tmp_path: Path) -> None:
 
 
 def test_env_overrides_win_over_the_file_and_leave_the_rest(tmp_path: Path) -> None:
-    cfg = load(tmp_path, ROUTE + '[kafka]\nbootstrap_servers = "file:9092"\ngroup_id = "from-file"\n', {"BUSGUARD_KAFKA__BOOTSTRAP_SERVERS": "env:9092"})
+    cfg = load(
+        tmp_path,
+        ROUTE + '[kafka]\nbootstrap_servers = "file:9092"\ngroup_id = "from-file"\n',
+        {"BUSGUARD_KAFKA__BOOTSTRAP_SERVERS": "env:9092"},
+    )
     assert cfg.kafka.bootstrap_servers == "env:9092" and cfg.kafka.group_id == "from-file"
 
 
 def test_env_names_are_case_insensitive_and_other_variables_are_ignored(tmp_path: Path) -> None:
-    cfg = load(tmp_path, ROUTE, {"busguard_kafka__group_id": "x", "BUSGUARD_FAULT": "persisted:3", "OTHER__KEY": "1", "BUSGUARD_KAFKA_GROUP_ID": "y"})
+    cfg = load(
+        tmp_path,
+        ROUTE,
+        {"busguard_kafka__group_id": "x", "BUSGUARD_FAULT": "persisted:3", "OTHER__KEY": "1", "BUSGUARD_KAFKA_GROUP_ID": "y"},
+    )
     assert cfg.kafka.group_id == "busguard"  # lowercase prefix is not the prefix
     cfg = load(tmp_path, ROUTE, {"BUSGUARD_Kafka__Group_Id": "x"})
     assert cfg.kafka.group_id == "x"
@@ -236,7 +248,12 @@ def test_routes_cannot_be_overridden_and_the_error_names_the_variable(tmp_path: 
         (ROUTE + '[log]\nlevel = "trace"\n', "log.level", "trace", "Invalid enum value 'trace'"),
         (ROUTE + "[ops]\nport = 70000\n", "ops.port", 70000, "<= 65535"),
         (ROUTE + '[reconcile]\nauto_resolve_retransmissions = "no"\n', "reconcile.auto_resolve_retransmissions", "no", "Expected `bool`"),
-        ('[[routes]]\nname = "r"\ninputs = "agents.in"\ndownstream = "out"\n', "routes[0].inputs", "agents.in", "Expected `array`, got `str`"),
+        (
+            '[[routes]]\nname = "r"\ninputs = "agents.in"\ndownstream = "out"\n',
+            "routes[0].inputs",
+            "agents.in",
+            "Expected `array`, got `str`",
+        ),
     ],
 )
 def test_type_errors_name_file_field_value_and_what_is_allowed(tmp_path: Path, text: str, field: str, value: object, allowed: str) -> None:
@@ -275,7 +292,12 @@ def test_a_missing_file_and_bad_toml_are_explained(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "field", "value", "allowed"),
     [
-        (ROUTE + "[admission]\nnonce_retention_ms = 329999\n", "admission.nonce_retention_ms", 329999, "more than max_age_ms + max_future_ms (330000)"),
+        (
+            ROUTE + "[admission]\nnonce_retention_ms = 329999\n",
+            "admission.nonce_retention_ms",
+            329999,
+            "more than max_age_ms + max_future_ms (330000)",
+        ),
         # exactly the sum: the nonce would read as absent at its receipt's last fresh millisecond
         (ROUTE + "[admission]\nnonce_retention_ms = 330000\n", "admission.nonce_retention_ms", 330000, "i.e. at least 330001"),
         (
@@ -284,7 +306,12 @@ def test_a_missing_file_and_bad_toml_are_explained(tmp_path: Path) -> None:
             1000,
             "more than max_age_ms + max_future_ms (1000)",
         ),
-        (ROUTE + "[admission]\ntask_retention_ms = 599999\n", "admission.task_retention_ms", 599999, "at least admission.nonce_retention_ms (600000)"),
+        (
+            ROUTE + "[admission]\ntask_retention_ms = 599999\n",
+            "admission.task_retention_ms",
+            599999,
+            "at least admission.nonce_retention_ms (600000)",
+        ),
         (
             ROUTE + "[admission]\nnonce_retention_ms = 900000\ntask_retention_ms = 899999\n",
             "admission.task_retention_ms",
@@ -293,7 +320,12 @@ def test_a_missing_file_and_bad_toml_are_explained(tmp_path: Path) -> None:
         ),
         ("[kafka]\ngroup_id = 'g'\n", "routes", [], "at least one [[routes]] table"),
         ('[[routes]]\nname = "r"\ninputs = []\ndownstream = "out"\n', "routes[0].inputs", [], "at least one input topic"),
-        ('[[routes]]\nname = "r"\ninputs = ["bad topic"]\ndownstream = "out"\n', "routes[0]", "bad topic", "1-249 characters of [A-Za-z0-9._-]"),
+        (
+            '[[routes]]\nname = "r"\ninputs = ["bad topic"]\ndownstream = "out"\n',
+            "routes[0]",
+            "bad topic",
+            "1-249 characters of [A-Za-z0-9._-]",
+        ),
         ('[[routes]]\nname = "r"\ninputs = ["in"]\ndownstream = "out/x"\n', "routes[0]", "out/x", "1-249 characters"),
         ('[[routes]]\nname = "r"\ninputs = ["' + "t" * 250 + '"]\ndownstream = "out"\n', "routes[0]", "t" * 250, "1-249 characters"),
         (
@@ -311,18 +343,53 @@ def test_a_missing_file_and_bad_toml_are_explained(tmp_path: Path) -> None:
             ["agents.handoffs.admitted"],
             "cannot also be an output topic",
         ),
-        (ROUTE + "[kafka]\nrebalance_timeout_ms = 10000\n", "kafka.rebalance_timeout_ms", 10000, "more than batch.revoke_budget_ms (10000)"),
+        (
+            ROUTE + "[kafka]\nrebalance_timeout_ms = 10000\n",
+            "kafka.rebalance_timeout_ms",
+            10000,
+            "more than batch.revoke_budget_ms (10000)",
+        ),
         (ROUTE + "[batch]\nrevoke_budget_ms = 60000\n", "kafka.rebalance_timeout_ms", 60000, "more than batch.revoke_budget_ms (60000)"),
         (ROUTE + "[kafka]\nheartbeat_interval_ms = 10000\n", "kafka.heartbeat_interval_ms", 10000, "less than kafka.session_timeout_ms"),
-        (ROUTE + "[keys]\nguard_key_resolves = false\n", "keys.guard_key_resolves", False, "unless keys.operators names who else may resolve"),
-        (ROUTE + '[keys]\nguard_key = "g.key"\nreconciler_key = "./g.key"\n', "keys.reconciler_key", "./g.key", "a key file other than keys.guard_key"),
+        (
+            ROUTE + "[keys]\nguard_key_resolves = false\n",
+            "keys.guard_key_resolves",
+            False,
+            "unless keys.operators names who else may resolve",
+        ),
+        (
+            ROUTE + '[keys]\nguard_key = "g.key"\nreconciler_key = "./g.key"\n',
+            "keys.reconciler_key",
+            "./g.key",
+            "a key file other than keys.guard_key",
+        ),
         (ROUTE + "[keys]\ncreate_reconciler_key = true\n", "keys.create_reconciler_key", True, "unless keys.reconciler_key names the file"),
         (ROUTE + '[keys]\nguard_public_key = "z6Mkxyz"\n', "keys.guard_public_key", "z6Mkxyz", "an Ed25519 multikey"),
         (ROUTE + f'[keys]\nguard_public_key = "{SMALL_ORDER}"\n', "keys.guard_public_key", SMALL_ORDER, "large prime order"),
-        (ROUTE + '[keys]\nsingle_key_until = "2026-12-01T00:00:00Z"\n', "keys.single_key_until", "2026-12-01T00:00:00Z", "only with keys.single_key_audit = true"),
-        (ROUTE + '[keys]\nsingle_key_audit = true\nsingle_key_until = "2026-12-01"\n', "keys.single_key_until", "2026-12-01", "an RFC 3339 UTC timestamp"),
-        (ROUTE + "[batch]\nmax_inflated_bytes = 1310719\n", "batch.max_inflated_bytes", 1310719, "at least 1310720: batch.max_payload_bytes (1048576) + 262144"),
-        (ROUTE + "[batch]\nmax_inflated_bytes = 2000000\n[kafka]\nmax_message_bytes = 4000000\n", "batch.max_inflated_bytes", 2000000, "at least 4000000"),
+        (
+            ROUTE + '[keys]\nsingle_key_until = "2026-12-01T00:00:00Z"\n',
+            "keys.single_key_until",
+            "2026-12-01T00:00:00Z",
+            "only with keys.single_key_audit = true",
+        ),
+        (
+            ROUTE + '[keys]\nsingle_key_audit = true\nsingle_key_until = "2026-12-01"\n',
+            "keys.single_key_until",
+            "2026-12-01",
+            "an RFC 3339 UTC timestamp",
+        ),
+        (
+            ROUTE + "[batch]\nmax_inflated_bytes = 1310719\n",
+            "batch.max_inflated_bytes",
+            1310719,
+            "at least 1310720: batch.max_payload_bytes (1048576) + 262144",
+        ),
+        (
+            ROUTE + "[batch]\nmax_inflated_bytes = 2000000\n[kafka]\nmax_message_bytes = 4000000\n",
+            "batch.max_inflated_bytes",
+            2000000,
+            "at least 4000000",
+        ),
     ],
 )
 def test_cross_field_rules(tmp_path: Path, text: str, field: str, value: object, allowed: str) -> None:
@@ -343,10 +410,10 @@ def test_a_declared_guard_public_key_is_read_in_either_spelling(tmp_path: Path) 
 
 
 def test_a_guard_whose_key_is_not_the_declared_one_does_not_start(tmp_path: Path) -> None:
-    from busguard.wiring import open_guard
     from busguard.protocol.identity import multikey_encode
     from busguard.protocol.keyfile import new_identity, write_key
     from busguard.protocol.signing import public_key_from_seed
+    from busguard.wiring import open_guard
 
     write_key(tmp_path / "guard.key", new_identity())
     (tmp_path / "keys.toml").write_text("")
@@ -359,7 +426,9 @@ def test_a_guard_whose_key_is_not_the_declared_one_does_not_start(tmp_path: Path
 
 def test_the_boundaries_of_the_cross_field_rules_are_accepted(tmp_path: Path) -> None:
     load(tmp_path, ROUTE + "[admission]\nnonce_retention_ms = 330001\n")  # one more than the sum
-    load(tmp_path, ROUTE + "[admission]\nnonce_retention_ms = 330001\ntask_retention_ms = 330001\n")  # task retention equal to nonce retention
+    load(
+        tmp_path, ROUTE + "[admission]\nnonce_retention_ms = 330001\ntask_retention_ms = 330001\n"
+    )  # task retention equal to nonce retention
     load(tmp_path, ROUTE + "[kafka]\nrebalance_timeout_ms = 10001\n")
     load(tmp_path, ROUTE + "[kafka]\nheartbeat_interval_ms = 9999\n")
     load(tmp_path, ROUTE + "[batch]\nmax_inflated_bytes = 1310720\n")  # a payload at the limit, with its headroom
@@ -400,7 +469,9 @@ def test_the_shipped_compose_overrides_are_real_keys() -> None:
         assert hasattr(getattr(cfg, section), key), name
     assert cfg.kafka.bootstrap_servers == "kafka:9092" and cfg.kafka.idempotence is True and cfg.ops.host == "0.0.0.0"
     assert cfg.keys.reconciler_key is not None and Path(cfg.keys.reconciler_key).parent != Path(cfg.keys.guard_key).parent  # its own volume
-    assert "reconciler-key:/var/lib/busguard/reconciler-keys" not in text.split("\n  guard:")[1].split("\n  reconciler:")[0]  # the guard never mounts it
+    assert (
+        "reconciler-key:/var/lib/busguard/reconciler-keys" not in text.split("\n  guard:")[1].split("\n  reconciler:")[0]
+    )  # the guard never mounts it
 
 
 def test_errors_name_the_unknown_key_and_the_environment_variable(tmp_path: Path) -> None:
@@ -448,7 +519,11 @@ def test_the_embedded_broker_config_loads_with_its_overrides_and_any_path(tmp_pa
     assert cfg.topics.dead_letter == "it.x.dead-letter"
     assert Path(cfg.state.path) == odd
     assert cfg.batch.max_records == 7
-    assert (cfg.keys.guard_key, cfg.keys.reconciler_key, cfg.keys.create_reconciler_key) == ("guard.key", "reconciler.key", True)  # one key per role
+    assert (cfg.keys.guard_key, cfg.keys.reconciler_key, cfg.keys.create_reconciler_key) == (
+        "guard.key",
+        "reconciler.key",
+        True,
+    )  # one key per role
 
 
 # -- the PostgreSQL state backend ---------------------------------------------------
@@ -478,7 +553,11 @@ def test_postgres_schema_and_retry_are_checked(tmp_path: Path) -> None:
 def test_the_compromise_section_reaches_the_handoff_policy(tmp_path: Path) -> None:
     from busguard.policies.compromise.policy import CompromiseSettings
 
-    cfg = load(tmp_path, ROUTE + '[compromise]\nrequire_declaration_for_compromised = true\ntrusted_attesters = ["attester"]\ntrusted_notice_issuers = ["ops"]\n')
+    cfg = load(
+        tmp_path,
+        ROUTE
+        + '[compromise]\nrequire_declaration_for_compromised = true\ntrusted_attesters = ["attester"]\ntrusted_notice_issuers = ["ops"]\n',
+    )
     assert cfg.policy().policy_settings["compromise"] == CompromiseSettings(
         require_declaration_for_compromised=True, trusted_attesters=("attester",), trusted_notice_issuers=("ops",)
     )

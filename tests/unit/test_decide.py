@@ -176,7 +176,9 @@ def test_store_warming_refuses_records_the_lost_store_could_have_admitted() -> N
     created = NOW - 10_000
     h = Harness(store_created=created)
     assert h.one(handoff(sender("planner"), task="a", issued_at_ms=NOW - 20_000)).reason == "store_warming"
-    assert h.one(handoff(sender("planner"), task="b", issued_at_ms=NOW - 5_000)).reason == "store_warming"  # after creation, inside the future bound
+    assert (
+        h.one(handoff(sender("planner"), task="b", issued_at_ms=NOW - 5_000)).reason == "store_warming"
+    )  # after creation, inside the future bound
     assert h.one(handoff(sender("planner"), task="c", issued_at_ms=created + 30_001)).reason == "admitted"
     h.now = created + 300_000  # past max_age_ms, not yet past max_future_ms + max_age_ms
     assert h.one(handoff(sender("planner", now=h.now), task="d", issued_at_ms=created + 30_000)).reason == "store_warming"
@@ -217,7 +219,9 @@ def test_open_enrollment_admits_unlisted_self_certifying_sender() -> None:
 
 
 def _named(now_offsets: dict[str, int | None]) -> KeyRegistry:
-    window = KeyWindow(key_id="k1", public_key=public_key_from_seed(seed("planner")), **{k: NOW + v for k, v in now_offsets.items() if v is not None})
+    window = KeyWindow(
+        key_id="k1", public_key=public_key_from_seed(seed("planner")), **{k: NOW + v for k, v in now_offsets.items() if v is not None}
+    )
     return KeyRegistry({"planner": (window,)})
 
 

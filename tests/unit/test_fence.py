@@ -7,18 +7,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from busguard.admission.fence import Behind, behind, fence_ends, fenced
-from busguard.state.store import rearmed
 from busguard.admission.types import AdmissionPolicy
 from busguard.protocol.records import Decision
-from busguard.state.store import StateStore
 from busguard.state.memory import MemoryStore
 from busguard.state.sqlite import SqliteStore
+from busguard.state.store import StateStore, rearmed
 
 from .harness import NOW, Harness, Rec, agent, schema_1_file, sender
 
@@ -98,7 +96,9 @@ def test_behind_compares_the_committed_offset_with_the_highest_decided_one() -> 
     ]
 
 
-@pytest.mark.parametrize(("watermark", "committed", "is_behind"), [(9, 10, False), (10, 10, False), (8, 10, True), (None, 1, True), (None, 0, False)])
+@pytest.mark.parametrize(
+    ("watermark", "committed", "is_behind"), [(9, 10, False), (10, 10, False), (8, 10, True), (None, 1, True), (None, 0, False)]
+)
 def test_behind_boundaries(watermark: int | None, committed: int, is_behind: bool) -> None:
     """Ahead of the group (watermark >= C) is a crash between persist and commit: trusted."""
     marks = {} if watermark is None else {("in", 0): watermark}
@@ -156,7 +156,9 @@ def test_a_rearmed_store_refuses_what_it_may_have_forgotten(backend: str, tmp_pa
     assert store.rearm(NOW) == NOW and store.rearm(NOW - 5) == NOW
     assert h.one(_handoff("after")).reason == "store_warming"
     h.now = NOW + 1
-    assert h.one(_handoff("ahead", now=h.now, issued_at_ms=NOW + F + 1)).reason == "admitted"  # no store deciding at or before NOW admits it
+    assert (
+        h.one(_handoff("ahead", now=h.now, issued_at_ms=NOW + F + 1)).reason == "admitted"
+    )  # no store deciding at or before NOW admits it
     store.close()
 
 
@@ -176,7 +178,9 @@ def test_watermarks_record_the_highest_decided_offset_per_partition_whatever_the
 # -- item 4: retention ends strictly after the last fresh millisecond ---------------------------------
 
 
-@pytest.mark.parametrize(("retention", "replay", "reuse"), [(F + A + 1, "exact_duplicate", "nonce_replay"), (F + A, "admitted", "admitted")])
+@pytest.mark.parametrize(
+    ("retention", "replay", "reuse"), [(F + A + 1, "exact_duplicate", "nonce_replay"), (F + A, "admitted", "admitted")]
+)
 def test_item_4_nonce_and_task_are_present_at_the_receipts_last_fresh_millisecond(
     backend: str, tmp_path: Path, retention: int, replay: str, reuse: str
 ) -> None:
@@ -237,9 +241,9 @@ def test_sqlite_schema_1_is_upgraded_fenced_from_its_creation_with_watermarks_fr
 
 
 def test_state_init_makes_a_genesis_store_once_and_refuses_the_memory_backend(tmp_path: Path) -> None:
-    from busguard.wiring import init_state
     from busguard.config import load_config
     from busguard.errors import ConfigError
+    from busguard.wiring import init_state
 
     route = '[[routes]]\nname = "r"\ninputs = ["in"]\ndownstream = "out"\n'
     (tmp_path / "busguard.toml").write_text(route + '[state]\npath = "s.db"\n')
@@ -289,7 +293,9 @@ def _guard(tmp_path: Path, store: StateStore):  # type: ignore[no-untyped-def]
         (None, 1),  # offsets unreadable: assume the worst
     ],
 )
-def test_the_guard_hook_rearms_exactly_when_the_store_is_behind(tmp_path: Path, committed: dict[tuple[str, int], int | None] | None, rearms: int) -> None:
+def test_the_guard_hook_rearms_exactly_when_the_store_is_behind(
+    tmp_path: Path, committed: dict[tuple[str, int], int | None] | None, rearms: int
+) -> None:
     import asyncio
 
     store = MemoryStore(created_at=NOW - 3_600_000, genesis=True)

@@ -96,4 +96,3 @@ def test_the_same_request_signed_is_validated_once(monkeypatch: pytest.MonkeyPat
     d, _ = admit_counted((rec.value, rec.headers))
     assert d.reason == Reason.TAINT_REPLAY_REFUSED
     assert calls.n == {"judge": 1, "build_graph": 1, "validate": 1}
-

@@ -95,9 +95,7 @@ def test_non_str_nonce_is_invalid(nonce: object) -> None:
 @settings(max_examples=1000)
 @given(
     st.text(
-        alphabet=st.sampled_from(sorted(NONCE_ALPHABET))
-        | st.sampled_from("=+/ .\n\t\u00e9\u0661\uff11\u212a\u0130\x00")
-        | st.characters(),
+        alphabet=st.sampled_from(sorted(NONCE_ALPHABET)) | st.sampled_from("=+/ .\n\t\u00e9\u0661\uff11\u212a\u0130\x00") | st.characters(),
         min_size=0,
         max_size=300,
     )
@@ -226,9 +224,7 @@ def test_custom_window() -> None:
     assert check_replay(ts, NONCE, set(), NOW, max_age_ms=1000).ok
     assert check_replay(ts, NONCE, set(), NOW, max_age_ms=999).reason == REASON_TIMESTAMP_EXPIRED
     future = "2026-06-11T00:00:00.001Z"
-    assert check_replay(future, NONCE, set(), NOW, max_future_ms=0).reason == (
-        REASON_TIMESTAMP_TOO_FAR_FUTURE
-    )
+    assert check_replay(future, NONCE, set(), NOW, max_future_ms=0).reason == (REASON_TIMESTAMP_TOO_FAR_FUTURE)
 
 
 @settings(max_examples=300)
@@ -242,9 +238,7 @@ def test_check_replay_and_at_ms_agree(issued_ms: int, seen_before: bool) -> None
     via_str = check_replay(ts, NONCE, seen, NOW)
     via_ms = check_replay_at_ms(ts, NONCE, seen, NOW_MS)
     assert via_str == via_ms
-    expected_reason = check_freshness(issued_ms, NOW_MS) or (
-        REASON_NONCE_REPLAY if seen_before else None
-    )
+    expected_reason = check_freshness(issued_ms, NOW_MS) or (REASON_NONCE_REPLAY if seen_before else None)
     assert via_str.reason == expected_reason
     assert via_str.ok is (expected_reason is None)
 

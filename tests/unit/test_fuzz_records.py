@@ -50,7 +50,9 @@ def _clean(camp: Campaign) -> None:
     skip=st.integers(min_value=0, max_value=3),
     seed=st.integers(min_value=0, max_value=2**32),
 )
-def test_any_fetch_gets_exactly_one_decision_per_offset(campaign: Campaign, spec: list[tuple[list[object], int, list[tuple[int, int]], bool]], skip: int, seed: int) -> None:
+def test_any_fetch_gets_exactly_one_decision_per_offset(
+    campaign: Campaign, spec: list[tuple[list[object], int, list[tuple[int, int]], bool]], skip: int, seed: int
+) -> None:
     gen = Generator(campaign, random.Random(seed))
     campaign.stats = Stats()
     base = campaign.next_base

@@ -70,7 +70,11 @@ def test_what_cannot_be_an_instance_id_is_refused_at_load(tmp_path: Path, value:
 def test_a_bad_id_from_the_environment_blames_the_variable(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(_config(tmp_path, None), env={"BUSGUARD_KAFKA__GROUP_INSTANCE_ID": "two words"})
-    assert (info.value.file, info.value.field, info.value.value) == ("$BUSGUARD_KAFKA__GROUP_INSTANCE_ID", "kafka.group_instance_id", "two words")
+    assert (info.value.file, info.value.field, info.value.value) == (
+        "$BUSGUARD_KAFKA__GROUP_INSTANCE_ID",
+        "kafka.group_instance_id",
+        "two words",
+    )
 
 
 def test_a_hostname_that_cannot_be_an_id_is_refused_with_both_forms(tmp_path: Path) -> None:

@@ -33,7 +33,9 @@ IDENT = Identity(seed=SEED, public_key=KEY, agent_id=agent_id_for_key(KEY))
 
 def _guard(tmp_path: Path, store: StateStore, mode: str = "batch") -> Guard:
     (tmp_path / "keys.toml").write_text(f'[[agent]]\nid = "{agent("planner")}"\n')
-    (tmp_path / "busguard.toml").write_text(f'[[routes]]\nname = "r"\ninputs = ["in"]\ndownstream = "out"\n[ops]\nport = 0\n[batch]\nseal = "{mode}"\n')
+    (tmp_path / "busguard.toml").write_text(
+        f'[[routes]]\nname = "r"\ninputs = ["in"]\ndownstream = "out"\n[ops]\nport = 0\n[batch]\nseal = "{mode}"\n'
+    )
     cfg = load_config(tmp_path / "busguard.toml", env={})
     keys = WatchedFile(tmp_path / "keys.toml", KeyRegistry.load, what="key registry")
     return Guard(cfg, keys=keys, identity=IDENT, store=store, clock_ms=lambda: NOW)
@@ -127,5 +129,9 @@ def test_the_size_budget_bounds_every_batch_proof(tmp_path: Path) -> None:
     outputs = _run(_guard(tmp_path, MemoryStore(created_at=NOW - 3_600_000, genesis=True)), _records(range(0, 9)))
     worst = record_size(None, None, worst_proof(IDENT.agent_id))
     for o in outputs:
-        proof = [(k, v) for k, v in o.headers if k in ("busguard-decision-id", "busguard-attestation", "busguard-tree-head", "busguard-head-seal", "busguard-inclusion")]
+        proof = [
+            (k, v)
+            for k, v in o.headers
+            if k in ("busguard-decision-id", "busguard-attestation", "busguard-tree-head", "busguard-head-seal", "busguard-inclusion")
+        ]
         assert len(proof) == 5 and record_size(None, None, proof) <= worst

@@ -78,7 +78,12 @@ def test_a_bomb_of_many_records_is_refused_as_a_whole(codec: str) -> None:
 def test_inflate_returns_exactly_what_aiokafkas_codec_returns_up_to_the_limit(codec: str, size: int) -> None:
     data = bytes(range(256)) * (size // 256) + bytes(size % 256)
     body = compress_stream(CODECS[codec], iter([data[: size // 2], data[size // 2 :]]))
-    decode = {"gzip": aiokafka_codec.gzip_decode, "snappy": aiokafka_codec.snappy_decode, "lz4": aiokafka_codec.lz4_decode, "zstd": aiokafka_codec.zstd_decode}
+    decode = {
+        "gzip": aiokafka_codec.gzip_decode,
+        "snappy": aiokafka_codec.snappy_decode,
+        "lz4": aiokafka_codec.lz4_decode,
+        "zstd": aiokafka_codec.zstd_decode,
+    }
     assert bytes(decode[codec](body)) == data
     assert bytes(inflate(CODECS[codec], body, LIMIT, b"head")) == b"head" + data
     if size:

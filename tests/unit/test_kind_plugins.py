@@ -7,13 +7,14 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from busguard_quota.kind import SPEC as QUOTA
+from busguard_quota.kind import QuotaSettings
 
 import busguard.policies as registry
 from busguard import cli
 from busguard.config import load_config
 from busguard.errors import ConfigError
 from busguard.policies import KINDS, KindSpec, plugins
-from busguard_quota.kind import SPEC as QUOTA, QuotaSettings
 from tests.unit.test_config import ROUTE
 
 BUILTIN = {"handoff", "ack"}
@@ -46,13 +47,21 @@ def test_a_plugin_spec_or_factory_is_loaded_and_every_bad_one_is_refused_with_it
     assert specs == [QUOTA]
     assert len(errors) == 5 and all("kind plugin" in e and "unknown distribution" in e for e in errors)
     joined = "\n".join(errors)
-    for expected in ("already registers kind 'quota'", "is a built-in kind", "failed to load: ModuleNotFoundError", "loads a object, not a", "its KindSpec is for kind 'quota'"):
+    for expected in (
+        "already registers kind 'quota'",
+        "is a built-in kind",
+        "failed to load: ModuleNotFoundError",
+        "loads a object, not a",
+        "its KindSpec is for kind 'quota'",
+    ):
         assert expected in joined, joined
     assert plugins.discover(BUILTIN, KindSpec, [ep("quota", "tests.unit.test_kind_plugins:quota_factory")]) == ([QUOTA], [])
 
 
 def test_no_command_runs_while_a_plugin_is_refused(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(registry, "_PLUGIN_ERRORS", ["kind plugin 'x' = 'x:y' (an unknown distribution): failed to load: ImportError: nope"])
+    monkeypatch.setattr(
+        registry, "_PLUGIN_ERRORS", ["kind plugin 'x' = 'x:y' (an unknown distribution): failed to load: ImportError: nope"]
+    )
     assert cli.main(["kinds"]) == 2
     assert "kind plugin 'x'" in capsys.readouterr().err
     monkeypatch.setattr(registry, "_PLUGIN_ERRORS", [])
@@ -79,7 +88,9 @@ def test_a_kinds_section_is_decoded_and_reaches_its_policy(quota: None, tmp_path
     ("table", "field", "value"),
     [("max_per_task = 0", "quota.max_per_task", 0), ("window_ms = 'soon'", "quota.window_ms", "soon"), ("limit = 3", "quota.limit", 3)],
 )
-def test_errors_in_a_kinds_section_name_the_file_the_key_and_what_is_allowed(quota: None, tmp_path: Path, table: str, field: str, value: object) -> None:
+def test_errors_in_a_kinds_section_name_the_file_the_key_and_what_is_allowed(
+    quota: None, tmp_path: Path, table: str, field: str, value: object
+) -> None:
     (tmp_path / "b.toml").write_text(ROUTE + f"[quota]\n{table}\n")
     with pytest.raises(ConfigError) as info:
         load_config(tmp_path / "b.toml", env={})

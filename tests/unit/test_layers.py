@@ -144,7 +144,11 @@ def _runtime_edges(path: Path, text: str | None = None) -> set[str]:
     it), but not under `if TYPE_CHECKING:` (annotations only)."""
     tree = ast.parse(path.read_text() if text is None else text, str(path))
     typing_lines = {
-        n.lineno for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node) if hasattr(n, "lineno")
+        n.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for n in ast.walk(node)
+        if hasattr(n, "lineno")
     }
     modules = {_name(p) for p in MODULES}
     edges = set()

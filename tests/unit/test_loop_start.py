@@ -39,4 +39,3 @@ async def test_a_start_that_finishes_is_reported_and_its_error_propagates() -> N
     assert await until_stopped(joined(), asyncio.Event()) is True
     with pytest.raises(ConnectionError):
         await until_stopped(refused(), asyncio.Event())
-

@@ -84,7 +84,9 @@ def _holder(cfg: Config) -> subprocess.Popen[str]:
     return p
 
 
-def test_postgres_second_claim_is_refused_with_the_holding_session_named(postgres: EmbeddedPostgres, pg_schema: str, tmp_path: Path) -> None:
+def test_postgres_second_claim_is_refused_with_the_holding_session_named(
+    postgres: EmbeddedPostgres, pg_schema: str, tmp_path: Path
+) -> None:
     cfg = _cfg(tmp_path, f'[state]\nbackend = "postgres"\ndsn = "{postgres.dsn}"\nschema = "{pg_schema}"\n')
     first = claim_instance(cfg, group_id="g", role="guard")
     assert first is not None

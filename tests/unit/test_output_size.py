@@ -21,12 +21,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from busguard.admission.batch import Input, admit_batch
-from busguard.protocol.records import Coordinates, Decision, headers_encoding
 from busguard.config import MIN_MAX_MESSAGE_BYTES, Compression, TopicsConfig, load_config
 from busguard.errors import ConfigError
 from busguard.protocol.attestation import attest, decision_bytes, open_attestation, seal
 from busguard.protocol.keyfile import Identity, new_identity
 from busguard.protocol.reasons import Outcome, Reason
+from busguard.protocol.records import Coordinates, Decision, headers_encoding
 from busguard.protocol.signing import Signer
 from busguard.runtime.outputs import (
     MAX_DETAIL_BYTES,
@@ -86,7 +86,9 @@ _headers = st.lists(st.tuples(st.text(max_size=40), st.one_of(st.none(), st.bina
 
 @settings(max_examples=300, deadline=None)
 @given(key=_bytes, value=_bytes, headers=_headers, ts=st.integers(min_value=0, max_value=2**62))
-def test_record_size_is_what_the_batch_builder_writes(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]], ts: int) -> None:
+def test_record_size_is_what_the_batch_builder_writes(
+    key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]], ts: int
+) -> None:
     if key is None and value is None:
         value = b""
     o = Output("t", key, value, headers, ts)  # type: ignore[arg-type]
@@ -109,7 +111,10 @@ def test_full_producer_batches_of_incompressible_records_fit_the_limit(codec: Co
     """Batches are filled to producer_batch_size uncompressed; compressed they stay within the limit."""
     limit = MIN_MAX_MESSAGE_BYTES
     rnd = random.Random(1)
-    outputs = [Output("t", rnd.randbytes(16), rnd.randbytes(rnd.randrange(1, 9000)), [("h", rnd.randbytes(50))], 1_700_000_000_000 + i) for i in range(120)]
+    outputs = [
+        Output("t", rnd.randbytes(16), rnd.randbytes(rnd.randrange(1, 9000)), [("h", rnd.randbytes(50))], 1_700_000_000_000 + i)
+        for i in range(120)
+    ]
     budget = OutputBudget(limit, codec, GUARD.agent_id)
     assert all(budget.fits(o) for o in outputs)
     sizes = _built(outputs, codec, producer_batch_size(limit, codec))
@@ -161,7 +166,9 @@ def test_the_bounded_dead_letter_fits_the_smallest_limit_whatever_the_input(code
     # key): here 1 digit each, at most 11 for anything a Kafka record holds.
     bound = batch_size(worst) + 3 * 10
     # so megabytes of value, key and 10 000 headers add only digits
-    huge = _worst_bounded(WORST_GUARD_ID, [(f"h{i:05d}", os.urandom(300)) for i in range(10_000)], os.urandom(2_000_000), os.urandom(100_000))
+    huge = _worst_bounded(
+        WORST_GUARD_ID, [(f"h{i:05d}", os.urandom(300)) for i in range(10_000)], os.urandom(2_000_000), os.urandom(100_000)
+    )
     assert batch_size(worst) < batch_size(huge) <= bound
     # and it fits any batch at the smallest accepted limit, under every codec's worst expansion
     assert bound <= producer_batch_size(MIN_MAX_MESSAGE_BYTES, codec)
@@ -172,7 +179,9 @@ def test_a_dead_letter_with_megabytes_of_headers_is_written_bounded() -> None:
     rec = sender("planner").sign(kind="handoff", task_id="t", receiver=agent("executor"), payload=b"work")
     junk = [(f"x-{i}", os.urandom(1000)) for i in range(3000)]  # 3 MB, as a compressed input can carry
     headers = [*rec.headers, *junk]
-    d = Decision("f" * 32, Outcome.REJECT, Reason.BAD_SIGNATURE, Coordinates(topic="in", partition=0, offset=0), 1, "x", receipt_id=rec.receipt_id)
+    d = Decision(
+        "f" * 32, Outcome.REJECT, Reason.BAD_SIGNATURE, Coordinates(topic="in", partition=0, offset=0), 1, "x", receipt_id=rec.receipt_id
+    )
     budget = OutputBudget(LIMIT, "gzip", GUARD.agent_id)
     full, _ = outputs_for(_sealer()(d), b"key", rec.value, headers, "down", TOPICS, 1 << 20)
     assert not budget.fits(full)
@@ -201,7 +210,9 @@ def test_a_dead_letter_that_fits_keeps_the_input() -> None:
 # -- forwards: refused before the decision is persisted ------------------------------------------
 
 
-def _admit(h: Harness, value: bytes, headers: list[tuple[str, bytes]], offset: int, budget: OutputBudget, key: bytes | None = b"k") -> Decision:
+def _admit(
+    h: Harness, value: bytes, headers: list[tuple[str, bytes]], offset: int, budget: OutputBudget, key: bytes | None = b"k"
+) -> Decision:
     sealed = _sealer()
     (d,) = admit_batch(
         [Input(Coordinates(topic=h.topic, partition=0, offset=offset), value, headers, key)],

@@ -6,10 +6,10 @@ import msgspec
 import pytest
 
 from busguard import AttestationError, open_admitted, verify_admitted
-from busguard.protocol.records import Decision
 from busguard.config import TopicsConfig
 from busguard.protocol.attestation import attest, decision_bytes, seal, verify_decision_record
 from busguard.protocol.keyfile import new_identity
+from busguard.protocol.records import Decision
 from busguard.protocol.signing import Signer
 from busguard.runtime.outputs import Sealed, outputs_for
 

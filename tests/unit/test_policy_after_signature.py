@@ -173,7 +173,9 @@ def test_copies_of_an_authentic_record_are_parsed_once_per_batch_and_refused_by_
     assert probe.parsed == [claim("s1")] * 2 and decided == ["s1"]
 
 
-def test_forged_records_take_no_advisory_lock_on_postgres(monkeypatch: pytest.MonkeyPatch, postgres: EmbeddedPostgres, pg_schema: str) -> None:
+def test_forged_records_take_no_advisory_lock_on_postgres(
+    monkeypatch: pytest.MonkeyPatch, postgres: EmbeddedPostgres, pg_schema: str
+) -> None:
     """PostgreSQL locks each policy key a batch loads (state/postgres.py): 30
     forged records naming 30 slots take no lock; the one authentic record
     its one, under the schema's shared lock (state/pglocks.py). Counted

@@ -14,13 +14,12 @@ import msgspec
 import pytest
 
 from busguard.admission.types import AdmissionPolicy
-
-from busguard.protocol.records import DECISION_ID_CONTEXT, Coordinates, decision_id
 from busguard.admission.window import DEFAULT_WINDOW_SIZE
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES, HEADER_RECEIPT, HEADER_SIGNATURE, b64url_decode_strict
 from busguard.protocol.identity import multikey_encode
 from busguard.protocol.reasons import Outcome, Reason
 from busguard.protocol.receipt import MAX_RECEIPT_BYTES, SIGNING_CONTEXT, decode_receipt, payload_hash, receipt_id, signing_input
+from busguard.protocol.records import DECISION_ID_CONTEXT, Coordinates, decision_id
 from busguard.protocol.signing import public_key_from_seed, sign, verify_signature
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,8 +94,17 @@ def _vectors(name: str) -> Any:
 def ex() -> dict[str, str]:
     blocks = _blocks()
     wanted = {
-        "payload", "payload-sha256", "receipt", "signing-input-hex", "seed-hex", "public-key-hex",
-        "public-key-multikey", "signature-b64url", "receipt-id", "decision-id-input-hex", "decision-id",
+        "payload",
+        "payload-sha256",
+        "receipt",
+        "signing-input-hex",
+        "seed-hex",
+        "public-key-hex",
+        "public-key-multikey",
+        "signature-b64url",
+        "receipt-id",
+        "decision-id-input-hex",
+        "decision-id",
     }
     assert wanted <= set(blocks), f"worked example lacks blocks {sorted(wanted - set(blocks))}"
     return blocks
@@ -224,7 +232,9 @@ def test_decision_sha256_is_the_audit_records_hash_on_every_guard_output() -> No
     for d in decisions:
         body = decision_bytes(d)
         att = attest(d, body, guard.agent_id)
-        primary, audit = outputs_for(Sealed(d, body, att, seal(Signer(guard.seed), att)), b"k", first.value, first.headers, "down", TopicsConfig(), 1 << 20)
+        primary, audit = outputs_for(
+            Sealed(d, body, att, seal(Signer(guard.seed), att)), b"k", first.value, first.headers, "down", TopicsConfig(), 1 << 20
+        )
         for out in (primary, audit):
             a = decode_attestation(dict(out.headers)[HEADER_ATTESTATION])
             assert a.decision_sha256 == hashlib.sha256(audit.value or b"").hexdigest()

@@ -14,7 +14,7 @@ from busguard.protocol.receipt import ReceiptError, decode_receipt
 BASE = {
     "v": 1,
     "kind": "handoff",
-    "task_id": "t:1 \":\" x",
+    "task_id": 't:1 ":" x',
     "sender": "tulpa:z6MkgosDnsjFCTf73Ms7S4Nzwe78GD7Bzn94hTU462M4GirX",
     "receiver": "did:web:example.com",
     "payload_hash": "a" * 64,

@@ -11,13 +11,13 @@ import pytest
 
 from busguard import AttestationError, open_admitted, verify_admitted
 from busguard.admission.batch import Input, admit_batch
-from busguard.protocol.records import Coordinates, Decision
 from busguard.config import Config, TopicsConfig, load_config
 from busguard.errors import ConfigError
 from busguard.protocol.attestation import attest, decision_bytes, seal
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.keyfile import new_identity
 from busguard.protocol.reasons import Outcome, Reason
+from busguard.protocol.records import Coordinates, Decision
 from busguard.protocol.signing import Signer
 from busguard.runtime.outputs import Sealed, outputs_for
 from busguard.sdk.sender import SignedRecord
@@ -84,7 +84,9 @@ def _forwarded(receiver: str) -> tuple[bytes | None, list[tuple[str, bytes]]]:
     assert d.outcome == Outcome.FORWARD
     body = decision_bytes(d)
     att = attest(d, body, GUARD.agent_id)
-    primary, _ = outputs_for(Sealed(d, body, att, seal(Signer(GUARD.seed), att)), None, rec.value, rec.headers, "down", TopicsConfig(), 1 << 20)
+    primary, _ = outputs_for(
+        Sealed(d, body, att, seal(Signer(GUARD.seed), att)), None, rec.value, rec.headers, "down", TopicsConfig(), 1 << 20
+    )
     return primary.value, primary.headers
 
 

@@ -12,9 +12,9 @@ import pytest
 from busguard.errors import ConfigError
 from busguard.protocol.envelope import b64url_encode
 from busguard.protocol.identity import multikey_encode
+from busguard.protocol.records import COMMAND_CONTEXT, HEADER_COMMAND, HEADER_SIGNER, ResolveCommand
 from busguard.protocol.signing import public_key_from_seed, sign
 from busguard.reconcile.operators import Operators
-from busguard.protocol.records import COMMAND_CONTEXT, HEADER_COMMAND, HEADER_SIGNER, ResolveCommand
 from busguard.reconcile.worker import parse
 from tests.unit.harness import seed
 
@@ -74,7 +74,9 @@ def test_an_operator_cannot_resolve_under_another_name(ops: Operators) -> None:
         ("alice", ALICE, "z6Mk-not-a-key", "must be one Ed25519 multikey"),
     ],
 )
-def test_every_other_command_is_refused_as_bad_seal(ops: Operators, operator: str, signing_seed: bytes, signer: str | None, why: str) -> None:
+def test_every_other_command_is_refused_as_bad_seal(
+    ops: Operators, operator: str, signing_seed: bytes, signer: str | None, why: str
+) -> None:
     problem = _problem(*_command(operator, signing_seed, signer), ops)
     assert problem is not None and problem.startswith("bad_seal") and why in problem, problem
 
@@ -114,17 +116,25 @@ def test_a_bad_operators_file_names_the_field(tmp_path: Path, text: str, field: 
 
 def test_an_operator_command_is_kept_byte_for_byte_in_its_resolution(ops: Operators, tmp_path: Path) -> None:
     """So the auditor can check alice's signature itself, from the log."""
-    from busguard.protocol.records import Coordinates
+    from busguard.protocol.records import Coordinates, SignedCommand, command_seal_ok
     from busguard.reconcile.policy import EscalationState, on_command
-    from busguard.protocol.records import SignedCommand, command_seal_ok
     from tests.unit.test_reconcile_policy import escalations
 
     _, conflict = escalations(tmp_path)
-    body = msgspec.json.encode(ResolveCommand(escalation_id=conflict.decision_id, resolve_as="reject", operator="alice", note="n", issued_at=1))
+    body = msgspec.json.encode(
+        ResolveCommand(escalation_id=conflict.decision_id, resolve_as="reject", operator="alice", note="n", issued_at=1)
+    )
     seal = b64url_encode(sign(ALICE, COMMAND_CONTEXT + body))
-    parsed = parse(body, [(HEADER_COMMAND, b"resolve"), ("busguard-seal", seal.encode()), (HEADER_SIGNER, _mk(ALICE).encode())], public_key_from_seed(GUARD), ops)
+    parsed = parse(
+        body,
+        [(HEADER_COMMAND, b"resolve"), ("busguard-seal", seal.encode()), (HEADER_SIGNER, _mk(ALICE).encode())],
+        public_key_from_seed(GUARD),
+        ops,
+    )
     assert parsed.command is not None and parsed.signed == SignedCommand(body=body, seal=seal, signer=_mk(ALICE))
-    items, _ = on_command(parsed.command, EscalationState(escalation=conflict), Coordinates(topic="r", partition=0, offset=1), 9, parsed.signed)
+    items, _ = on_command(
+        parsed.command, EscalationState(escalation=conflict), Coordinates(topic="r", partition=0, offset=1), 9, parsed.signed
+    )
     final = items[0]
     assert final.command == parsed.signed and final.by == "operator:alice"  # type: ignore[union-attr]
     assert command_seal_ok(final.command.body, final.command.seal, public_key_from_seed(ALICE))  # type: ignore[union-attr]
@@ -166,13 +176,15 @@ def _reconciler(tmp_path: Path, sealing_seed: bytes, ops: Operators):  # type: i
     )
 
 
-def test_the_reconciler_seals_with_its_own_key_and_keeps_the_signed_command(tmp_path: Path, ops: Operators, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_reconciler_seals_with_its_own_key_and_keeps_the_signed_command(
+    tmp_path: Path, ops: Operators, capsys: pytest.CaptureFixture[str]
+) -> None:
     import asyncio
 
     from busguard.protocol.attestation import AttestationError, attest, decision_bytes, seal, verify_decision_record
     from busguard.protocol.identity import agent_id_for_key
-    from busguard.protocol.signing import Signer
     from busguard.protocol.records import Resolution, audit_decoder
+    from busguard.protocol.signing import Signer
     from tests.unit.test_reconcile_policy import escalations
 
     reconciler_seed = seed("reconciler")
@@ -181,9 +193,33 @@ def test_the_reconciler_seals_with_its_own_key_and_keeps_the_signed_command(tmp_
     _, conflict = escalations(tmp_path)
     body = decision_bytes(conflict)
     att = attest(conflict, body, agent_id_for_key(public_key_from_seed(GUARD)))
-    escalation = _Rec("t.rec", 0, 0, b"t", body, [("busguard-decision-id", conflict.decision_id.encode()), ("busguard-attestation", att), ("busguard-seal", seal(Signer(GUARD), att))])
-    cmd = msgspec.json.encode(ResolveCommand(escalation_id=conflict.decision_id, resolve_as="reject", operator="alice", note="n", issued_at=1))
-    command = _Rec("t.rec", 0, 1, b"t", cmd, [(HEADER_COMMAND, b"resolve"), ("busguard-seal", b64url_encode(sign(ALICE, COMMAND_CONTEXT + cmd)).encode()), (HEADER_SIGNER, _mk(ALICE).encode())])
+    escalation = _Rec(
+        "t.rec",
+        0,
+        0,
+        b"t",
+        body,
+        [
+            ("busguard-decision-id", conflict.decision_id.encode()),
+            ("busguard-attestation", att),
+            ("busguard-seal", seal(Signer(GUARD), att)),
+        ],
+    )
+    cmd = msgspec.json.encode(
+        ResolveCommand(escalation_id=conflict.decision_id, resolve_as="reject", operator="alice", note="n", issued_at=1)
+    )
+    command = _Rec(
+        "t.rec",
+        0,
+        1,
+        b"t",
+        cmd,
+        [
+            (HEADER_COMMAND, b"resolve"),
+            ("busguard-seal", b64url_encode(sign(ALICE, COMMAND_CONTEXT + cmd)).encode()),
+            (HEADER_SIGNER, _mk(ALICE).encode()),
+        ],
+    )
     outputs = asyncio.run(worker.process([escalation, command]))
     audit = [o for o in outputs if o.topic == "t.audit"]
     assert len(audit) == 2  # held, then alice's final

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from busguard.protocol.records import Coordinates, Decision
+from busguard.protocol.records import Coordinates, Decision, Reply, Resolution, ResolveCommand, resolution_id
 from busguard.reconcile.policy import EscalationState, Rejected, on_command, on_escalation
-from busguard.protocol.records import Reply, ResolveCommand, Resolution, resolution_id
 
 from .harness import Harness, agent, sender
 

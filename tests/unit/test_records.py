@@ -18,8 +18,9 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from busguard.admission.batch import Input, admit_batch
 from busguard.admission.types import AdmissionPolicy
-from busguard.protocol.records import Coordinates
 from busguard.protocol.reasons import Reason
+from busguard.protocol.records import Coordinates
+from busguard.runtime.outputs import dead_letter
 from busguard.runtime.records import (
     FORM_BATCH,
     FORM_BATCH_REF,
@@ -37,7 +38,6 @@ from busguard.runtime.records import (
     consumer_options,
     preserved,
 )
-from busguard.runtime.outputs import dead_letter
 from busguard.state.memory import MemoryStore
 from tests.fuzz.batches import CODECS, batch, claimed_span, fix_crc, record, with_base_offset
 
@@ -69,7 +69,11 @@ def _kinds(items: list[Any]) -> list[tuple[int, str]]:
 
 
 def _three(middle_headers: list[tuple[bytes, bytes | None]], codec: int = 0, base: int = 0) -> bytes:
-    return batch([record(0, b"k", b"v0", [(b"a", b"1")]), record(1, b"k", b"v1", middle_headers), record(2, b"k", b"v2", [])], codec=codec, base_offset=base)
+    return batch(
+        [record(0, b"k", b"v0", [(b"a", b"1")]), record(1, b"k", b"v1", middle_headers), record(2, b"k", b"v2", [])],
+        codec=codec,
+        base_offset=base,
+    )
 
 
 # -- the test encoder is Kafka's format --------------------------------------------
@@ -242,20 +246,35 @@ def test_preserved_parts_decode_back_to_the_original_record() -> None:
 
 
 def test_preserved_record_and_batch_forms() -> None:
-    rec = [i for i in _decode(batch([record(0, None, b"v", []), b"\x16\x00\x00\x02\x7ekk\x00\x00\x00\x00\x00"])) if type(i) is Undecodable][0]
+    rec = [i for i in _decode(batch([record(0, None, b"v", []), b"\x16\x00\x00\x02\x7ekk\x00\x00\x00\x00\x00"])) if type(i) is Undecodable][
+        0
+    ]
     assert preserved(rec, 10**6) == (None, rec.raw, [(HEADER_ORIGINAL_FORM, FORM_RECORD.encode())])
     one = batch([record(0, None, b"v", [])], crc=1)
     (single,) = _decode(one)
     sha = hashlib.sha256(one).hexdigest().encode()
-    assert preserved(single, 10**6) == (None, one, [(HEADER_ORIGINAL_FORM, FORM_BATCH.encode()), (HEADER_BATCH_OFFSET, b"0"), (HEADER_BATCH_SHA256, sha)])
+    assert preserved(single, 10**6) == (
+        None,
+        one,
+        [(HEADER_ORIGINAL_FORM, FORM_BATCH.encode()), (HEADER_BATCH_OFFSET, b"0"), (HEADER_BATCH_SHA256, sha)],
+    )
     bad = batch([record(i, None, b"v", []) for i in range(2)], crc=1)
     (span,) = _decode(bad)
     sha = hashlib.sha256(bad).hexdigest().encode()
-    form = [(HEADER_ORIGINAL_FORM, FORM_BATCH.encode()), (HEADER_BATCH_OFFSET, b"0"), (HEADER_BATCH_SHA256, sha), (HEADER_LAST_OFFSET, b"1")]
+    form = [
+        (HEADER_ORIGINAL_FORM, FORM_BATCH.encode()),
+        (HEADER_BATCH_OFFSET, b"0"),
+        (HEADER_BATCH_SHA256, sha),
+        (HEADER_LAST_OFFSET, b"1"),
+    ]
     assert preserved(span, 10**6) == (None, bad, form)
     # the form guards before span decisions wrote for a batch's other offsets
     ref = msgspec.structs.replace(span, carrier=False, raw=None, offset=1, last_offset=None)
-    assert preserved(ref, 10**6) == (None, None, [(HEADER_ORIGINAL_FORM, FORM_BATCH_REF.encode()), (HEADER_BATCH_OFFSET, b"0"), (HEADER_BATCH_SHA256, sha)])
+    assert preserved(ref, 10**6) == (
+        None,
+        None,
+        [(HEADER_ORIGINAL_FORM, FORM_BATCH_REF.encode()), (HEADER_BATCH_OFFSET, b"0"), (HEADER_BATCH_SHA256, sha)],
+    )
 
 
 # -- into admission and the dead letter -------------------------------------------------
@@ -274,12 +293,18 @@ def test_a_placeholder_becomes_one_reject_with_its_reason_and_a_dead_letter_with
             inputs.append(Input(c, r.value, list(r.headers)))
     store = MemoryStore(created_at=NOW - 3_600_000)
     decisions = admit_batch(inputs, store=store, registry=registry("planner"), now_ms=NOW, policy=policy)
-    assert [(d.outcome, d.reason) for d in decisions] == [("reject", "missing_header"), ("reject", "undecodable_header"), ("reject", "missing_header")]
+    assert [(d.outcome, d.reason) for d in decisions] == [
+        ("reject", "missing_header"),
+        ("reject", "undecodable_header"),
+        ("reject", "missing_header"),
+    ]
     # re-delivered after a crash: the same decision, not a second one
     again = admit_batch(inputs, store=store, registry=registry("planner"), now_ms=NOW + 5, policy=policy)
     assert again == decisions
     d = decisions[1]
-    dl = dead_letter("dlq", items[1].key, inputs[1].value, inputs[1].headers, d.decision_id, d.reason, d.detail, d.source, max_payload_bytes=1_048_576)
+    dl = dead_letter(
+        "dlq", items[1].key, inputs[1].value, inputs[1].headers, d.decision_id, d.reason, d.detail, d.source, max_payload_bytes=1_048_576
+    )
     assert dl.key == b"k" and dl.value == b"v1" and _h(dl.headers, HEADER_ORIGINAL_FORM) == b"parts"
     assert _h(dl.headers, "busguard-reason") == b"undecodable_header" and _h(dl.headers, "busguard-source") == b"t/0/1"
 
@@ -311,7 +336,13 @@ def test_a_span_decision_is_one_reject_and_re_admission_returns_it_unchanged() -
     inputs = [Input(source, value, headers, undecodable=(Reason(span.reason), span.detail), last_offset=span.last_offset)]
     store = MemoryStore(created_at=NOW - 3_600_000)
     (d,) = admit_batch(inputs, store=store, registry=registry("planner"), now_ms=NOW, policy=AdmissionPolicy())
-    assert (d.outcome, d.reason, d.source.offset, d.last_offset, d.covers_to) == ("reject", "undecodable_batch", 5, 5 + 2**31 - 2, 5 + 2**31 - 2)
+    assert (d.outcome, d.reason, d.source.offset, d.last_offset, d.covers_to) == (
+        "reject",
+        "undecodable_batch",
+        5,
+        5 + 2**31 - 2,
+        5 + 2**31 - 2,
+    )
     assert store.partition_watermarks() == {("t", 0): 5 + 2**31 - 2}  # the store has decided the whole span
     again = admit_batch(inputs, store=store, registry=registry("planner"), now_ms=NOW + 5, policy=AdmissionPolicy())
     assert again == [d]  # re-delivered after a crash: the one decision, unchanged

@@ -13,19 +13,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from busguard.admission.batch import Input, admit_batch
-from busguard.protocol.records import Coordinates, Decision, headers_encoding, record_sha256
 from busguard.protocol.reasons import Outcome, Reason
-from busguard.state.store import StateStore
+from busguard.protocol.records import Coordinates, Decision, headers_encoding, record_sha256
 from busguard.state.memory import MemoryStore
 from busguard.state.sqlite import SqliteStore
 from busguard.state.sqlitedb import transaction
+from busguard.state.store import StateStore
 
 from .harness import NOW, Harness, agent, sender
 
 AT = Coordinates(topic="agents.in", partition=0, offset=7)
 
 
-def _feed(h: Harness, value: bytes | None, headers: list[tuple[str, bytes]], key: bytes | None = b"k") -> tuple[Decision, list[tuple[Decision, Decision]]]:
+def _feed(
+    h: Harness, value: bytes | None, headers: list[tuple[str, bytes]], key: bytes | None = b"k"
+) -> tuple[Decision, list[tuple[Decision, Decision]]]:
     replaced: list[tuple[Decision, Decision]] = []
     (d,) = admit_batch(
         [Input(AT, value, headers, key)],
@@ -96,7 +98,10 @@ def test_a_decision_stored_without_a_digest_is_matched_on_its_receipt(store: Sta
     else:
         assert isinstance(store, SqliteStore)
         with transaction(store._db) as db:
-            db.execute("UPDATE decision_runs SET body=? WHERE topic=? AND part=? AND first=?", (msgspec.msgpack.encode([legacy]), AT.topic, AT.partition, AT.offset))
+            db.execute(
+                "UPDATE decision_runs SET body=? WHERE topic=? AND part=? AND first=?",
+                (msgspec.msgpack.encode([legacy]), AT.topic, AT.partition, AT.offset),
+            )
         assert b"record_sha256" not in msgspec.msgpack.encode(legacy)
     assert store.decision_at(AT) == legacy
     again, replaced = _feed(h, value, [*headers, ("trace", b"x")])

@@ -24,7 +24,10 @@ def test_a_longer_name_with_the_same_prefix_is_not_ours() -> None:
 
 def test_no_member_or_a_tail_that_is_not_a_uuid_is_none() -> None:
     assert predecessor_member_id("guard-1", []) is None
-    assert predecessor_member_id("guard-1", ["guard-1-" + "z" * 36, f"guard-1-{U}x", "guard-1-" + U.replace("-", "")[:28] + "----" + U[-4:]]) is None
+    assert (
+        predecessor_member_id("guard-1", ["guard-1-" + "z" * 36, f"guard-1-{U}x", "guard-1-" + U.replace("-", "")[:28] + "----" + U[-4:]])
+        is None
+    )
 
 
 def test_two_members_under_one_name_are_ambiguous() -> None:
@@ -34,4 +37,8 @@ def test_two_members_under_one_name_are_ambiguous() -> None:
 @given(st.from_regex(r"[A-Za-z0-9._-]{1,40}", fullmatch=True), st.lists(st.text(max_size=80), max_size=8))
 def test_only_an_instance_uuid_id_is_ever_returned(instance: str, others: list[str]) -> None:
     found = predecessor_member_id(instance, others)
-    assert found is None or (found in others and found.startswith(f"{instance}-") and str(uuid.UUID(found[len(instance) + 1 :])) == found[len(instance) + 1 :].lower())
+    assert found is None or (
+        found in others
+        and found.startswith(f"{instance}-")
+        and str(uuid.UUID(found[len(instance) + 1 :])) == found[len(instance) + 1 :].lower()
+    )

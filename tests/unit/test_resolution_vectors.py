@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from busguard.audit.lineage import Ledger, judge
 from busguard.audit.checks import apply_audit, check_audit_record
+from busguard.audit.lineage import Ledger, judge
 from busguard.protocol.identity import multikey_decode
 
 DOC = json.loads((Path(__file__).resolve().parents[1] / "vectors" / "resolutions.json").read_text(encoding="ascii"))
@@ -24,7 +24,11 @@ def _record(rec: Any) -> tuple[bytes, list[tuple[str, bytes]]]:
 
 def test_the_file_has_every_case() -> None:
     assert DOC["format"] == "busguard.vectors.v1" and len(DOC["vectors"]) >= 11
-    assert {c for v in DOC["vectors"] for c in v["expect"]["violations"]} == {"guard_sealed_resolution", "unproven_operator", "forged_record"}
+    assert {c for v in DOC["vectors"] for c in v["expect"]["violations"]} == {
+        "guard_sealed_resolution",
+        "unproven_operator",
+        "forged_record",
+    }
     assert sum(v["expect"]["ok"] for v in DOC["vectors"]) == 2
 
 

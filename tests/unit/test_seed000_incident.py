@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from busguard.protocol.records import Decision
 from busguard.protocol.envelope import b64url_decode_strict
 from busguard.protocol.receipt import signing_input
+from busguard.protocol.records import Decision
 from busguard.protocol.signing import verify_signature
 
 from .harness import NOW, Harness, agent, sender
@@ -34,7 +34,9 @@ def test_legacy_nonce_only_receipts_escalate_and_never_admit_a_second_ack(first_
     log = [_handoff(h)]
     executor = sender("executor")
     # The executor's nonce counter: 41 was signed but never flushed.
-    signed = executor.sign(kind="ack", task_id=TASK, receiver=agent("planner"), payload=ACK, nonce="executor-ctr-000000041", issued_at_ms=NOW - 2_000)
+    signed = executor.sign(
+        kind="ack", task_id=TASK, receiver=agent("planner"), payload=ACK, nonce="executor-ctr-000000041", issued_at_ms=NOW - 2_000
+    )
     if first_ack_reached_the_bus:
         log += h.feed(signed)
     # -- crash; restart from the journal: counter rolled back to 41, ack re-derived and re-sent

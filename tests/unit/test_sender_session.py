@@ -27,7 +27,9 @@ CHILD = textwrap.dedent(
 
 
 def _run_and_kill(path: Path, block: int, count: int) -> tuple[str, list[int]]:
-    child = subprocess.Popen([sys.executable, "-c", CHILD.format(repo=str(REPO), path=str(path), block=block)], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD.format(repo=str(REPO), path=str(path), block=block)], stdout=subprocess.PIPE, text=True
+    )
     assert child.stdout is not None
     session = child.stdout.readline().split()[1]
     used = []

@@ -44,8 +44,7 @@ def _load(relative: str) -> Any:
     path = VECTORS_DIR / relative
     if not path.is_file():
         raise FileNotFoundError(
-            f"vendored conformance vector {path} is missing; restore it from git "
-            f"(see tests/vectors/external/README.md)"
+            f"vendored conformance vector {path} is missing; restore it from git (see tests/vectors/external/README.md)"
         )
     with path.open(encoding="utf-8") as fh:
         return json.load(fh)
@@ -127,9 +126,7 @@ def _wycheproof_cases() -> list[Any]:
     ],
     ids=["replay", "principal", "timestamp"],
 )
-def test_ink_vector_file_complete(
-    doc: Any, expected_format: str, expected_category: str, relative: str
-) -> None:
+def test_ink_vector_file_complete(doc: Any, expected_format: str, expected_category: str, relative: str) -> None:
     assert doc["format"] == expected_format
     assert doc["category"] == expected_category
     assert len(doc["cases"]) == EXPECTED_COUNTS[relative]
@@ -198,9 +195,7 @@ def test_ink_timestamp_validity(case: Any) -> None:
 
 @pytest.mark.parametrize(("pk_hex", "test"), _wycheproof_cases())
 def test_wycheproof_ed25519(pk_hex: str, test: Any) -> None:
-    ok = verify_signature(
-        bytes.fromhex(pk_hex), bytes.fromhex(test["msg"]), bytes.fromhex(test["sig"])
-    )
+    ok = verify_signature(bytes.fromhex(pk_hex), bytes.fromhex(test["msg"]), bytes.fromhex(test["sig"]))
     assert ok is (test["result"] == "valid"), (test["comment"], test["flags"])
 
 
@@ -214,9 +209,7 @@ def _small_order_group_keys() -> set[str]:
     """Group keys Wycheproof flags as small order (via flags, notes or comments)."""
     notes = _WYCHEPROOF.get("notes", {})
     small_flags = {
-        name
-        for name, note in notes.items()
-        if _mentions_small_order(name) or _mentions_small_order(str(note.get("description", "")))
+        name for name, note in notes.items() if _mentions_small_order(name) or _mentions_small_order(str(note.get("description", "")))
     }
     keys = set()
     for group in _WYCHEPROOF["testGroups"]:
@@ -240,11 +233,7 @@ def test_wycheproof_small_order_keys_are_unacceptable() -> None:
 def test_wycheproof_keys_with_valid_signatures_are_acceptable() -> None:
     # Any key that legitimately signs something must pass key registration;
     # otherwise is_acceptable_public_key would lock out honest signers.
-    keys = {
-        group["publicKey"]["pk"]
-        for group in _WYCHEPROOF["testGroups"]
-        if any(t["result"] == "valid" for t in group["tests"])
-    }
+    keys = {group["publicKey"]["pk"] for group in _WYCHEPROOF["testGroups"] if any(t["result"] == "valid" for t in group["tests"])}
     assert keys
     for pk_hex in keys:
         assert is_acceptable_public_key(bytes.fromhex(pk_hex)), pk_hex

@@ -19,15 +19,13 @@ from busguard.protocol.signing import (
 RFC_SEED_1 = bytes.fromhex("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")
 RFC_PK_1 = bytes.fromhex("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a")
 RFC_SIG_1 = bytes.fromhex(
-    "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555"
-    "fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b"
+    "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b"
 )
 RFC_SEED_2 = bytes.fromhex("4ccd089b28ff96da9db6c346ec114e0f5b8a319f35aba624da8cf6ed4fb8a6fb")
 RFC_PK_2 = bytes.fromhex("3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c")
 RFC_MSG_2 = bytes.fromhex("72")
 RFC_SIG_2 = bytes.fromhex(
-    "92a009a9f0d4cab8720e820b5f642540a2b27b5416503f8fb3762223ebdb69da"
-    "085ac1e43e15996e458f3613d0f11d8c387b2eaeb4302aeeb00d291612bb0c00"
+    "92a009a9f0d4cab8720e820b5f642540a2b27b5416503f8fb3762223ebdb69da085ac1e43e15996e458f3613d0f11d8c387b2eaeb4302aeeb00d291612bb0c00"
 )
 
 # The eight small-order points of edwards25519, canonically encoded (the
@@ -241,9 +239,7 @@ def test_point_not_on_curve_unacceptable() -> None:
     assert not is_acceptable_public_key((2).to_bytes(32, "little"))
 
 
-@pytest.mark.parametrize(
-    "bad", [b"", RFC_PK_1[:31], RFC_PK_1 + b"\x00", RFC_PK_1.hex(), None, 7]
-)
+@pytest.mark.parametrize("bad", [b"", RFC_PK_1[:31], RFC_PK_1 + b"\x00", RFC_PK_1.hex(), None, 7])
 def test_acceptable_wrong_length_or_type(bad: object) -> None:
     assert is_acceptable_public_key(bad) is False  # type: ignore[arg-type]
 

@@ -92,7 +92,11 @@ def test_commits_wake_the_thread(tmp_path: Path) -> None:
         _fill(store, 5)
         woke = threading.Event()
         for _ in range(6000):  # waits for the thread's passes, bounded by a count, not a clock
-            if checkpointer.passes and checkpointer.last[0] == checkpointer.last[1] and _nonces_in_main_file(tmp_path / "s.db", tmp_path) == 5 * 200:
+            if (
+                checkpointer.passes
+                and checkpointer.last[0] == checkpointer.last[1]
+                and _nonces_in_main_file(tmp_path / "s.db", tmp_path) == 5 * 200
+            ):
                 woke.set()
                 break
             woke.wait(0.005)

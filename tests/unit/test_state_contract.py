@@ -19,7 +19,11 @@ NOW = 1_700_000_000_000
 
 @pytest.fixture(params=sorted(BACKENDS))
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> StateStore:
-    pg = {"dsn": request.getfixturevalue("postgres").dsn, "schema": request.getfixturevalue("pg_schema")} if request.param == "postgres" else {}
+    pg = (
+        {"dsn": request.getfixturevalue("postgres").dsn, "schema": request.getfixturevalue("pg_schema")}
+        if request.param == "postgres"
+        else {}
+    )
     return open_store(request.param, StoreOptions(now_ms=NOW, path=tmp_path / "state.db", genesis=True, **pg))
 
 

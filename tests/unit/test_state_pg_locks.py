@@ -66,14 +66,19 @@ def test_a_batch_never_uses_more_than_cap_lock_table_entries(reads: frozenset[in
 
 
 @given(a_reads=ids, a_late=ids, b_reads=ids, b_late=ids, cap=caps)
-def test_two_batches_sharing_a_row_always_conflict(a_reads: frozenset[int], a_late: frozenset[int], b_reads: frozenset[int], b_late: frozenset[int], cap: int) -> None:
+def test_two_batches_sharing_a_row_always_conflict(
+    a_reads: frozenset[int], a_late: frozenset[int], b_reads: frozenset[int], b_late: frozenset[int], cap: int
+) -> None:
     a, b = _plan(a_reads, a_late, cap), _plan(b_reads, b_late, cap)
     if (a_reads | a_late) & (b_reads | b_late):
         assert _conflict(a, b)
 
 
 def test_the_threshold_to_the_lock() -> None:
-    assert plan(Held(), range(CAP - 1), CAP) == (Held(False, frozenset(range(CAP - 1))), pglocks.Acquire(shared=True, ids=tuple(range(CAP - 1))))
+    assert plan(Held(), range(CAP - 1), CAP) == (
+        Held(False, frozenset(range(CAP - 1))),
+        pglocks.Acquire(shared=True, ids=tuple(range(CAP - 1))),
+    )
     assert plan(Held(), range(CAP), CAP) == (Held(True), pglocks.Acquire(exclusive=True))
     held, _ = plan(Held(), [5, 1, 3], CAP)
     assert plan(held, [3], CAP) == (held, pglocks.Acquire())  # already covered: nothing more
@@ -139,7 +144,9 @@ def _keys(n: int, tag: str = "k") -> set[PolicyKey]:
 
 
 @pytest.mark.parametrize(("rows", "locks"), [(1, 2), (10, 11), (CAP - 1, CAP), (CAP, 1), (500, 1), (1_500, 1)])
-def test_the_locks_a_batch_holds_are_bounded_by_the_setting(open_store: Callable[..., PostgresStore], postgres: EmbeddedPostgres, rows: int, locks: int) -> None:
+def test_the_locks_a_batch_holds_are_bounded_by_the_setting(
+    open_store: Callable[..., PostgresStore], postgres: EmbeddedPostgres, rows: int, locks: int
+) -> None:
     counted = Counted(open_store(), postgres.dsn)
     counted.run_batch(KeySet(policy=_keys(rows)), NOW, lambda snap: BatchWrites())
     assert counted.seen == [locks]
@@ -154,7 +161,9 @@ def test_a_raised_setting_locks_rows_one_by_one_further(open_store: Callable[...
         open_store(max_policy_locks=1)
 
 
-def test_rows_written_unread_stay_within_the_bound(open_store: Callable[..., PostgresStore], postgres: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rows_written_unread_stay_within_the_bound(
+    open_store: Callable[..., PostgresStore], postgres: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A batch that writes policy rows it did not read locks them when it
     writes; past the bound it takes the schema lock instead (counted just
     before the commit: the store's last write is its batch seals)."""
@@ -196,16 +205,23 @@ def _handoffs(n: int, *, forged: bool) -> list[SignedRecord]:
         receiver, voucher = f"receiver-{i:05d}", f"voucher-{i:05d}"
         value = kit.payload([kit.LOG], successor_integrity=kit.integrity(by=voucher, successor=receiver, handoff_id=f"h-{i}"))
         receipt = msgspec.structs.replace(
-            kit.receipt_for(value, task_id=f"h-{i}", receiver=receiver), session_id=f"session-{i:05d}", nonce=f"nonce-{i:012d}-locks", sequence=1
+            kit.receipt_for(value, task_id=f"h-{i}", receiver=receiver),
+            session_id=f"session-{i:05d}",
+            nonce=f"nonce-{i:012d}-locks",
+            sequence=1,
         )
         out.append(signer.sign_receipt(receipt, value))
     return out
 
 
 @pytest.mark.parametrize("forged", [True, False], ids=["forged", "authentic"])
-def test_500_handoffs_with_distinct_names_hold_at_most_the_bound(open_store: Callable[..., PostgresStore], postgres: EmbeddedPostgres, forged: bool) -> None:
+def test_500_handoffs_with_distinct_names_hold_at_most_the_bound(
+    open_store: Callable[..., PostgresStore], postgres: EmbeddedPostgres, forged: bool
+) -> None:
     counted = Counted(open_store(), postgres.dsn)
-    policy = AdmissionPolicy(policy_settings={"compromise": CompromiseSettings(trusted_attesters=(kit.ATTESTER,), trusted_notice_issuers=(kit.OPERATOR,))})
+    policy = AdmissionPolicy(
+        policy_settings={"compromise": CompromiseSettings(trusted_attesters=(kit.ATTESTER,), trusted_notice_issuers=(kit.OPERATOR,))}
+    )
     h = Harness(reg=registry(), policy=policy, store=counted, now=NOW)  # type: ignore[arg-type]
     decisions = h.feed(*_handoffs(500, forged=forged))
     assert len(decisions) == 500
@@ -219,8 +235,12 @@ def test_500_handoffs_with_distinct_names_hold_at_most_the_bound(open_store: Cal
 # -- the two modes still serialise ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("a_rows", "b_rows"), [(0, 0), (500, 0), (0, 500), (500, 500)], ids=["row-row", "schema-row", "row-schema", "schema-schema"])
-def test_batches_sharing_a_row_serialise_in_either_mode(open_store: Callable[..., PostgresStore], postgres: EmbeddedPostgres, a_rows: int, b_rows: int) -> None:
+@pytest.mark.parametrize(
+    ("a_rows", "b_rows"), [(0, 0), (500, 0), (0, 500), (500, 500)], ids=["row-row", "schema-row", "row-schema", "schema-schema"]
+)
+def test_batches_sharing_a_row_serialise_in_either_mode(
+    open_store: Callable[..., PostgresStore], postgres: EmbeddedPostgres, a_rows: int, b_rows: int
+) -> None:
     """Read-modify-write of one row by two guards' batches at once, each
     either under the bound (row locks) or past it (the schema lock): the second
     waits for the first and sees its write."""
@@ -240,7 +260,10 @@ def test_batches_sharing_a_row_serialise_in_either_mode(open_store: Callable[...
     def a_fn(snap: Snapshot) -> BatchWrites:
         worker.start()
         with psycopg.connect(postgres.dsn, autocommit=True) as conn:  # until b waits on a lock of a's (or, without one, is done)
-            while not b_done.is_set() and not conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").fetchone()[0]:  # type: ignore[index]
+            while (
+                not b_done.is_set()
+                and not conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").fetchone()[0]
+            ):  # type: ignore[index]
                 b_done.wait(0.01)
         assert not b_done.is_set()
         return append(snap, b"A")

@@ -27,15 +27,15 @@ import psycopg
 import pytest
 import structlog
 
-from busguard.state.keys import KeySet
-from busguard.state.snapshot import Snapshot
-from busguard.state.store import BatchFn
-from busguard.state.writes import BatchWrites
 from busguard.admission.types import AdmissionPolicy
 from busguard.sdk.sender import SignedRecord
 from busguard.state import pgsql
+from busguard.state.keys import KeySet
 from busguard.state.pgsql import StateUnavailable, redact
 from busguard.state.postgres import PostgresStore
+from busguard.state.snapshot import Snapshot
+from busguard.state.store import BatchFn
+from busguard.state.writes import BatchWrites
 from tests.pgkit import EmbeddedPostgres
 
 from .harness import NOW, Harness, agent, sender
@@ -125,8 +125,9 @@ def test_same_task_other_nonce_races_to_one_witness(open_store: Callable[..., Po
 
 def test_concurrent_sequences_of_one_session_both_land_in_the_window(open_store: Callable[..., PostgresStore], tmp_path: Path) -> None:
     s = sender("planner", session_path=tmp_path / "session")
-    one, two = s.sign(kind="handoff", task_id="s1", receiver=agent("executor"), payload=b"p"), s.sign(
-        kind="handoff", task_id="s2", receiver=agent("executor"), payload=b"p"
+    one, two = (
+        s.sign(kind="handoff", task_id="s1", receiver=agent("executor"), payload=b"p"),
+        s.sign(kind="handoff", task_id="s2", receiver=agent("executor"), payload=b"p"),
     )
     a, b, proxy = _guards(open_store, one)
     assert a.one(two).reason == "admitted" and proxy.calls == 2
@@ -148,7 +149,9 @@ def test_two_guards_deciding_one_position_agree(open_store: Callable[..., Postgr
     assert theirs is not None and msgspec.json.encode(theirs) == msgspec.json.encode(d)  # re-emitted, not judged a replay of itself
 
 
-def _racer(dsn: str, schema: str, topic: str, rounds: list[list[tuple[bytes, list[tuple[str, bytes]]]]], barrier: object, out: object) -> None:
+def _racer(
+    dsn: str, schema: str, topic: str, rounds: list[list[tuple[bytes, list[tuple[str, bytes]]]]], barrier: object, out: object
+) -> None:
     h = Harness(store=PostgresStore(dsn, now_ms=CREATED, schema=schema))
     h.topic = topic
     rng = random.Random(topic)
@@ -299,7 +302,9 @@ def test_kill_9_of_a_guard_keeps_every_committed_batch_and_no_partial_one(postgr
 # -- the database emptied, replaced, or behind after a failover: the fence holds ----
 
 
-def test_tables_emptied_under_a_running_guard_fence_it(open_store: Callable[..., PostgresStore], postgres: EmbeddedPostgres, pg_schema: str) -> None:
+def test_tables_emptied_under_a_running_guard_fence_it(
+    open_store: Callable[..., PostgresStore], postgres: EmbeddedPostgres, pg_schema: str
+) -> None:
     s = open_store()
     h = Harness(store=s)
     rec = _handoff("kept")
@@ -310,7 +315,9 @@ def test_tables_emptied_under_a_running_guard_fence_it(open_store: Callable[...,
     assert s.trusted_from == NOW and s.created_at == NOW
 
 
-def test_schema_dropped_under_a_running_guard_is_recreated_fenced(open_store: Callable[..., PostgresStore], postgres: EmbeddedPostgres, pg_schema: str) -> None:
+def test_schema_dropped_under_a_running_guard_is_recreated_fenced(
+    open_store: Callable[..., PostgresStore], postgres: EmbeddedPostgres, pg_schema: str
+) -> None:
     s = open_store()
     h = Harness(store=s)
     rec = _handoff("kept")
@@ -332,7 +339,9 @@ def test_a_store_replaced_by_another_rearms(open_store: Callable[..., PostgresSt
     assert s.created_at == CREATED - 5 and s.trusted_from == NOW
 
 
-def test_a_failover_that_lost_committed_batches_rearms_on_reconnect(open_store: Callable[..., PostgresStore], postgres: EmbeddedPostgres, pg_schema: str) -> None:
+def test_a_failover_that_lost_committed_batches_rearms_on_reconnect(
+    open_store: Callable[..., PostgresStore], postgres: EmbeddedPostgres, pg_schema: str
+) -> None:
     s = open_store()
     h = Harness(store=s)
     first, second = _handoff("a"), _handoff("b")
@@ -344,7 +353,9 @@ def test_a_failover_that_lost_committed_batches_rearms_on_reconnect(open_store: 
             conn.execute(f"DELETE FROM {pg_schema}.{table} WHERE exp > 0 AND ctid = (SELECT max(ctid) FROM {pg_schema}.{table})")
         conn.execute(f"UPDATE {pg_schema}.watermarks SET off = off - 1")
         # ... and the connection a failover cuts
-        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'busguard' AND pid <> pg_backend_pid()")
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'busguard' AND pid <> pg_backend_pid()"
+        )
     assert h.one(second).reason == "store_warming"  # it forgot `second`: refused, not admitted again
     assert s.trusted_from == NOW
 
@@ -355,7 +366,9 @@ def test_a_reconnect_to_an_intact_store_does_not_rearm(open_store: Callable[...,
     rec = _handoff("a")
     assert h.one(rec).reason == "admitted"
     with psycopg.connect(postgres.dsn, autocommit=True) as conn:
-        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'busguard' AND pid <> pg_backend_pid()")
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'busguard' AND pid <> pg_backend_pid()"
+        )
     assert h.one(rec).reason == "exact_duplicate" and s.trusted_from == CREATED
 
 
@@ -399,7 +412,9 @@ def test_a_connection_cut_mid_transaction_is_retried_whole(open_store: Callable[
 
     def cut() -> None:
         with psycopg.connect(postgres.dsn, autocommit=True) as conn:
-            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'busguard' AND pid <> pg_backend_pid()")
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'busguard' AND pid <> pg_backend_pid()"
+            )
 
     proxy = Interleaved(s, cut)  # after the batch's reads, before its writes
     h = Harness(store=proxy)  # type: ignore[arg-type]
@@ -415,5 +430,7 @@ def test_scrub_removes_the_password_from_driver_messages() -> None:
 
     dsn = "postgresql://guard:pa55-word@db:5432/bus"
     assert scrub('connection to "db" failed for guard (pa55-word)', dsn) == 'connection to "db" failed for guard (***)'
-    assert scrub("invalid dsn: postgresql://other:xyz@h/d and password=abc", dsn) == "invalid dsn: postgresql://other:***@h/d and password=***"
+    assert (
+        scrub("invalid dsn: postgresql://other:xyz@h/d and password=abc", dsn) == "invalid dsn: postgresql://other:***@h/d and password=***"
+    )
     assert scrub("server closed the connection unexpectedly", "host=db password=q") == "server closed the connection unexpectedly"

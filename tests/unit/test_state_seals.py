@@ -13,8 +13,8 @@ from busguard.state.keys import KeySet, SourceKey
 from busguard.state.memory import MemoryStore
 from busguard.state.pgsql import StateUnavailable
 from busguard.state.postgres import PostgresStore
-from busguard.state.snapshot import spans_of as ranges
 from busguard.state.snapshot import Snapshot, StoredHead
+from busguard.state.snapshot import spans_of as ranges
 from busguard.state.sqlite import SqliteStore
 from busguard.state.store import StateStore
 from busguard.state.writes import BatchWrites
@@ -38,10 +38,18 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore
 
 
 def _decision(offset: int, at: int = NOW) -> Decision:
-    return Decision(decision_id=f"{offset:032x}", outcome="forward", reason="ok", source=Coordinates(topic="in", partition=1, offset=offset), decided_at=at)
+    return Decision(
+        decision_id=f"{offset:032x}",
+        outcome="forward",
+        reason="ok",
+        source=Coordinates(topic="in", partition=1, offset=offset),
+        decided_at=at,
+    )
 
 
-def _batch(store: StateStore, offsets: list[int], seq: int, *, chain: str = "c1", now: int = NOW, reread: list[int] | None = None) -> Snapshot:
+def _batch(
+    store: StateStore, offsets: list[int], seq: int, *, chain: str = "c1", now: int = NOW, reread: list[int] | None = None
+) -> Snapshot:
     """Decide `offsets` (plus re-read `reread`) and persist a head over them; the snapshot it read."""
     seen: list[Snapshot] = []
     sources: list[SourceKey] = [("in", 1, o) for o in [*offsets, *(reread or [])]]

@@ -21,7 +21,9 @@ def _schema_exists(dsn: str, schema: str) -> bool:
         return conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is not None
 
 
-def test_show_without_a_store_says_so_and_creates_nothing(postgres: EmbeddedPostgres, pg_schema: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_show_without_a_store_says_so_and_creates_nothing(
+    postgres: EmbeddedPostgres, pg_schema: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = tmp_path / "busguard.toml"
     config.write_text(f'[state]\nbackend = "postgres"\ndsn = "{postgres.dsn}"\nschema = "{pg_schema}"\n' + ROUTE, encoding="utf-8")
 

@@ -33,14 +33,30 @@ LIFETIME = 4_000  # nonces and tasks: buckets of 1 s
 
 
 def _task(task_id: str, at: int, receipt: bytes = b"r") -> TaskEntry:
-    return TaskEntry("handoff", task_id, f"rid-{task_id}-{at}", f"did-{at}", "p", f"n-{task_id}", "0" * 64, None, None, Coordinates(topic="in", partition=0, offset=at), receipt, b"s" * 64, at)
+    return TaskEntry(
+        "handoff",
+        task_id,
+        f"rid-{task_id}-{at}",
+        f"did-{at}",
+        "p",
+        f"n-{task_id}",
+        "0" * 64,
+        None,
+        None,
+        Coordinates(topic="in", partition=0, offset=at),
+        receipt,
+        b"s" * 64,
+        at,
+    )
 
 
 def _store(path: Path, now: int = NOW) -> SqliteStore:
     return SqliteStore(path, now_ms=now, genesis=not path.exists(), nonce_retention_ms=LIFETIME, task_retention_ms=LIFETIME)
 
 
-def _batch(store: StateStore, now: int, writes: BatchWrites, nonces: set[NonceKey] | None = None, tasks: set[TaskKey] | None = None) -> Snapshot:
+def _batch(
+    store: StateStore, now: int, writes: BatchWrites, nonces: set[NonceKey] | None = None, tasks: set[TaskKey] | None = None
+) -> Snapshot:
     seen: list[Snapshot] = []
 
     def fn(snap: Snapshot) -> BatchWrites:
@@ -122,7 +138,13 @@ def test_a_lookup_touches_at_most_buckets_per_lifetime_plus_one_tables(tmp_path:
     most = 0
     for i in range(3 * LIFETIME // 100):
         now = NOW + 100 * i
-        _batch(s, now, BatchWrites(nonces={("", f"n{i}"): NonceRecord(("", f"n{i}"), now + LIFETIME)}, tasks={("handoff", f"t{i}"): _task(f"t{i}", now)}))
+        _batch(
+            s,
+            now,
+            BatchWrites(
+                nonces={("", f"n{i}"): NonceRecord(("", f"n{i}"), now + LIFETIME)}, tasks={("handoff", f"t{i}"): _task(f"t{i}", now)}
+            ),
+        )
         s.expire(now)
         most = max(most, len(_tables(s, "nonces")), len(_tables(s, "tasks")))
     assert most == BUCKETS_PER_LIFETIME + 1
@@ -162,7 +184,9 @@ def test_a_schema_3_file_is_upgraded_in_place_every_live_row_moved_into_its_buck
     live_nonces = {key("", f"n{i}"): NOW + 1 + i * w // 3 for i in range(15)}  # over five buckets
     con.executemany("INSERT INTO nonces VALUES (?, ?)", [*live_nonces.items(), (key("", "gone"), NOW)])
     tasks = {f"t{i}": _task(f"t{i}", NOW - LIFETIME + 1 + i * 700) for i in range(6)}
-    con.executemany("INSERT INTO tasks VALUES (?, ?, ?)", [(key("handoff", t), encode(e), e.admitted_at + LIFETIME) for t, e in tasks.items()])
+    con.executemany(
+        "INSERT INTO tasks VALUES (?, ?, ?)", [(key("handoff", t), encode(e), e.admitted_at + LIFETIME) for t, e in tasks.items()]
+    )
     con.execute("INSERT INTO tasks VALUES (?, ?, ?)", (key("handoff", "old"), encode(_task("old", NOW - LIFETIME)), NOW))
     con.close()
 

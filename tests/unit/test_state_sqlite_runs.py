@@ -35,7 +35,9 @@ RETENTION = 1_000
 
 
 def _decision(topic: str, partition: int, offset: int, variant: str, at: int) -> Decision:
-    return Decision(f"{variant}@{partition}/{offset}@{at}", "reject", "bad_signature", Coordinates(topic=topic, partition=partition, offset=offset), at)
+    return Decision(
+        f"{variant}@{partition}/{offset}@{at}", "reject", "bad_signature", Coordinates(topic=topic, partition=partition, offset=offset), at
+    )
 
 
 def _writes(decisions: Iterable[Decision]) -> BatchWrites:
@@ -69,7 +71,9 @@ def test_a_batch_is_one_run_per_partition_and_reads_back_whole(store: SqliteStor
     _batch(store, [], NOW, _writes(ds))
     assert _runs(store) == [("in", 0, 10, 19, 10), ("in", 1, 10, 19, 10)]
     snap = _batch(store, [("in", 0, o) for o in range(5, 25)] + [("in", 1, 19), ("in", 2, 15)], NOW, BatchWrites())
-    assert snap.decisions == {(d.source.topic, d.source.partition, d.source.offset): d for d in ds if d.source.partition == 0 or d.source.offset == 19}
+    assert snap.decisions == {
+        (d.source.topic, d.source.partition, d.source.offset): d for d in ds if d.source.partition == 0 or d.source.offset == 19
+    }
     assert store.decision_at(Coordinates(topic="in", partition=1, offset=12)) == ds[12]
     assert store.decision_at(Coordinates(topic="in", partition=1, offset=20)) is None
     assert store.counts()["decisions"] == 20
@@ -81,7 +85,9 @@ def test_a_replaced_position_inside_a_run_reads_back_as_its_newest_decision(stor
     new = [_decision("in", 0, o, "new", NOW + 1) for o in (3, 5)]
     _batch(store, [("in", 0, o) for o in range(10)], NOW + 1, _writes(new))
     snap = _batch(store, [("in", 0, o) for o in range(10)], NOW + 2, BatchWrites())
-    assert {o: d.decision_id.split("@")[0] for (_, _, o), d in snap.decisions.items()} == {o: "new" if o in (3, 5) else "old" for o in range(10)}
+    assert {o: d.decision_id.split("@")[0] for (_, _, o), d in snap.decisions.items()} == {
+        o: "new" if o in (3, 5) else "old" for o in range(10)
+    }
     assert store.decision_at(Coordinates(topic="in", partition=0, offset=5)) == new[1]
     # the old run gave the two positions up: each position is held once
     assert _runs(store) == [("in", 0, 0, 9, 8), ("in", 0, 3, 5, 2)]
@@ -108,7 +114,11 @@ def test_a_superseded_decision_does_not_come_back_when_its_replacement_expires_f
     short = SqliteStore(db, now_ms=NOW, decision_retention_ms=RETENTION)
     _batch(short, [("in", 0, 2)], NOW + 1, _writes([_decision("in", 0, 2, "new", NOW + 1)]))
     later = NOW + 1 + RETENTION
-    assert set(_batch(short, [("in", 0, o) for o in range(4)], later, BatchWrites()).decisions) == {("in", 0, 0), ("in", 0, 1), ("in", 0, 3)}
+    assert set(_batch(short, [("in", 0, o) for o in range(4)], later, BatchWrites()).decisions) == {
+        ("in", 0, 0),
+        ("in", 0, 1),
+        ("in", 0, 3),
+    }
     assert short.expire(later) == 1 and short.counts()["decisions"] == 3
     short.close()
 
@@ -120,7 +130,8 @@ def test_reads_take_the_newest_run_when_two_hold_one_position(store: SqliteStore
     with store._db:
         for d in (a, b):
             store._db.execute(
-                "INSERT INTO decision_runs(topic, part, first, last, n, exp, body) VALUES ('in', 0, 7, 7, 1, ?, ?)", (NOW + RETENTION, encode([d]))
+                "INSERT INTO decision_runs(topic, part, first, last, n, exp, body) VALUES ('in', 0, 7, 7, 1, ?, ?)",
+                (NOW + RETENTION, encode([d])),
             )
     assert _batch(store, [("in", 0, 7)], NOW, BatchWrites()).decisions == {("in", 0, 7): b}
     assert store.decision_at(b.source) == b
@@ -130,7 +141,11 @@ def test_offsets_spread_wider_than_a_run_span_are_cut_into_runs_and_all_found(st
     offsets = [0, 1, RUN_SPAN - 1, RUN_SPAN, 3 * RUN_SPAN + 5]
     ds = [_decision("in", 0, o, "a", NOW) for o in offsets]
     _batch(store, [], NOW, _writes(ds))
-    assert [(f, last) for _, _, f, last, _ in _runs(store)] == [(0, RUN_SPAN - 1), (RUN_SPAN, RUN_SPAN), (3 * RUN_SPAN + 5, 3 * RUN_SPAN + 5)]
+    assert [(f, last) for _, _, f, last, _ in _runs(store)] == [
+        (0, RUN_SPAN - 1),
+        (RUN_SPAN, RUN_SPAN),
+        (3 * RUN_SPAN + 5, 3 * RUN_SPAN + 5),
+    ]
     assert all(r[3] - r[2] < RUN_SPAN for r in _runs(store))
     assert set(_batch(store, [("in", 0, o) for o in offsets], NOW, BatchWrites()).decisions) == {("in", 0, o) for o in offsets}
     assert [store.decision_at(d.source) for d in ds] == ds
@@ -167,8 +182,13 @@ def test_a_different_record_at_a_decided_offset_replaces_only_that_position(tmp_
     first = h.feed_raw([(r.value, r.headers) for r in records], range(10))
     other = s.sign(kind="handoff", task_id="other", receiver=agent("executor"), payload=b"q")
     replaced: list[tuple[Decision, Decision]] = []
-    inputs = [Input(Coordinates(topic=h.topic, partition=0, offset=o), r.value, r.headers) for o, r in enumerate([*records[:4], other, *records[5:]])]
-    second = admit_batch(inputs, store=store, registry=h.registry, now_ms=h.now, policy=h.policy, on_replaced=lambda a, b: replaced.append((a, b)))
+    inputs = [
+        Input(Coordinates(topic=h.topic, partition=0, offset=o), r.value, r.headers)
+        for o, r in enumerate([*records[:4], other, *records[5:]])
+    ]
+    second = admit_batch(
+        inputs, store=store, registry=h.registry, now_ms=h.now, policy=h.policy, on_replaced=lambda a, b: replaced.append((a, b))
+    )
     assert replaced == [(first[4], second[4])] and second[4].task_id == "other"
     assert second[:4] == first[:4] and second[5:] == first[5:]
     assert store.decision_at(first[4].source) == second[4]
@@ -272,7 +292,9 @@ _batch_st = st.tuples(
 )
 
 
-def _apply(stores: list[StateStore], batch: tuple[list[SourceKey], list[tuple[SourceKey, str, int]], int, bool], now: int, written: set[SourceKey]) -> None:
+def _apply(
+    stores: list[StateStore], batch: tuple[list[SourceKey], list[tuple[SourceKey, str, int]], int, bool], now: int, written: set[SourceKey]
+) -> None:
     reads, writes, _, expire = batch
     ds = _writes(_decision(t, p, o, v, now - age) for (t, p, o), v, age in writes)
     sources = [*reads, *(d for d in ds.decisions)]
@@ -290,13 +312,18 @@ def _apply(stores: list[StateStore], batch: tuple[list[SourceKey], list[tuple[So
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(before=st.lists(_batch_st, max_size=6), after=st.lists(_batch_st, min_size=1, max_size=8))
-def test_sqlite_answers_as_the_memory_store_does_before_and_after_an_upgrade(tmp_path_factory: pytest.TempPathFactory, before: list, after: list) -> None:  # type: ignore[type-arg]
+def test_sqlite_answers_as_the_memory_store_does_before_and_after_an_upgrade(
+    tmp_path_factory: pytest.TempPathFactory, before: list, after: list
+) -> None:  # type: ignore[type-arg]
     """`before` is written to the memory store and to a schema 2 file; the
     file is upgraded on open; then `after` runs on both, each batch's snapshot,
     the counts, the expiries and every position's decision compared. A
     second copy runs the whole sequence on schema 3 from the start."""
     tmp = tmp_path_factory.mktemp("equiv")
-    memory, fresh_memory = MemoryStore(NOW, genesis=True, decision_retention_ms=RETENTION), MemoryStore(NOW, genesis=True, decision_retention_ms=RETENTION)
+    memory, fresh_memory = (
+        MemoryStore(NOW, genesis=True, decision_retention_ms=RETENTION),
+        MemoryStore(NOW, genesis=True, decision_retention_ms=RETENTION),
+    )
     fresh = SqliteStore(tmp / "fresh.db", now_ms=NOW, decision_retention_ms=RETENTION, genesis=True)
     v2 = V2File(tmp / "v2.db", NOW)
     now, written, fresh_written = NOW, set[SourceKey](), set[SourceKey]()
@@ -335,7 +362,10 @@ def test_the_equivalence_check_sees_a_store_that_keeps_a_superseded_decision(tmp
                 (topic, partition, items[0][0], items[-1][0], len(items), exp, encode([d for _, d in items])),
             )
 
-    stores: list[StateStore] = [MemoryStore(NOW, genesis=True, decision_retention_ms=RETENTION), Stale(tmp_path / "s.db", now_ms=NOW, decision_retention_ms=RETENTION, genesis=True)]
+    stores: list[StateStore] = [
+        MemoryStore(NOW, genesis=True, decision_retention_ms=RETENTION),
+        Stale(tmp_path / "s.db", now_ms=NOW, decision_retention_ms=RETENTION, genesis=True),
+    ]
     written: set[SourceKey] = set()
     _apply(stores, ([], [(("in", 0, 1), "a", 0)], 0, False), NOW, written)
     with pytest.raises(AssertionError):
@@ -418,7 +448,17 @@ def test_expiry_deletes_in_short_transactions_and_counts_every_entry(store: Sqli
     old, live = NOW - 2 * RETENTION, NOW + 10 * RETENTION
     nonces = {("g", f"n{i}"): NonceRecord(("g", f"n{i}"), old if i < 10 else live) for i in range(12)}
     # seven expired decisions in seven runs (one per partition), one live
-    _batch(store, [], NOW, BatchWrites(decisions={(d.source.topic, d.source.partition, d.source.offset): d for d in [_decision("in", p, 1, "a", old) for p in range(7)]}, nonces=nonces))
+    _batch(
+        store,
+        [],
+        NOW,
+        BatchWrites(
+            decisions={
+                (d.source.topic, d.source.partition, d.source.offset): d for d in [_decision("in", p, 1, "a", old) for p in range(7)]
+            },
+            nonces=nonces,
+        ),
+    )
     _batch(store, [], NOW, _writes([_decision("in", 0, 2, "b", NOW)]))
     commits: list[str] = []
     store._db.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)

@@ -15,10 +15,10 @@ import msgspec
 import pytest
 
 from busguard.admission.types import AdmissionPolicy
-from busguard.state.store import StateStore
 from busguard.state.memory import MemoryStore
 from busguard.state.postgres import PostgresStore
 from busguard.state.sqlite import SqliteStore
+from busguard.state.store import StateStore
 
 from .harness import NOW, Harness, agent, sender
 
@@ -58,7 +58,9 @@ def test_rows_expire(store: StateStore) -> None:
     h.one(_handoff("a", nonce="expiring-nonce-0001"))
     h.now = NOW + 600_001 + 10_000
     # nonce expired: only the task index now catches a re-use for task a ...
-    fresh = sender("planner", now=h.now).sign(kind="handoff", task_id="b", receiver=agent("executor"), payload=b"p", nonce="expiring-nonce-0001")
+    fresh = sender("planner", now=h.now).sign(
+        kind="handoff", task_id="b", receiver=agent("executor"), payload=b"p", nonce="expiring-nonce-0001"
+    )
     assert h.one(fresh).reason == "admitted"
     assert store.counts()["nonces"] == 1  # the re-use took over the expired row
     assert store.expire(h.now + 600_000) == 1
@@ -72,7 +74,9 @@ def test_tasks_and_session_windows_expire_after_their_retentions(store: StateSto
     day = 86_400_000
     store.task_retention_ms = day  # type: ignore[attr-defined]  # every backend takes it as a constructor option
     h = Harness(store=store, policy=AdmissionPolicy(session_retention_ms=2 * day, task_retention_ms=day))
-    rec = sender("planner", session_path=tmp_path / "planner.session.json").sign(kind="handoff", task_id="t", receiver=agent("executor"), payload=b"p")
+    rec = sender("planner", session_path=tmp_path / "planner.session.json").sign(
+        kind="handoff", task_id="t", receiver=agent("executor"), payload=b"p"
+    )
     assert h.one(rec).reason == "admitted"
     assert store.counts()["tasks"] == 1 and store.counts()["windows"] == 1
     assert store.expire(NOW + day - 1) == 1  # only the nonce (10 minutes) is due before the task's day

@@ -45,7 +45,12 @@ def test_incident_with_the_ledger_is_a_token_level_plan_tainting_both_sinks() ->
     by_id = {n.id: n for n in result.nodes}
     assert [n.id for n in result.nodes] == ["read_secret", "summarize", "post_message"]
     post = by_id["post_message"]
-    assert (post.outcome, post.outcome_from, post.sinks, post.sinks_from) == ("success", "ledger", ["chat:#ops", "webhook:partner-archive"], "ledger")
+    assert (post.outcome, post.outcome_from, post.sinks, post.sinks_from) == (
+        "success",
+        "ledger",
+        ["chat:#ops", "webhook:partner-archive"],
+        "ledger",
+    )
     assert (by_id["summarize"].role, by_id["summarize"].predecessors) == ("carrier", ["read_secret"])
     assert by_id["read_secret"].role == "source"
     [tok] = result.tokens
@@ -322,8 +327,16 @@ def raw(*nodes: dict[str, object], **extra: object) -> bytes:
 
 
 def n(id: str, preds: list[str] | None = None, **extra: object) -> dict[str, object]:
-    return {"id": id, "predecessors": preds or [], "operation": "op", "side_effects": False, "outcome": "success",
-            "input_hash": None, "output_hash": None, **extra}
+    return {
+        "id": id,
+        "predecessors": preds or [],
+        "operation": "op",
+        "side_effects": False,
+        "outcome": "success",
+        "input_hash": None,
+        "output_hash": None,
+        **extra,
+    }
 
 
 @pytest.mark.parametrize(
@@ -342,11 +355,18 @@ def n(id: str, preds: list[str] | None = None, **extra: object) -> dict[str, obj
         (raw(n("a"), tainted_output="zzz"), "tainted_output", "must name a node"),
         (raw(n("a"), version=2), "version", "not a known key"),
         (b'{"format": "busguard.taint-trace.v1", "nodes": [', "", "not valid JSON"),
-        (b'{"format": "busguard.taint-trace.v1", "nodes": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nodes[0]", "Expected `object`, got `array`"),
+        (
+            b'{"format": "busguard.taint-trace.v1", "nodes": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+            "nodes[0]",
+            "Expected `object`, got `array`",
+        ),
         (msgspec.json.encode({"format": "v0", "nodes": [n("a")]}), "format", "'busguard.taint-trace.v1' for a trace"),
         (raw(), "nodes", "length >= 1"),
-        (raw(n("a")).replace(b'"outcome":"success"', b'"outcome":"pending","outcome":"success"'), "outcome",
-         "appears twice in one object \\(in the object with id/token 'a'\\)"),
+        (
+            raw(n("a")).replace(b'"outcome":"success"', b'"outcome":"pending","outcome":"success"'),
+            "outcome",
+            "appears twice in one object \\(in the object with id/token 'a'\\)",
+        ),
     ],
 )
 def test_malformed_traces_are_refused_with_a_clear_error(data: bytes, field: str, message: str) -> None:
@@ -365,9 +385,17 @@ def test_a_ledger_with_a_key_twice_is_malformed() -> None:
 @pytest.mark.parametrize(
     ("doc", "field", "message"),
     [
-        ({"entries": [{"token": "t", "effects": [{"status": "success"}]}, {"token": "t", "effects": [{"status": "success"}]}]}, "entries[1].token", "at most one"),
+        (
+            {"entries": [{"token": "t", "effects": [{"status": "success"}]}, {"token": "t", "effects": [{"status": "success"}]}]},
+            "entries[1].token",
+            "at most one",
+        ),
         ({"entries": [{"token": "t", "effects": []}]}, "entries[0].effects", "length >= 1"),
-        ({"entries": [{"token": "t", "effects": [{"status": "success", "sinks": ["a", "a"]}]}]}, "entries[0].effects[0].sinks[1]", "listed once"),
+        (
+            {"entries": [{"token": "t", "effects": [{"status": "success", "sinks": ["a", "a"]}]}]},
+            "entries[0].effects[0].sinks[1]",
+            "listed once",
+        ),
         ({"entries": [{"token": "t", "effects": [{"status": "success", "node": "x"}]}]}, "entries[0].effects[0].node", "not a known key"),
     ],
 )

@@ -59,7 +59,12 @@ def test_json_verdicts_decode(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     bad.write_text('{"format": "busguard.taint-ledger.v1", "entries": [{"token": "t", "effects": [{"status": "maybe"}]}]}')
     code, out, _ = run(str(INCIDENT), "--ledger", str(bad), "--json", capsys=capsys)
     doc = json.loads(out)
-    assert code == 2 and (doc["verdict"], doc["file"], doc["field"], doc["value"]) == ("malformed", str(bad), "entries[0].effects[0].status", "maybe")
+    assert code == 2 and (doc["verdict"], doc["file"], doc["field"], doc["value"]) == (
+        "malformed",
+        str(bad),
+        "entries[0].effects[0].status",
+        "maybe",
+    )
 
 
 def test_usage_errors_also_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -140,7 +145,13 @@ ALLOWED_BUSGUARD = ("busguard.errors", "busguard.protocol", "busguard.policies.t
 def test_the_taint_package_imports_only_the_standard_library_msgspec_and_errors() -> None:
     for path in (ROOT / "busguard" / "policies" / "taint").glob("*.py"):
         for stmt in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in stmt.names] if isinstance(stmt, ast.Import) else [stmt.module or ""] if isinstance(stmt, ast.ImportFrom) else []
+            names = (
+                [a.name for a in stmt.names]
+                if isinstance(stmt, ast.Import)
+                else [stmt.module or ""]
+                if isinstance(stmt, ast.ImportFrom)
+                else []
+            )
             for name in names:
                 top = name.split(".")[0]
                 ok = top in sys.stdlib_module_names or top == "msgspec" or name == "__future__" or name.startswith(ALLOWED_BUSGUARD)
@@ -160,10 +171,33 @@ def test_exit_codes_from_a_real_process(tmp_path: Path) -> None:
         return subprocess.run([sys.executable, "-m", "busguard.cli", "taint", "check", *argv], capture_output=True).returncode
 
     cyclic = tmp_path / "cyclic.json"
-    cyclic.write_text(json.dumps({"format": "busguard.taint-trace.v1", "nodes": [
-        {"id": "a", "predecessors": ["b"], "operation": "x", "side_effects": False, "outcome": "success", "input_hash": None, "output_hash": None},
-        {"id": "b", "predecessors": ["a"], "operation": "x", "side_effects": False, "outcome": "success", "input_hash": None, "output_hash": None},
-    ]}))
+    cyclic.write_text(
+        json.dumps(
+            {
+                "format": "busguard.taint-trace.v1",
+                "nodes": [
+                    {
+                        "id": "a",
+                        "predecessors": ["b"],
+                        "operation": "x",
+                        "side_effects": False,
+                        "outcome": "success",
+                        "input_hash": None,
+                        "output_hash": None,
+                    },
+                    {
+                        "id": "b",
+                        "predecessors": ["a"],
+                        "operation": "x",
+                        "side_effects": False,
+                        "outcome": "success",
+                        "input_hash": None,
+                        "output_hash": None,
+                    },
+                ],
+            }
+        )
+    )
     assert (rc(str(INCIDENT), "--ledger", str(LEDGER)), rc(str(INCIDENT)), rc(str(cyclic))) == (0, 1, 2)
 
 

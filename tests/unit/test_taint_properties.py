@@ -131,8 +131,15 @@ def reference(trace: Trace, ledger: Ledger | None, outputs: list[str] | None) ->
 def normalize(result: Result) -> dict[str, Any]:
     findings = Counter((f.condition, f.kind, frozenset(f.nodes), f.token, f.resolved) for f in result.findings)
     if isinstance(result, ReplayRefused):
-        return {"verdict": "refused", "condition": result.condition, "conditions": result.conditions, "nodes": result.nodes,
-                "suspect": result.suspect, "outputs": result.outputs, "findings": findings}
+        return {
+            "verdict": "refused",
+            "condition": result.condition,
+            "conditions": result.conditions,
+            "nodes": result.nodes,
+            "suspect": result.suspect,
+            "outputs": result.outputs,
+            "findings": findings,
+        }
     return {
         "verdict": "valid",
         "unit": result.unit,
@@ -163,12 +170,20 @@ def cases(draw: st.DrawFn) -> tuple[Trace, Ledger | None, list[str] | None]:
             inp = None
         else:
             inp = sha(f"wrong{k}")
-        nodes.append(Node(
-            id=nid, predecessors=preds, operation="op", side_effects=fx,
-            outcome=draw(st.sampled_from(LIKELY)), token=draw(st.sampled_from(TOKENS)),
-            external_input_hash=ext, input_hash=inp, output_hash=outs[k],
-            sinks=draw(st.lists(st.sampled_from(SINKS), unique=True, max_size=2)) if fx else [],
-        ))
+        nodes.append(
+            Node(
+                id=nid,
+                predecessors=preds,
+                operation="op",
+                side_effects=fx,
+                outcome=draw(st.sampled_from(LIKELY)),
+                token=draw(st.sampled_from(TOKENS)),
+                external_input_hash=ext,
+                input_hash=inp,
+                output_hash=outs[k],
+                sinks=draw(st.lists(st.sampled_from(SINKS), unique=True, max_size=2)) if fx else [],
+            )
+        )
     order = draw(st.permutations(range(count)))
     tainted = draw(st.sampled_from([None, *ids]))
     trace = Trace(format="busguard.taint-trace.v1", tainted_output=tainted, nodes=[nodes[k] for k in order])
@@ -176,7 +191,11 @@ def cases(draw: st.DrawFn) -> tuple[Trace, Ledger | None, list[str] | None]:
     if draw(st.integers(0, 2)):
         entries = []
         for t in draw(st.lists(st.sampled_from(["t0", "t1", "t2"]), unique=True)):
-            effects = draw(st.lists(st.tuples(st.sampled_from(LIKELY), st.lists(st.sampled_from(SINKS), unique=True, max_size=2)), min_size=1, max_size=3))
+            effects = draw(
+                st.lists(
+                    st.tuples(st.sampled_from(LIKELY), st.lists(st.sampled_from(SINKS), unique=True, max_size=2)), min_size=1, max_size=3
+                )
+            )
             entries.append({"token": t, "effects": [{"status": s, "sinks": sk} for s, sk in effects]})
         ledger = msgspec.convert({"format": "busguard.taint-ledger.v1", "entries": entries}, Ledger)
     outputs = draw(st.one_of(st.none(), st.lists(st.sampled_from(ids), min_size=1, max_size=2)))
@@ -201,11 +220,19 @@ def test_nodes_outside_the_cone_do_not_affect_the_verdict(case: tuple[Trace, Led
     extra: list[Node] = []
     for k in range(data.draw(st.integers(1, 4))):
         preds = data.draw(st.lists(st.sampled_from(ids + [e.id for e in extra]), unique=True, max_size=3))
-        extra.append(Node(
-            id=f"x{k}", predecessors=preds, operation="op", side_effects=True,
-            outcome=data.draw(st.sampled_from(OUTCOMES)), token=data.draw(st.sampled_from(TOKENS)),
-            input_hash=sha(f"nonsense{k}"), output_hash=None, sinks=["s9"],
-        ))
+        extra.append(
+            Node(
+                id=f"x{k}",
+                predecessors=preds,
+                operation="op",
+                side_effects=True,
+                outcome=data.draw(st.sampled_from(OUTCOMES)),
+                token=data.draw(st.sampled_from(TOKENS)),
+                input_hash=sha(f"nonsense{k}"),
+                output_hash=None,
+                sinks=["s9"],
+            )
+        )
     chosen = outputs or ([trace.tainted_output] if trace.tainted_output else [r for r in before.outputs])
     grown = msgspec.structs.replace(trace, nodes=trace.nodes + extra)
     after = validate(grown, ledger, chosen)
@@ -236,8 +263,18 @@ def test_a_refusal_carries_no_graph_and_a_plan_attributes_the_whole_cone(case: t
 def test_cycles_are_refused_exactly_when_a_node_reaches_itself(pred_lists: list[list[int]]) -> None:
     from busguard.policies.taint.model import TraceError, build_graph
 
-    nodes = [Node(id=f"n{k}", predecessors=[f"n{p}" for p in ps], operation="op", side_effects=False, outcome="success",
-                  input_hash=None, output_hash=None) for k, ps in enumerate(pred_lists)]
+    nodes = [
+        Node(
+            id=f"n{k}",
+            predecessors=[f"n{p}" for p in ps],
+            operation="op",
+            side_effects=False,
+            outcome="success",
+            input_hash=None,
+            output_hash=None,
+        )
+        for k, ps in enumerate(pred_lists)
+    ]
     trace = Trace(format="busguard.taint-trace.v1", nodes=nodes)
     reach = {k: set(ps) for k, ps in enumerate(pred_lists)}  # ancestors, by fixed point
     while True:

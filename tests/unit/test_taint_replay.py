@@ -13,13 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from busguard.policies import KINDS
+from busguard.policies.seam import bare_context, policy_input
 from busguard.policies.taint import replay
 from busguard.policies.taint.validate import ReplayRefused
 from busguard.protocol.envelope import Envelope
 from busguard.protocol.reasons import Outcome, Reason
-from busguard.protocol.records import Decision
 from busguard.protocol.receipt import decode_receipt
-from busguard.policies.seam import bare_context, policy_input
+from busguard.protocol.records import Decision
 from tests.unit.harness import Harness, agent, sender
 from tests.unit.taint_build import incident, node, trace
 
@@ -50,8 +50,15 @@ def test_the_seed_incident_is_refused_with_post_message_in_the_node_set_and_no_g
     _, d = one(request())
     assert (d.outcome, d.reason) == (Outcome.REJECT, Reason.TAINT_REPLAY_REFUSED)
     detail = json.loads(d.detail)
-    assert detail == {"verdict": "refused", "condition": 1, "conditions": [1], "outputs": ["post_message"],
-                      "nodes": ["post_message"], "nodes_total": 1, "suspect_total": 3}
+    assert detail == {
+        "verdict": "refused",
+        "condition": 1,
+        "conditions": [1],
+        "outputs": ["post_message"],
+        "nodes": ["post_message"],
+        "nodes_total": 1,
+        "suspect_total": 3,
+    }
     assert d.replacement is None
     assert d.annotations == {"taint.verdict": "refused", "taint.condition": "1", "taint.nodes": "1"}
     # summarize is never cleared: the refusal has no field that could say so, and it stays suspect.
@@ -137,8 +144,14 @@ def test_a_request_above_max_payload_bytes_never_reaches_the_policy() -> None:
     from busguard.protocol.records import Coordinates
 
     rec = sender("planner").sign(kind=KIND, task_id="big", receiver=TO, payload=request())
-    d = admit_batch([Input(Coordinates(topic="agents.in", partition=0, offset=0), rec.value, rec.headers)], store=h.store, registry=h.registry, now_ms=h.now,
-                    policy=h.policy, max_payload_bytes=len(rec.value) - 1)[0]
+    d = admit_batch(
+        [Input(Coordinates(topic="agents.in", partition=0, offset=0), rec.value, rec.headers)],
+        store=h.store,
+        registry=h.registry,
+        now_ms=h.now,
+        policy=h.policy,
+        max_payload_bytes=len(rec.value) - 1,
+    )[0]
     assert (d.outcome, d.reason) == (Outcome.REJECT, Reason.OVERSIZED)
 
 

@@ -48,7 +48,9 @@ class QuotaPolicy:
         used = 0 if held is None else int(held)
         if used >= N:
             return PolicyOutcome(objection=Objection(Outcome.REJECT, self.reason, f"{used} of {N} records of this task already admitted"))
-        return PolicyOutcome(writes=(PolicyWrite(parsed.row, str(used + 1).encode(), ttl_ms=3_600_000),), annotations={"used": str(used + 1)})
+        return PolicyOutcome(
+            writes=(PolicyWrite(parsed.row, str(used + 1).encode(), ttl_ms=3_600_000),), annotations={"used": str(used + 1)}
+        )
 
 
 QUOTA = KindSpec(kind="quota", policy=QuotaPolicy(), reasons=("quota_exceeded",), task_index=False)

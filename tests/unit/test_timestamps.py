@@ -227,15 +227,10 @@ def _rfc3339(draw: st.DrawFn) -> tuple[str, int]:
     frac = draw(st.none() | st.text(alphabet="0123456789", min_size=1, max_size=30))
     zone = draw(
         st.just("Z")
-        | st.tuples(st.sampled_from("+-"), st.integers(0, 23), st.integers(0, 59)).map(
-            lambda t: f"{t[0]}{t[1]:02d}:{t[2]:02d}"
-        )
+        | st.tuples(st.sampled_from("+-"), st.integers(0, 23), st.integers(0, 59)).map(lambda t: f"{t[0]}{t[1]:02d}:{t[2]:02d}")
     )
     # Built by hand: strftime does not zero-pad years < 1000 on every platform.
-    text = (
-        f"{local.year:04d}-{local.month:02d}-{local.day:02d}"
-        f"T{local.hour:02d}:{local.minute:02d}:{local.second:02d}"
-    )
+    text = f"{local.year:04d}-{local.month:02d}-{local.day:02d}T{local.hour:02d}:{local.minute:02d}:{local.second:02d}"
     if frac is not None:
         text += "." + frac
     text += zone
@@ -308,6 +303,7 @@ def _reference_parse(ts: str) -> int | None:
         if oh > 23 or om > 59:
             return None
         offset = (oh * 60 + om) * 60 * (1 if m.group(9) == "+" else -1)
+
     # Day count by brute force over whole years (independent of the
     # days-from-civil arithmetic under test).
     def year_days(yy: int) -> int:

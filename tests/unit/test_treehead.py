@@ -21,8 +21,8 @@ from busguard.protocol.attestation import (
     attest_record,
     open_sealed,
 )
-from busguard.protocol.records import Coordinates
 from busguard.protocol.merkle import inclusion_path, leaf_hash, merkle_root, tree_levels, verify_inclusion
+from busguard.protocol.records import Coordinates
 from busguard.protocol.signing import Signer, public_key_from_seed
 from busguard.protocol.treehead import (
     HEADER_HEAD_SEAL,
@@ -196,7 +196,14 @@ def test_inclusion_bounds() -> None:
     with pytest.raises(TreeHeadError):
         decode_inclusion(b"\x00" * (4 + 32 * (MAX_DEPTH + 1)))
     assert len(worst_inclusion()) == 4 + 32 * MAX_DEPTH
-    tree = seal_batch(SIGNER, [i.to_bytes(3, "big") for i in range(MAX_LEAVES)], guard="tulpa:g", chain="z" * 64, tip=ChainTip(2**53 - 2, b"{}"), sealed_at=-(2**63))
+    tree = seal_batch(
+        SIGNER,
+        [i.to_bytes(3, "big") for i in range(MAX_LEAVES)],
+        guard="tulpa:g",
+        chain="z" * 64,
+        tip=ChainTip(2**53 - 2, b"{}"),
+        sealed_at=-(2**63),
+    )
     assert len(tree.head) <= len(worst_head("tulpa:g"))
     assert max(len(tree.inclusion(i)) for i in (0, MAX_LEAVES // 2, MAX_LEAVES - 1)) <= len(worst_inclusion())
 

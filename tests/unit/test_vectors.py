@@ -18,17 +18,16 @@ from typing import Any
 import msgspec
 import pytest
 
-from busguard.policies import KINDS
-
 import busguard
 from busguard.admission.batch import Input, admit_batch
 from busguard.admission.types import AdmissionPolicy
-from busguard.protocol.records import Coordinates, Decision
+from busguard.policies import KINDS
 from busguard.protocol.envelope import HEADER_RECEIPT, HEADER_SIGNATURE
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.keys import KeyRegistry, _RegistryFile
 from busguard.protocol.reasons import Outcome, Reason
 from busguard.protocol.receipt import receipt_id, signing_input
+from busguard.protocol.records import Coordinates, Decision
 from busguard.protocol.timestamps import parse_timestamp
 from busguard.state.memory import MemoryStore
 
@@ -144,7 +143,9 @@ def test_vectors_cover_every_reason_a_record_can_earn() -> None:
     reasons = {v["expect"]["reason"] for n in ("valid.json", "invalid.json") for v in DOCS[n]["vectors"]}
     reasons |= {st["expect"]["reason"] for s in DOCS["sequences.json"]["scenarios"] for st in s["steps"]}
     reasons |= {what for v in _load("batches.json")["vectors"] for *_, what in v["expect"]}
-    reasons |= {st["expect"]["reason"] for s in _load("cnet/cnet.json")["scenarios"] for st in s["steps"]}  # the cnet.* kinds (protocol.md 15)
+    reasons |= {
+        st["expect"]["reason"] for s in _load("cnet/cnet.json")["scenarios"] for st in s["steps"]
+    }  # the cnet.* kinds (protocol.md 15)
     reasons |= {v["expect"]["reason"] for v in _load("taint_replay.json")["vectors"]}  # kind payloads (protocol.md 13)
     assert {r.value for r in Reason} - reasons - COMPROMISE_REASONS == NOT_A_WIRE_VECTOR
 

@@ -11,8 +11,8 @@ import pytest
 
 from busguard.errors import ConfigError
 from busguard.protocol.identity import canonical_principal
-from busguard.protocol.reasons import Reason
 from busguard.protocol.keys import KeyRegistry
+from busguard.protocol.reasons import Reason
 from busguard.runtime.watched import WatchedFile
 from tests.unit.harness import NOW, agent
 
@@ -101,7 +101,9 @@ def test_a_bad_file_at_start_is_a_config_error_naming_the_field(tmp_path: Path) 
     assert "agent[0].id" in str(info.value) and str(path) in str(info.value)
 
 
-def test_a_non_utf8_edit_keeps_the_previous_registry_and_names_the_byte(keys: tuple[WatchedFile[KeyRegistry], list[str]], capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_non_utf8_edit_keeps_the_previous_registry_and_names_the_byte(
+    keys: tuple[WatchedFile[KeyRegistry], list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
     watched, results = keys
     before = watched.current()
     tmp = watched.path.with_suffix(".tmp")

@@ -25,7 +25,7 @@ import argparse
 import base64
 import hashlib
 import json
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -133,8 +133,7 @@ class Signer:
 
 
 SIGNERS = {
-    name: Signer(name)
-    for name in ("planner-2026-q3", "planner-2026-q4", "planner-leaked", "executor", "auditor", "router", "mallory")
+    name: Signer(name) for name in ("planner-2026-q3", "planner-2026-q4", "planner-leaked", "executor", "auditor", "router", "mallory")
 }
 Q3, Q4, LEAKED = SIGNERS["planner-2026-q3"], SIGNERS["planner-2026-q4"], SIGNERS["planner-leaked"]
 EXECUTOR, AUDITOR, ROUTER, MALLORY = SIGNERS["executor"], SIGNERS["auditor"], SIGNERS["router"], SIGNERS["mallory"]
@@ -149,7 +148,12 @@ REGISTRY: dict[str, Any] = {
             "key": [
                 {"key_id": "2026-q3", "public_key": Q3.multikey, "not_before": "2026-07-01T00:00:00Z", "not_after": "2026-10-01T00:00:00Z"},
                 {"key_id": "2026-q4", "public_key": Q4.multikey, "not_before": "2026-10-01T00:00:00Z", "not_after": "2027-01-01T00:00:00Z"},
-                {"key_id": "leaked", "public_key": LEAKED.multikey, "not_before": "2026-10-01T00:00:00Z", "revoked_at": "2026-11-15T00:00:00Z"},
+                {
+                    "key_id": "leaked",
+                    "public_key": LEAKED.multikey,
+                    "not_before": "2026-10-01T00:00:00Z",
+                    "revoked_at": "2026-11-15T00:00:00Z",
+                },
             ],
         },
         {"id": EXECUTOR.tulpa},
@@ -215,7 +219,9 @@ def receipt_id(receipt: bytes) -> str:
     return hashlib.sha256(SIGNING_CONTEXT + receipt).hexdigest()
 
 
-def headers_for(receipt: bytes | None, sig: bytes | None, extra: list[tuple[str, bytes | None]] | None = None) -> list[tuple[str, bytes | None]]:
+def headers_for(
+    receipt: bytes | None, sig: bytes | None, extra: list[tuple[str, bytes | None]] | None = None
+) -> list[tuple[str, bytes | None]]:
     out: list[tuple[str, bytes | None]] = []
     if receipt is not None:
         out.append((HEADER_RECEIPT, receipt))
@@ -300,9 +306,19 @@ def build_valid() -> list[dict[str, Any]]:
         "named_agent_handoff_with_session_and_key_id",
         "The worked example of docs/protocol.md: a named agent (key registry entry 'planner') signs a handoff "
         "with its current key '2026-q4', naming it in key_id, and carries session_id + sequence.",
-        compact(receipt_fields(sender="planner", receiver=EXECUTOR.tulpa, nonce_label="example",
-                               session_id=session("planner-boot-1"), sequence=17, key_id="2026-q4")),
-        Q4, "planner", "2026-q4",
+        compact(
+            receipt_fields(
+                sender="planner",
+                receiver=EXECUTOR.tulpa,
+                nonce_label="example",
+                session_id=session("planner-boot-1"),
+                sequence=17,
+                key_id="2026-q4",
+            )
+        ),
+        Q4,
+        "planner",
+        "2026-q4",
     )
     add(
         "self_certifying_tulpa_legacy_handoff",
@@ -314,26 +330,36 @@ def build_valid() -> list[dict[str, Any]]:
         "self_certifying_ink_ack",
         "An ack from an agent listed in the registry by its ink: id, sent under that ink: spelling.",
         compact(receipt_fields(kind="ack", sender=AUDITOR.ink, receiver=EXECUTOR.tulpa, payload=ACK_PAYLOAD, nonce_label="ink-ack")),
-        AUDITOR, AUDITOR.principal, AUDITOR.multikey, payload=ACK_PAYLOAD,
+        AUDITOR,
+        AUDITOR.principal,
+        AUDITOR.multikey,
+        payload=ACK_PAYLOAD,
     )
     add(
         "tulpa_spelling_of_an_ink_listed_agent",
         "tulpa:zKEY and ink:zKEY are one principal (key:zKEY): an agent listed as ink: may send as tulpa:.",
         compact(receipt_fields(kind="ack", sender=AUDITOR.tulpa, receiver=EXECUTOR.tulpa, payload=ACK_PAYLOAD, nonce_label="tulpa-of-ink")),
-        AUDITOR, AUDITOR.principal, AUDITOR.multikey, payload=ACK_PAYLOAD,
+        AUDITOR,
+        AUDITOR.principal,
+        AUDITOR.multikey,
+        payload=ACK_PAYLOAD,
     )
     add(
         "named_agent_without_key_id",
         "Without key_id busguard tries every key of the agent that is valid at its clock (here only 2026-q4: "
         "2026-q3 has expired, 'leaked' is revoked) and reports the one that verified.",
         compact(receipt_fields(sender="planner", receiver=EXECUTOR.tulpa, nonce_label="planner-no-key-id")),
-        Q4, "planner", "2026-q4",
+        Q4,
+        "planner",
+        "2026-q4",
     )
     add(
         "did_named_agent",
         "A DID is a named agent: its principal is the DID itself, its key comes from the registry.",
         compact(receipt_fields(sender=ROUTER_ID, receiver="planner", nonce_label="did", key_id="router-1")),
-        ROUTER, ROUTER_ID, "router-1",
+        ROUTER,
+        ROUTER_ID,
+        "router-1",
     )
     add(
         "self_certifying_with_own_multikey_as_key_id",
@@ -372,7 +398,8 @@ def build_valid() -> list[dict[str, Any]]:
         "pretty_printed_reversed_key_order",
         "Any JSON formatting is accepted because the signature covers the exact bytes: indentation, spaces around "
         "':', reversed key order, trailing newline.",
-        pretty, *ex,
+        pretty,
+        *ex,
     )
     add(
         "explicit_nulls_for_optional_fields",
@@ -382,28 +409,37 @@ def build_valid() -> list[dict[str, Any]]:
     )
     escaped = (
         b'{"v":1,"kind":"handoff","task_id":"r\\u00e9sum\\u00e9 \\"q3\\"\\/caf\xc3\xa9 \\ud83d\\ude00",'
-        + b'"sender":"' + EXECUTOR.tulpa.encode() + b'","receiver":"planner","payload_hash":"'
-        + hashlib.sha256(HANDOFF_PAYLOAD).hexdigest().encode() + b'","nonce":"' + nonce("escapes").encode()
-        + b'","issued_at":"' + ISSUED.encode() + b'"}'
+        + b'"sender":"'
+        + EXECUTOR.tulpa.encode()
+        + b'","receiver":"planner","payload_hash":"'
+        + hashlib.sha256(HANDOFF_PAYLOAD).hexdigest().encode()
+        + b'","nonce":"'
+        + nonce("escapes").encode()
+        + b'","issued_at":"'
+        + ISSUED.encode()
+        + b'"}'
     )
     add(
         "string_escapes_and_raw_utf8",
-        "JSON string escapes (\\u00e9, \\\", \\/, a surrogate pair) and raw UTF-8 in a value; busguard never "
+        'JSON string escapes (\\u00e9, \\", \\/, a surrogate pair) and raw UTF-8 in a value; busguard never '
         "re-serialises, so the receipt id is over these exact bytes.",
-        escaped, *ex,
+        escaped,
+        *ex,
     )
     add(
         "empty_payload",
         "The value may be empty (never null): payload_hash is the SHA-256 of zero bytes.",
         compact(receipt_fields(kind="ack", payload=b"", nonce_label="empty-payload")),
-        *ex, payload=b"",
+        *ex,
+        payload=b"",
     )
     binary = bytes(range(256))
     add(
         "binary_payload",
         "The value is opaque bytes; only its SHA-256 matters.",
         compact(receipt_fields(payload=binary, nonce_label="binary-payload", task_id="task-binary")),
-        *ex, payload=binary,
+        *ex,
+        payload=binary,
     )
     add(
         "foreign_headers_pass_through",
@@ -462,13 +498,15 @@ def build_valid() -> list[dict[str, Any]]:
     add(
         "receipt_exactly_4096_bytes",
         "The receipt header may be up to 4096 bytes (here padded with insignificant whitespace).",
-        padded, *ex,
+        padded,
+        *ex,
     )
     add(
         "receiver_served_under_its_other_spelling",
         "The record's route declares receivers (the vector's receivers field); the receipt names the auditor as "
         "tulpa:z..., the route lists it as ink:z...: one key, one canonical principal, so the route serves it.",
-        compact(receipt_fields(nonce_label="served-alias", receiver=AUDITOR.tulpa)), *ex,
+        compact(receipt_fields(nonce_label="served-alias", receiver=AUDITOR.tulpa)),
+        *ex,
         receivers=["planner", AUDITOR.ink],
     )
     return vs
@@ -483,7 +521,9 @@ def build_invalid() -> list[dict[str, Any]]:
     def add(name: str, description: str, value: bytes | None, headers: list[tuple[str, bytes | None]], reason: str, **extra: Any) -> None:
         vs.append(record(name, description, len(vs), value, headers, "reject", reason, **extra))
 
-    def signed(name: str, description: str, receipt: bytes, reason: str, signer: Signer = EXECUTOR, payload: bytes = HANDOFF_PAYLOAD, **extra: Any) -> None:
+    def signed(
+        name: str, description: str, receipt: bytes, reason: str, signer: Signer = EXECUTOR, payload: bytes = HANDOFF_PAYLOAD, **extra: Any
+    ) -> None:
         add(name, description, payload, headers_for(receipt, signer.sig_header(receipt)), reason, **extra)
 
     def fields(label: str, **kw: Any) -> dict[str, Any]:
@@ -499,33 +539,80 @@ def build_invalid() -> list[dict[str, Any]]:
         "header_names_are_case_sensitive",
         "'Busguard-Receipt' is not 'busguard-receipt' (names are matched exactly), but it does carry the reserved "
         "prefix in another case, which is refused before anything else.",
-        HANDOFF_PAYLOAD, [("Busguard-Receipt", good), (HEADER_SIGNATURE, good_sig)], "reserved_header",
+        HANDOFF_PAYLOAD,
+        [("Busguard-Receipt", good), (HEADER_SIGNATURE, good_sig)],
+        "reserved_header",
     )
-    add("duplicate_receipt_header", "busguard-receipt twice (even with identical values).", HANDOFF_PAYLOAD,
-        headers_for(good, good_sig, [(HEADER_RECEIPT, good)]), "duplicate_header")
-    add("duplicate_signature_header", "busguard-signature twice.", HANDOFF_PAYLOAD,
-        headers_for(good, good_sig, [(HEADER_SIGNATURE, good_sig)]), "duplicate_header")
-    add("reserved_header", "Any other header whose name starts with 'busguard-' is reserved for busguard's own output.",
-        HANDOFF_PAYLOAD, headers_for(good, good_sig, [("busguard-attestation", b"{}")]), "reserved_header")
-    add("reserved_header_any_case", "The reserved prefix is matched case-insensitively: some clients fold header names.",
-        HANDOFF_PAYLOAD, headers_for(good, good_sig, [("Busguard-Trace", b"t")]), "reserved_header")
-    add("null_value", "A null record value (a tombstone); the payload is required, though it may be empty.",
-        None, headers_for(good, good_sig), "missing_field")
+    add(
+        "duplicate_receipt_header",
+        "busguard-receipt twice (even with identical values).",
+        HANDOFF_PAYLOAD,
+        headers_for(good, good_sig, [(HEADER_RECEIPT, good)]),
+        "duplicate_header",
+    )
+    add(
+        "duplicate_signature_header",
+        "busguard-signature twice.",
+        HANDOFF_PAYLOAD,
+        headers_for(good, good_sig, [(HEADER_SIGNATURE, good_sig)]),
+        "duplicate_header",
+    )
+    add(
+        "reserved_header",
+        "Any other header whose name starts with 'busguard-' is reserved for busguard's own output.",
+        HANDOFF_PAYLOAD,
+        headers_for(good, good_sig, [("busguard-attestation", b"{}")]),
+        "reserved_header",
+    )
+    add(
+        "reserved_header_any_case",
+        "The reserved prefix is matched case-insensitively: some clients fold header names.",
+        HANDOFF_PAYLOAD,
+        headers_for(good, good_sig, [("Busguard-Trace", b"t")]),
+        "reserved_header",
+    )
+    add(
+        "null_value",
+        "A null record value (a tombstone); the payload is required, though it may be empty.",
+        None,
+        headers_for(good, good_sig),
+        "missing_field",
+    )
     small = compact(fields("oversized-payload", payload=b"x" * 17))
-    add("oversized_payload", "17-byte value with max_payload_bytes = 16 (the default limit is 1 048 576 bytes).",
-        b"x" * 17, headers_for(small, EXECUTOR.sig_header(small)), "oversized", max_payload_bytes=16)
+    add(
+        "oversized_payload",
+        "17-byte value with max_payload_bytes = 16 (the default limit is 1 048 576 bytes).",
+        b"x" * 17,
+        headers_for(small, EXECUTOR.sig_header(small)),
+        "oversized",
+        max_payload_bytes=16,
+    )
     sig_text = good_sig.decode()
     std = ("+" + sig_text[1:]).encode()
-    add("signature_standard_base64_alphabet", "'+' (standard base64) instead of the base64url alphabet.",
-        HANDOFF_PAYLOAD, headers_for(good, std), "bad_base64")
-    add("signature_padded", "Padding '==' is not allowed (exactly 86 characters).",
-        HANDOFF_PAYLOAD, headers_for(good, good_sig + b"=="), "bad_base64")
+    add(
+        "signature_standard_base64_alphabet",
+        "'+' (standard base64) instead of the base64url alphabet.",
+        HANDOFF_PAYLOAD,
+        headers_for(good, std),
+        "bad_base64",
+    )
+    add(
+        "signature_padded",
+        "Padding '==' is not allowed (exactly 86 characters).",
+        HANDOFF_PAYLOAD,
+        headers_for(good, good_sig + b"=="),
+        "bad_base64",
+    )
     add("signature_85_chars", "One character short.", HANDOFF_PAYLOAD, headers_for(good, good_sig[:85]), "bad_base64")
     noncanon = good_sig[:85] + {b"A": b"B", b"Q": b"R", b"g": b"h", b"w": b"x"}[good_sig[85:]]
-    add("signature_non_canonical_last_char",
+    add(
+        "signature_non_canonical_last_char",
         "The 86th character carries 2 data bits and 4 zero bits, so it must be one of A, Q, g, w; any other decodes "
         "to the same 64 bytes and is refused so one signature has one spelling.",
-        HANDOFF_PAYLOAD, headers_for(good, noncanon), "bad_base64")
+        HANDOFF_PAYLOAD,
+        headers_for(good, noncanon),
+        "bad_base64",
+    )
     add("signature_trailing_newline", "No whitespace anywhere.", HANDOFF_PAYLOAD, headers_for(good, good_sig[:85] + b"\n"), "bad_base64")
 
     # --- the receipt: JSON structure
@@ -533,7 +620,13 @@ def build_invalid() -> list[dict[str, Any]]:
     arr = b'["v",1]'
     add("receipt_json_array", "JSON, but not an object.", HANDOFF_PAYLOAD, headers_for(arr, EXECUTOR.sig_header(arr)), "not_json")
     add("receipt_empty", "Empty receipt header value.", HANDOFF_PAYLOAD, headers_for(b"", good_sig), "not_json")
-    add("receipt_null_header_value", "A null header value reads as empty.", HANDOFF_PAYLOAD, headers_for(None, good_sig, [(HEADER_RECEIPT, None)]), "not_json")
+    add(
+        "receipt_null_header_value",
+        "A null header value reads as empty.",
+        HANDOFF_PAYLOAD,
+        headers_for(None, good_sig, [(HEADER_RECEIPT, None)]),
+        "not_json",
+    )
     bad_utf8 = good.replace(b'"task-0001"', b'"task-\xff"')
     signed("receipt_invalid_utf8", "Receipt bytes must be UTF-8.", bad_utf8, "not_json")
     signed("receipt_utf8_bom", "No byte order mark.", b"\xef\xbb\xbf" + good, "not_json")
@@ -542,17 +635,29 @@ def build_invalid() -> list[dict[str, Any]]:
     signed("receipt_lone_surrogate_escape", "A \\u escape of an unpaired surrogate is not a character.", lone, "not_json")
     signed("wrong_type_v_string", '"v":"1"', compact(fields("v-string", v="1")), "wrong_type")
     signed("wrong_type_v_float", '"v":1.0 is a float, not an integer.', good.replace(b'"v":1,', b'"v":1.0,'), "wrong_type")
-    signed("wrong_type_sequence_string", "sequence must be a JSON integer.",
-           compact(fields("seq-string", session_id=session("x"), sequence="5")), "wrong_type")
-    signed("wrong_type_required_null", "null for a required field is a wrong type, not a missing field.",
-           compact(fields("nonce-null", nonce=None), drop_none=False), "wrong_type")
+    signed(
+        "wrong_type_sequence_string",
+        "sequence must be a JSON integer.",
+        compact(fields("seq-string", session_id=session("x"), sequence="5")),
+        "wrong_type",
+    )
+    signed(
+        "wrong_type_required_null",
+        "null for a required field is a wrong type, not a missing field.",
+        compact(fields("nonce-null", nonce=None), drop_none=False),
+        "wrong_type",
+    )
     signed("wrong_type_task_id_number", "task_id must be a string.", compact(fields("task-number", task_id=7)), "wrong_type")
     no_kind = {k: v for k, v in fields("no-kind").items() if k != "kind"}
     signed("missing_field_kind", "kind is required.", compact(no_kind), "missing_field")
     no_hash = {k: v for k, v in fields("no-hash").items() if k != "payload_hash"}
     signed("missing_field_payload_hash", "payload_hash is required.", compact(no_hash), "missing_field")
-    signed("unknown_field", "Fields outside the schema are refused (they would be signed but unread).",
-           compact(fields("unknown", note="hello")), "unknown_field")
+    signed(
+        "unknown_field",
+        "Fields outside the schema are refused (they would be signed but unread).",
+        compact(fields("unknown", note="hello")),
+        "unknown_field",
+    )
     dup = good[:-1] + b',"nonce":"' + nonce("other").encode() + b'"}'
     signed("duplicate_key", "A key twice: two parsers could read different values from one signed string.", dup, "duplicate_key")
     esc = good[:-1] + b',"\\u006eonce":"' + nonce("other").encode() + b'"}'
@@ -570,20 +675,41 @@ def build_invalid() -> list[dict[str, Any]]:
     signed("unknown_kind_case", "Kinds are case-sensitive.", compact(fields("kind-case", kind="Handoff")), "unknown_kind")
     signed("task_id_empty", "task_id is 1-256 characters.", compact(fields("task-empty", task_id="")), "malformed_field")
     signed("task_id_257_chars", "task_id is 1-256 characters.", compact(fields("task-long", task_id="t" * 257)), "malformed_field")
-    signed("payload_hash_uppercase", "payload_hash is 64 lowercase hex digits.",
-           compact(fields("hash-upper", payload_hash=hashlib.sha256(HANDOFF_PAYLOAD).hexdigest().upper())), "malformed_field")
-    signed("payload_hash_short", "payload_hash is 64 lowercase hex digits.",
-           compact(fields("hash-short", payload_hash=hashlib.sha256(HANDOFF_PAYLOAD).hexdigest()[:63])), "malformed_field")
+    signed(
+        "payload_hash_uppercase",
+        "payload_hash is 64 lowercase hex digits.",
+        compact(fields("hash-upper", payload_hash=hashlib.sha256(HANDOFF_PAYLOAD).hexdigest().upper())),
+        "malformed_field",
+    )
+    signed(
+        "payload_hash_short",
+        "payload_hash is 64 lowercase hex digits.",
+        compact(fields("hash-short", payload_hash=hashlib.sha256(HANDOFF_PAYLOAD).hexdigest()[:63])),
+        "malformed_field",
+    )
     signed("key_id_empty", "key_id, when present, is 1-128 characters.", compact(fields("keyid-empty", key_id="")), "malformed_field")
     signed("sender_empty", "Agent ids are never empty.", compact(fields("sender-empty", sender="")), "malformed_agent_id")
-    signed("sender_513_chars", "Agent ids are at most 512 UTF-16 code units.", compact(fields("sender-long", sender="a" * 513)), "malformed_agent_id")
-    signed("receiver_514_utf16_units",
-           "257 astral characters are 257 code points but 514 UTF-16 code units: over the 512 cap.",
-           compact(fields("receiver-astral", receiver="\U0001F600" * 257)), "malformed_agent_id")
+    signed(
+        "sender_513_chars",
+        "Agent ids are at most 512 UTF-16 code units.",
+        compact(fields("sender-long", sender="a" * 513)),
+        "malformed_agent_id",
+    )
+    signed(
+        "receiver_514_utf16_units",
+        "257 astral characters are 257 code points but 514 UTF-16 code units: over the 512 cap.",
+        compact(fields("receiver-astral", receiver="\U0001f600" * 257)),
+        "malformed_agent_id",
+    )
     signed("nonce_15_chars", "Nonces are 16-256 characters.", compact(fields("n15", nonce="Ab3_-Ab3_-Ab3_-")), "malformed_nonce")
     signed("nonce_257_chars", "Nonces are 16-256 characters.", compact(fields("n257", nonce="N" * 257)), "malformed_nonce")
     signed("nonce_padding_char", "'=' is not in [A-Za-z0-9_-].", compact(fields("n-pad", nonce=nonce("pad") + "==")), "malformed_nonce")
-    signed("nonce_standard_base64_chars", "'+' and '/' are not in [A-Za-z0-9_-].", compact(fields("n-std", nonce="abc+def/ghi+jkl/mno")), "malformed_nonce")
+    signed(
+        "nonce_standard_base64_chars",
+        "'+' and '/' are not in [A-Za-z0-9_-].",
+        compact(fields("n-std", nonce="abc+def/ghi+jkl/mno")),
+        "malformed_nonce",
+    )
     signed("nonce_non_ascii", "Only ASCII letters and digits.", compact(fields("n-utf", nonce="é" * 22)), "malformed_nonce")
     for label, value, why in [
         ("lowercase_t", "2026-11-29t11:59:58.250Z", "The T must be uppercase."),
@@ -600,67 +726,167 @@ def build_invalid() -> list[dict[str, Any]]:
         ("65_chars", "2026-11-29T11:59:58." + "0" * 44 + "Z", "At most 64 characters."),
     ]:
         signed(f"timestamp_{label}", why, compact(fields("ts-" + label, issued_at=value)), "malformed_timestamp")
-    signed("session_without_sequence", "session_id and sequence come together.", compact(fields("s-noseq", session_id=session("a"))), "malformed_session")
-    signed("sequence_without_session", "session_id and sequence come together.", compact(fields("seq-nosess", sequence=4)), "malformed_session")
-    signed("sequence_negative", "sequence is 0..2^63-1.", compact(fields("seq-neg", session_id=session("a"), sequence=-1)), "malformed_session")
-    signed("sequence_2_pow_63", "sequence is 0..2^63-1.", compact(fields("seq-big", session_id=session("a"), sequence=2**63)), "malformed_session")
-    signed("session_id_empty", "session_id is 1-128 characters.", compact(fields("sess-empty", session_id="", sequence=0)), "malformed_session")
-    signed("session_id_129_chars", "session_id is 1-128 characters.", compact(fields("sess-long", session_id="s" * 129, sequence=0)), "malformed_session")
+    signed(
+        "session_without_sequence",
+        "session_id and sequence come together.",
+        compact(fields("s-noseq", session_id=session("a"))),
+        "malformed_session",
+    )
+    signed(
+        "sequence_without_session", "session_id and sequence come together.", compact(fields("seq-nosess", sequence=4)), "malformed_session"
+    )
+    signed(
+        "sequence_negative", "sequence is 0..2^63-1.", compact(fields("seq-neg", session_id=session("a"), sequence=-1)), "malformed_session"
+    )
+    signed(
+        "sequence_2_pow_63",
+        "sequence is 0..2^63-1.",
+        compact(fields("seq-big", session_id=session("a"), sequence=2**63)),
+        "malformed_session",
+    )
+    signed(
+        "session_id_empty", "session_id is 1-128 characters.", compact(fields("sess-empty", session_id="", sequence=0)), "malformed_session"
+    )
+    signed(
+        "session_id_129_chars",
+        "session_id is 1-128 characters.",
+        compact(fields("sess-long", session_id="s" * 129, sequence=0)),
+        "malformed_session",
+    )
 
     # --- freshness
-    signed("timestamp_expired", "issued_at 300 001 ms before the receiver clock.",
-           compact(fields("expired", issued_at=ts(NOW_MS - 300_001))), "timestamp_expired")
-    signed("timestamp_too_far_future", "issued_at 30 001 ms after the receiver clock.",
-           compact(fields("future", issued_at=ts(NOW_MS + 30_001))), "timestamp_too_far_future")
+    signed(
+        "timestamp_expired",
+        "issued_at 300 001 ms before the receiver clock.",
+        compact(fields("expired", issued_at=ts(NOW_MS - 300_001))),
+        "timestamp_expired",
+    )
+    signed(
+        "timestamp_too_far_future",
+        "issued_at 30 001 ms after the receiver clock.",
+        compact(fields("future", issued_at=ts(NOW_MS + 30_001))),
+        "timestamp_too_far_future",
+    )
 
     # --- authenticity
     tampered = compact(fields("hash-mismatch"))
-    add("payload_hash_mismatch", "The value is not the one the receipt's payload_hash commits to (one byte appended).",
-        HANDOFF_PAYLOAD + b" ", headers_for(tampered, EXECUTOR.sig_header(tampered)), "payload_hash_mismatch")
-    signed("unknown_sender_self_certifying", "A well-formed tulpa: id that is not in the registry (open_enrollment is false).",
-           compact(fields("mallory", sender=MALLORY.tulpa)), "unknown_sender", signer=MALLORY)
+    add(
+        "payload_hash_mismatch",
+        "The value is not the one the receipt's payload_hash commits to (one byte appended).",
+        HANDOFF_PAYLOAD + b" ",
+        headers_for(tampered, EXECUTOR.sig_header(tampered)),
+        "payload_hash_mismatch",
+    )
+    signed(
+        "unknown_sender_self_certifying",
+        "A well-formed tulpa: id that is not in the registry (open_enrollment is false).",
+        compact(fields("mallory", sender=MALLORY.tulpa)),
+        "unknown_sender",
+        signer=MALLORY,
+    )
     bogus = "tulpa:z6MkNotAKey" + "1" * 31
-    signed("unknown_sender_malformed_multikey",
-           "A tulpa: id whose body is not a canonical Ed25519 multikey is not a key; it becomes the principal "
-           "raw:tulpa:..., which nobody registered.",
-           compact(fields("bogus-mk", sender=bogus)), "unknown_sender", signer=MALLORY)
-    signed("unknown_sender_uppercase_prefix", "Prefixes are case-sensitive: 'TULPA:' is a plain name, not a key-bearing id.",
-           compact(fields("upper-prefix", sender="TULPA:" + EXECUTOR.multikey)), "unknown_sender")
-    signed("unknown_key_id", "The agent has no key with this id.",
-           compact(fields("k9", sender="planner", key_id="2027-q1")), "unknown_key", signer=Q4)
-    signed("unknown_key_id_self_certifying", "A self-certifying agent's only key id is its own multikey.",
-           compact(fields("tulpa-k1", key_id="k1")), "unknown_key")
-    signed("expired_key", "Key 2026-q3's validity ended 2026-10-01 (judged at the receiver's clock).",
-           compact(fields("q3", sender="planner", key_id="2026-q3")), "expired_key", signer=Q3)
-    signed("revoked_key", "Key 'leaked' was revoked at 2026-11-15 (judged at the receiver's clock, whatever issued_at says).",
-           compact(fields("leaked", sender="planner", key_id="leaked", issued_at=ts(NOW_MS - 1000))), "revoked_key", signer=LEAKED)
-    signed("revoked_key_not_named", "Without key_id only currently valid keys are tried, so a receipt signed by the revoked key "
-           "fails as a bad signature.", compact(fields("leaked-no-id", sender="planner")), "bad_signature", signer=LEAKED)
+    signed(
+        "unknown_sender_malformed_multikey",
+        "A tulpa: id whose body is not a canonical Ed25519 multikey is not a key; it becomes the principal "
+        "raw:tulpa:..., which nobody registered.",
+        compact(fields("bogus-mk", sender=bogus)),
+        "unknown_sender",
+        signer=MALLORY,
+    )
+    signed(
+        "unknown_sender_uppercase_prefix",
+        "Prefixes are case-sensitive: 'TULPA:' is a plain name, not a key-bearing id.",
+        compact(fields("upper-prefix", sender="TULPA:" + EXECUTOR.multikey)),
+        "unknown_sender",
+    )
+    signed(
+        "unknown_key_id",
+        "The agent has no key with this id.",
+        compact(fields("k9", sender="planner", key_id="2027-q1")),
+        "unknown_key",
+        signer=Q4,
+    )
+    signed(
+        "unknown_key_id_self_certifying",
+        "A self-certifying agent's only key id is its own multikey.",
+        compact(fields("tulpa-k1", key_id="k1")),
+        "unknown_key",
+    )
+    signed(
+        "expired_key",
+        "Key 2026-q3's validity ended 2026-10-01 (judged at the receiver's clock).",
+        compact(fields("q3", sender="planner", key_id="2026-q3")),
+        "expired_key",
+        signer=Q3,
+    )
+    signed(
+        "revoked_key",
+        "Key 'leaked' was revoked at 2026-11-15 (judged at the receiver's clock, whatever issued_at says).",
+        compact(fields("leaked", sender="planner", key_id="leaked", issued_at=ts(NOW_MS - 1000))),
+        "revoked_key",
+        signer=LEAKED,
+    )
+    signed(
+        "revoked_key_not_named",
+        "Without key_id only currently valid keys are tried, so a receipt signed by the revoked key fails as a bad signature.",
+        compact(fields("leaked-no-id", sender="planner")),
+        "bad_signature",
+        signer=LEAKED,
+    )
     r = compact(fields("bad-sig"))
     sig = bytearray(EXECUTOR.sign(SIGNING_CONTEXT + r))
     sig[10] ^= 0x01
-    add("bad_signature_bit_flip", "One bit of the signature flipped (still canonical base64url).",
-        HANDOFF_PAYLOAD, headers_for(r, b64url(bytes(sig)).encode()), "bad_signature")
-    signed("bad_signature_wrong_key", "The receipt names the executor as sender but Mallory signed it.",
-           compact(fields("wrong-key")), "bad_signature", signer=MALLORY)
+    add(
+        "bad_signature_bit_flip",
+        "One bit of the signature flipped (still canonical base64url).",
+        HANDOFF_PAYLOAD,
+        headers_for(r, b64url(bytes(sig)).encode()),
+        "bad_signature",
+    )
+    signed(
+        "bad_signature_wrong_key",
+        "The receipt names the executor as sender but Mallory signed it.",
+        compact(fields("wrong-key")),
+        "bad_signature",
+        signer=MALLORY,
+    )
     r = compact(fields("no-context"))
-    add("bad_signature_no_domain_separation", "Signed over the receipt bytes alone, without 'busguard/receipt/v1' 0x00 in front.",
-        HANDOFF_PAYLOAD, headers_for(r, b64url(EXECUTOR.sign(r)).encode()), "bad_signature")
+    add(
+        "bad_signature_no_domain_separation",
+        "Signed over the receipt bytes alone, without 'busguard/receipt/v1' 0x00 in front.",
+        HANDOFF_PAYLOAD,
+        headers_for(r, b64url(EXECUTOR.sign(r)).encode()),
+        "bad_signature",
+    )
     f = fields("reserialised")
     pretty = json.dumps({k: v for k, v in f.items() if v is not None}, indent=1).encode()
-    add("bad_signature_over_other_serialisation",
+    add(
+        "bad_signature_over_other_serialisation",
         "Signed over the compact JSON but sent pretty-printed: the signature covers bytes, not the parsed object.",
-        HANDOFF_PAYLOAD, headers_for(pretty, EXECUTOR.sig_header(compact(f))), "bad_signature")
+        HANDOFF_PAYLOAD,
+        headers_for(pretty, EXECUTOR.sig_header(compact(f))),
+        "bad_signature",
+    )
     r = compact(fields("all-zero-sig"))
     add("bad_signature_all_zero", "64 zero bytes.", HANDOFF_PAYLOAD, headers_for(r, b"A" * 86), "bad_signature")
 
     # --- routing (a vector's receivers: the receivers its route declares)
-    signed("wrong_receiver", "The receipt is for 'planner'; the record's route serves only the auditor.",
-           compact(fields("wrong-receiver")), "wrong_receiver", receivers=[AUDITOR.ink])
-    add("wrong_receiver_before_signature",
+    signed(
+        "wrong_receiver",
+        "The receipt is for 'planner'; the record's route serves only the auditor.",
+        compact(fields("wrong-receiver")),
+        "wrong_receiver",
+        receivers=[AUDITOR.ink],
+    )
+    add(
+        "wrong_receiver_before_signature",
         "Checked before the signature: a record for another receiver is wrong_receiver even with a bad signature "
         "(and, like every reject, uses up nothing).",
-        HANDOFF_PAYLOAD, headers_for(compact(fields("wrong-receiver-forged")), b"A" * 86), "wrong_receiver", receivers=["auditor"])
+        HANDOFF_PAYLOAD,
+        headers_for(compact(fields("wrong-receiver-forged")), b"A" * 86),
+        "wrong_receiver",
+        receivers=["auditor"],
+    )
     return vs
 
 
@@ -732,15 +958,29 @@ def build_sequences() -> list[dict[str, Any]]:
     def r(label: str, **kw: Any) -> bytes:
         return compact(receipt_fields(nonce_label="seq-" + label, **kw))
 
-    s = Scenario("exact_duplicate", "The same signed statement again: not forwarded again; the prior admission is returned (idempotent ack).")
+    s = Scenario(
+        "exact_duplicate", "The same signed statement again: not forwarded again; the prior admission is returned (idempotent ack)."
+    )
     a = r("dup-a")
     first = s.step("first copy", a, EXECUTOR, "forward", "admitted")
     s.step("the same record again", a, EXECUTOR, "duplicate", "exact_duplicate", prior_receipt_id=first)
-    s.step("same nonce, task and payload, re-stamped issued_at (different bytes, same statement)",
-           r("dup-a", issued_at=ts(NOW_MS - 500)), EXECUTOR, "duplicate", "exact_duplicate", prior_receipt_id=first)
-    s.step("re-delivery of step 0 at its original coordinates (after a crash before the offset commit): "
-           "the stored decision comes back unchanged, decision id included",
-           a, EXECUTOR, "forward", "admitted", offset=0)
+    s.step(
+        "same nonce, task and payload, re-stamped issued_at (different bytes, same statement)",
+        r("dup-a", issued_at=ts(NOW_MS - 500)),
+        EXECUTOR,
+        "duplicate",
+        "exact_duplicate",
+        prior_receipt_id=first,
+    )
+    s.step(
+        "re-delivery of step 0 at its original coordinates (after a crash before the offset commit): "
+        "the stored decision comes back unchanged, decision id included",
+        a,
+        EXECUTOR,
+        "forward",
+        "admitted",
+        offset=0,
+    )
     out.append(s)
 
     s = Scenario("two_copies_in_one_batch", "Two copies of one receipt in one poll: the second sees the first's effects.")
@@ -750,117 +990,249 @@ def build_sequences() -> list[dict[str, Any]]:
     out.append(s)
 
     sess = session("planner-boot-7")
-    s = Scenario("retransmission_with_supersedes",
-                 "Seed 000's corrective pattern: after a crash the sender resends the task with a fresh nonce, the same "
-                 "session and a strictly greater sequence (it jumped past its reserved block). Recorded, not forwarded, "
-                 "linked to the first admission.")
-    first = s.step("original handoff, sequence 17", r("rt-a", sender="planner", receiver=ex_tulpa, session_id=sess, sequence=17, key_id="2026-q4"),
-                   Q4, "forward", "admitted")
+    s = Scenario(
+        "retransmission_with_supersedes",
+        "Seed 000's corrective pattern: after a crash the sender resends the task with a fresh nonce, the same "
+        "session and a strictly greater sequence (it jumped past its reserved block). Recorded, not forwarded, "
+        "linked to the first admission.",
+    )
+    first = s.step(
+        "original handoff, sequence 17",
+        r("rt-a", sender="planner", receiver=ex_tulpa, session_id=sess, sequence=17, key_id="2026-q4"),
+        Q4,
+        "forward",
+        "admitted",
+    )
     retry = r("rt-b", sender="planner", receiver=ex_tulpa, session_id=sess, sequence=128, key_id="2026-q4")
-    s.step("restart: same task and payload, fresh nonce, sequence 128", retry, Q4, "duplicate", "retransmission",
-           supersedes=first, prior_receipt_id=first)
+    s.step(
+        "restart: same task and payload, fresh nonce, sequence 128",
+        retry,
+        Q4,
+        "duplicate",
+        "retransmission",
+        supersedes=first,
+        prior_receipt_id=first,
+    )
     s.step("the retransmission record replayed", retry, Q4, "reject", "nonce_replay")
-    s.step("a second restart, sequence 192: supersedes still points at the first admission (the task's witness)",
-           r("rt-c", sender="planner", receiver=ex_tulpa, session_id=sess, sequence=192, key_id="2026-q4"),
-           Q4, "duplicate", "retransmission", supersedes=first, prior_receipt_id=first)
+    s.step(
+        "a second restart, sequence 192: supersedes still points at the first admission (the task's witness)",
+        r("rt-c", sender="planner", receiver=ex_tulpa, session_id=sess, sequence=192, key_id="2026-q4"),
+        Q4,
+        "duplicate",
+        "retransmission",
+        supersedes=first,
+        prior_receipt_id=first,
+    )
     out.append(s)
 
-    s = Scenario("ambiguous_retransmission_legacy",
-                 "Nonce-only receipts: same task and payload under a new nonce cannot be told apart from a second "
-                 "witness, so it is escalated to reconciliation with a supersedes link, never forwarded.")
+    s = Scenario(
+        "ambiguous_retransmission_legacy",
+        "Nonce-only receipts: same task and payload under a new nonce cannot be told apart from a second "
+        "witness, so it is escalated to reconciliation with a supersedes link, never forwarded.",
+    )
     first = s.step("original", r("amb-a"), EXECUTOR, "forward", "admitted")
     b = r("amb-b")
-    s.step("same task and payload, new nonce, no session", b, EXECUTOR, "escalate", "ambiguous_retransmission",
-           supersedes=first, prior_receipt_id=first)
+    s.step(
+        "same task and payload, new nonce, no session",
+        b,
+        EXECUTOR,
+        "escalate",
+        "ambiguous_retransmission",
+        supersedes=first,
+        prior_receipt_id=first,
+    )
     s.step("the escalated record replayed: its nonce was recorded", b, EXECUTOR, "reject", "nonce_replay")
     out.append(s)
 
     s = Scenario("ambiguous_retransmission_other_session", "A different session is not a crash recovery of the first.")
     first = s.step("original in session A", r("os-a", session_id=session("A"), sequence=0), EXECUTOR, "forward", "admitted")
-    s.step("same task and payload from session B", r("os-b", session_id=session("B"), sequence=0), EXECUTOR,
-           "escalate", "ambiguous_retransmission", supersedes=first, prior_receipt_id=first)
+    s.step(
+        "same task and payload from session B",
+        r("os-b", session_id=session("B"), sequence=0),
+        EXECUTOR,
+        "escalate",
+        "ambiguous_retransmission",
+        supersedes=first,
+        prior_receipt_id=first,
+    )
     out.append(s)
 
-    s = Scenario("ambiguous_retransmission_lower_sequence",
-                 "Same session but a smaller sequence than the admitted one: signed before it, so not a recovery resend.")
+    s = Scenario(
+        "ambiguous_retransmission_lower_sequence",
+        "Same session but a smaller sequence than the admitted one: signed before it, so not a recovery resend.",
+    )
     first = s.step("original, sequence 10", r("low-a", session_id=session("L"), sequence=10), EXECUTOR, "forward", "admitted")
-    s.step("same task and payload, fresh nonce, sequence 5 (inside the window, unseen)", r("low-b", session_id=session("L"), sequence=5),
-           EXECUTOR, "escalate", "ambiguous_retransmission", supersedes=first, prior_receipt_id=first)
+    s.step(
+        "same task and payload, fresh nonce, sequence 5 (inside the window, unseen)",
+        r("low-b", session_id=session("L"), sequence=5),
+        EXECUTOR,
+        "escalate",
+        "ambiguous_retransmission",
+        supersedes=first,
+        prior_receipt_id=first,
+    )
     out.append(s)
 
     s = Scenario("task_conflict", "Same task, different payload: escalated (conflict), no supersedes link, even within a session.")
     first = s.step("original", r("tc-a", session_id=session("T"), sequence=1), EXECUTOR, "forward", "admitted")
     other = b'{"op":"transform","input":"s3://bucket/OTHER.parquet"}'
-    s.step("same task, other payload, next sequence", r("tc-b", session_id=session("T"), sequence=2, payload=other), EXECUTOR,
-           "escalate", "task_conflict", payload=other, prior_receipt_id=first)
+    s.step(
+        "same task, other payload, next sequence",
+        r("tc-b", session_id=session("T"), sequence=2, payload=other),
+        EXECUTOR,
+        "escalate",
+        "task_conflict",
+        payload=other,
+        prior_receipt_id=first,
+    )
     out.append(s)
 
     s = Scenario("nonce_replay", "A nonce is single-use for the retention window (global scope: across all senders).")
     s.step("task t1 with nonce N", r("nr", task_id="t1"), EXECUTOR, "forward", "admitted")
     s.step("task t2, same sender, same nonce N", r("nr", task_id="t2"), EXECUTOR, "reject", "nonce_replay")
-    s.step("another sender's ack reusing nonce N", r("nr", kind="ack", task_id="t1", sender=AUDITOR.ink, receiver=ex_tulpa, payload=ACK_PAYLOAD),
-           AUDITOR, "reject", "nonce_replay", payload=ACK_PAYLOAD)
+    s.step(
+        "another sender's ack reusing nonce N",
+        r("nr", kind="ack", task_id="t1", sender=AUDITOR.ink, receiver=ex_tulpa, payload=ACK_PAYLOAD),
+        AUDITOR,
+        "reject",
+        "nonce_replay",
+        payload=ACK_PAYLOAD,
+    )
     out.append(s)
 
-    s = Scenario("nonce_scope_principal", "With nonce_scope = principal, nonces are per canonical principal; "
-                 "tulpa: and ink: spellings of one key share one scope.", policy={"nonce_scope": "principal"})
+    s = Scenario(
+        "nonce_scope_principal",
+        "With nonce_scope = principal, nonces are per canonical principal; tulpa: and ink: spellings of one key share one scope.",
+        policy={"nonce_scope": "principal"},
+    )
     s.step("executor, nonce N", r("ns", task_id="t1"), EXECUTOR, "forward", "admitted")
-    s.step("auditor (ink:), same nonce N: another principal", r("ns", kind="ack", task_id="t1", sender=AUDITOR.ink, receiver=ex_tulpa, payload=ACK_PAYLOAD),
-           AUDITOR, "forward", "admitted", payload=ACK_PAYLOAD)
-    s.step("auditor under its tulpa: spelling, nonce N again: same principal key:z...", r("ns", kind="ack", task_id="t2", sender=AUDITOR.tulpa, receiver=ex_tulpa, payload=ACK_PAYLOAD),
-           AUDITOR, "reject", "nonce_replay", payload=ACK_PAYLOAD)
+    s.step(
+        "auditor (ink:), same nonce N: another principal",
+        r("ns", kind="ack", task_id="t1", sender=AUDITOR.ink, receiver=ex_tulpa, payload=ACK_PAYLOAD),
+        AUDITOR,
+        "forward",
+        "admitted",
+        payload=ACK_PAYLOAD,
+    )
+    s.step(
+        "auditor under its tulpa: spelling, nonce N again: same principal key:z...",
+        r("ns", kind="ack", task_id="t2", sender=AUDITOR.tulpa, receiver=ex_tulpa, payload=ACK_PAYLOAD),
+        AUDITOR,
+        "reject",
+        "nonce_replay",
+        payload=ACK_PAYLOAD,
+    )
     out.append(s)
 
-    s = Scenario("sequence_replay", "A (principal, session, sequence) is single-use, whatever the nonce; "
-                 "the window is keyed on the canonical principal.")
+    s = Scenario(
+        "sequence_replay",
+        "A (principal, session, sequence) is single-use, whatever the nonce; the window is keyed on the canonical principal.",
+    )
     sq = session("R")
     s.step("task a, sequence 3", r("sr-a", task_id="a", session_id=sq, sequence=3), EXECUTOR, "forward", "admitted")
-    s.step("task b, fresh nonce, sequence 3 again", r("sr-b", task_id="b", session_id=sq, sequence=3), EXECUTOR, "reject", "sequence_replay")
-    s.step("task c under the ink: spelling of the same key, sequence 3", r("sr-c", task_id="c", sender=EXECUTOR.ink, session_id=sq, sequence=3),
-           EXECUTOR, "reject", "sequence_replay")
-    s.step("task d, sequence 2: below the top but inside the window and unseen", r("sr-d", task_id="d", session_id=sq, sequence=2),
-           EXECUTOR, "forward", "admitted")
+    s.step(
+        "task b, fresh nonce, sequence 3 again", r("sr-b", task_id="b", session_id=sq, sequence=3), EXECUTOR, "reject", "sequence_replay"
+    )
+    s.step(
+        "task c under the ink: spelling of the same key, sequence 3",
+        r("sr-c", task_id="c", sender=EXECUTOR.ink, session_id=sq, sequence=3),
+        EXECUTOR,
+        "reject",
+        "sequence_replay",
+    )
+    s.step(
+        "task d, sequence 2: below the top but inside the window and unseen",
+        r("sr-d", task_id="d", session_id=sq, sequence=2),
+        EXECUTOR,
+        "forward",
+        "admitted",
+    )
     out.append(s)
 
-    s = Scenario("sequence_too_old", "Sliding window of 8: with top T, sequences T-7..T are judged by the bitmap, "
-                 "T-8 and below are too old.", policy={"window_size": 8})
+    s = Scenario(
+        "sequence_too_old",
+        "Sliding window of 8: with top T, sequences T-7..T are judged by the bitmap, T-8 and below are too old.",
+        policy={"window_size": 8},
+    )
     sw = session("W")
-    for i, (seq, outcome, reason, why) in enumerate([
-        (0, "forward", "admitted", "sequence 0"),
-        (20, "forward", "admitted", "sequence 20 slides the window to 13..20"),
-        (12, "reject", "sequence_too_old", "sequence 12 = top - 8: left of the window"),
-        (13, "forward", "admitted", "sequence 13 = top - 7: inside the window, unseen"),
-        (13, "reject", "sequence_replay", "sequence 13 again (fresh nonce, other task)"),
-        (0, "reject", "sequence_too_old", "sequence 0 again: long forgotten, too old"),
-        (21, "forward", "admitted", "sequence 21 slides the window to 14..21"),
-        (13, "reject", "sequence_too_old", "sequence 13 is now left of the window"),
-    ]):
+    for i, (seq, outcome, reason, why) in enumerate(
+        [
+            (0, "forward", "admitted", "sequence 0"),
+            (20, "forward", "admitted", "sequence 20 slides the window to 13..20"),
+            (12, "reject", "sequence_too_old", "sequence 12 = top - 8: left of the window"),
+            (13, "forward", "admitted", "sequence 13 = top - 7: inside the window, unseen"),
+            (13, "reject", "sequence_replay", "sequence 13 again (fresh nonce, other task)"),
+            (0, "reject", "sequence_too_old", "sequence 0 again: long forgotten, too old"),
+            (21, "forward", "admitted", "sequence 21 slides the window to 14..21"),
+            (13, "reject", "sequence_too_old", "sequence 13 is now left of the window"),
+        ]
+    ):
         s.step(why, r(f"sw-{i}", task_id=f"w{i}", session_id=sw, sequence=seq), EXECUTOR, outcome, reason)
     out.append(s)
 
     created = NOW_MS - 10_000
-    s = Scenario("store_warming",
-                 "A store that may replace a lost one (created, or re-armed, 10 s before the clock: its trusted-from time T) "
-                 "refuses every record issued at most max_future_ms after T (a store deciding at or before T could have "
-                 "admitted it) while such a record can still be fresh: until T + max_future_ms + max_age_ms, inclusive.",
-                 store_created_ms=created)
-    s.step("issued 20 s ago, before the store existed", r("sw-a", task_id="wa", issued_at=ts(NOW_MS - 20_000)), EXECUTOR, "reject", "store_warming")
+    s = Scenario(
+        "store_warming",
+        "A store that may replace a lost one (created, or re-armed, 10 s before the clock: its trusted-from time T) "
+        "refuses every record issued at most max_future_ms after T (a store deciding at or before T could have "
+        "admitted it) while such a record can still be fresh: until T + max_future_ms + max_age_ms, inclusive.",
+        store_created_ms=created,
+    )
+    s.step(
+        "issued 20 s ago, before the store existed",
+        r("sw-a", task_id="wa", issued_at=ts(NOW_MS - 20_000)),
+        EXECUTOR,
+        "reject",
+        "store_warming",
+    )
     s.step("issued exactly at T", r("sw-b", task_id="wb", issued_at=ts(created)), EXECUTOR, "reject", "store_warming")
     s.step("issued 5 s ago, after T", r("sw-c", task_id="wc", issued_at=ts(NOW_MS - 5_000)), EXECUTOR, "reject", "store_warming")
-    s.step("issued exactly T + max_future_ms (20 s ahead of the clock)", r("sw-d", task_id="wd", issued_at=ts(created + 30_000)),
-           EXECUTOR, "reject", "store_warming")
-    s.step("issued T + max_future_ms + 1: no store deciding at or before T could admit it", r("sw-e", task_id="we", issued_at=ts(created + 30_001)),
-           EXECUTOR, "forward", "admitted")
+    s.step(
+        "issued exactly T + max_future_ms (20 s ahead of the clock)",
+        r("sw-d", task_id="wd", issued_at=ts(created + 30_000)),
+        EXECUTOR,
+        "reject",
+        "store_warming",
+    )
+    s.step(
+        "issued T + max_future_ms + 1: no store deciding at or before T could admit it",
+        r("sw-e", task_id="we", issued_at=ts(created + 30_001)),
+        EXECUTOR,
+        "forward",
+        "admitted",
+    )
     late = created + 330_000
-    s.step("the window's last millisecond, issued T + max_future_ms (300 000 ms old: fresh)", r("sw-f", task_id="wf", issued_at=ts(created + 30_000)),
-           EXECUTOR, "reject", "store_warming", now_ms=late)
-    s.step("window over: issued 1 s ago", r("sw-g", task_id="wg", issued_at=ts(late + 1 - 1_000)), EXECUTOR, "forward", "admitted", now_ms=late + 1)
-    s.step("window over: issued T + max_future_ms is now 300 001 ms old", r("sw-h", task_id="wh", issued_at=ts(created + 30_000)),
-           EXECUTOR, "reject", "timestamp_expired", now_ms=late + 1)
+    s.step(
+        "the window's last millisecond, issued T + max_future_ms (300 000 ms old: fresh)",
+        r("sw-f", task_id="wf", issued_at=ts(created + 30_000)),
+        EXECUTOR,
+        "reject",
+        "store_warming",
+        now_ms=late,
+    )
+    s.step(
+        "window over: issued 1 s ago",
+        r("sw-g", task_id="wg", issued_at=ts(late + 1 - 1_000)),
+        EXECUTOR,
+        "forward",
+        "admitted",
+        now_ms=late + 1,
+    )
+    s.step(
+        "window over: issued T + max_future_ms is now 300 001 ms old",
+        r("sw-h", task_id="wh", issued_at=ts(created + 30_000)),
+        EXECUTOR,
+        "reject",
+        "timestamp_expired",
+        now_ms=late + 1,
+    )
     out.append(s)
 
-    s = Scenario("rejects_record_nothing", "Nothing is recorded for a record whose signature does not verify: a forger "
-                 "cannot burn the nonce, sequence or task of the genuine record.")
+    s = Scenario(
+        "rejects_record_nothing",
+        "Nothing is recorded for a record whose signature does not verify: a forger "
+        "cannot burn the nonce, sequence or task of the genuine record.",
+    )
     a = r("forged", session_id=session("F"), sequence=0)
     s.step("Mallory's signature over the executor's receipt", a, EXECUTOR, "reject", "bad_signature", sig=MALLORY.sig_header(a))
     s.step("the genuine record", a, EXECUTOR, "forward", "admitted")
@@ -868,19 +1240,43 @@ def build_sequences() -> list[dict[str, Any]]:
 
     s = Scenario("kinds_are_separate_task_spaces", "The task index is keyed on (kind, task_id).")
     s.step("handoff task-k", r("kind-h", task_id="task-k"), EXECUTOR, "forward", "admitted")
-    s.step("ack task-k", r("kind-a", kind="ack", task_id="task-k", sender=AUDITOR.ink, receiver=ex_tulpa, payload=ACK_PAYLOAD),
-           AUDITOR, "forward", "admitted", payload=ACK_PAYLOAD)
+    s.step(
+        "ack task-k",
+        r("kind-a", kind="ack", task_id="task-k", sender=AUDITOR.ink, receiver=ex_tulpa, payload=ACK_PAYLOAD),
+        AUDITOR,
+        "forward",
+        "admitted",
+        payload=ACK_PAYLOAD,
+    )
     out.append(s)
 
-    s = Scenario("task_ids_are_shared_across_senders",
-                 "The task index is keyed on (kind, task_id) only, not on the sender: a second sender using an admitted "
-                 "task id is escalated (same payload: ambiguous, different payload: conflict).")
-    first = s.step("planner admits task-shared", r("sh-a", task_id="task-shared", sender="planner", receiver=ex_tulpa), Q4, "forward", "admitted")
-    s.step("router, same task id and payload", r("sh-b", task_id="task-shared", sender=ROUTER_ID),
-           ROUTER, "escalate", "ambiguous_retransmission", supersedes=first, prior_receipt_id=first)
+    s = Scenario(
+        "task_ids_are_shared_across_senders",
+        "The task index is keyed on (kind, task_id) only, not on the sender: a second sender using an admitted "
+        "task id is escalated (same payload: ambiguous, different payload: conflict).",
+    )
+    first = s.step(
+        "planner admits task-shared", r("sh-a", task_id="task-shared", sender="planner", receiver=ex_tulpa), Q4, "forward", "admitted"
+    )
+    s.step(
+        "router, same task id and payload",
+        r("sh-b", task_id="task-shared", sender=ROUTER_ID),
+        ROUTER,
+        "escalate",
+        "ambiguous_retransmission",
+        supersedes=first,
+        prior_receipt_id=first,
+    )
     other = b"other"
-    s.step("executor, same task id, other payload", r("sh-c", task_id="task-shared", payload=other), EXECUTOR,
-           "escalate", "task_conflict", payload=other, prior_receipt_id=first)
+    s.step(
+        "executor, same task id, other payload",
+        r("sh-c", task_id="task-shared", payload=other),
+        EXECUTOR,
+        "escalate",
+        "task_conflict",
+        payload=other,
+        prior_receipt_id=first,
+    )
     out.append(s)
 
     return [sc.to_json() for sc in out]
@@ -911,19 +1307,26 @@ def _json(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-def sealed(value: bytes, sealer: Signer, record_id: str, outcome: str, reason: str, receipt: str | None, source: dict[str, Any], at: int) -> list[list[str]]:
+def sealed(
+    value: bytes, sealer: Signer, record_id: str, outcome: str, reason: str, receipt: str | None, source: dict[str, Any], at: int
+) -> list[list[str]]:
     """The three headers every busguard record carries, built by hand."""
     att = _json({"v": 1, "guard": "tulpa:" + sealer.multikey, "decision_id": record_id, "outcome": outcome, "reason": reason,
                  "receipt_id": receipt, "source": source, "decided_at": at, "decision_sha256": hashlib.sha256(value).hexdigest()})  # fmt: skip
     seal = b64url(sealer.sign(ATTESTATION_CONTEXT + att)).encode("ascii")
-    return [[k, b64(v) or ""] for k, v in (("busguard-decision-id", record_id.encode()), ("busguard-attestation", att), ("busguard-seal", seal))]
+    return [
+        [k, b64(v) or ""] for k, v in (("busguard-decision-id", record_id.encode()), ("busguard-attestation", att), ("busguard-seal", seal))
+    ]
 
 
 def resolution_log() -> list[dict[str, Any]]:
     """The guard's two decisions about the task: its admission and the conflicting re-send."""
     witness_rid, conflict_rid = hashlib.sha256(b"vectors-witness").hexdigest(), hashlib.sha256(b"vectors-conflict").hexdigest()
     out = []
-    for did, outcome, reason, rid, offset in ((WITNESS_ID, "forward", "admitted", witness_rid, 10), (ESCALATION_ID, "escalate", "task_conflict", conflict_rid, 11)):
+    for did, outcome, reason, rid, offset in (
+        (WITNESS_ID, "forward", "admitted", witness_rid, 10),
+        (ESCALATION_ID, "escalate", "task_conflict", conflict_rid, 11),
+    ):
         src = {"topic": TOPIC, "partition": 0, "offset": offset}
         fields = {"type": "decision", "decision_id": did, "outcome": outcome, "reason": reason, "source": src, "decided_at": NOW_MS,
                   "receipt_id": rid, "kind": "handoff", "task_id": ESC_TASK}  # fmt: skip
@@ -934,7 +1337,9 @@ def resolution_log() -> list[dict[str, Any]]:
 
 
 def resolve_command(operator: str, resolve_as: str = "reject", note: str = "payload differs; planner asked to re-issue") -> bytes:
-    return _json({"v": 1, "escalation_id": ESCALATION_ID, "resolve_as": resolve_as, "operator": operator, "note": note, "issued_at": NOW_MS + 30_000})
+    return _json(
+        {"v": 1, "escalation_id": ESCALATION_ID, "resolve_as": resolve_as, "operator": operator, "note": note, "issued_at": NOW_MS + 30_000}
+    )
 
 
 def resolution_vector(description: str, stage: str, expect: list[str], *, by: str = "policy", resolved_as: str | None = "reject",
@@ -965,23 +1370,66 @@ def signed(body: bytes, key: Signer | None, signer: Signer | None) -> dict[str, 
 def build_resolutions() -> list[dict[str, Any]]:
     alice_says = resolve_command("alice")
     return [
-        resolution_vector("held for an operator by the policy, sealed with the reconciler key", "held", [], resolved_as=None, note="task_conflict: held"),
-        resolution_vector("alice's resolution, carrying the command she signed with her key", "final", [], by="operator:alice", command=signed(alice_says, ALICE, ALICE)),
-        resolution_vector("alice's genuine resolution, but sealed with the guard key", "final", ["guard_sealed_resolution"], by="operator:alice",
-                          command=signed(alice_says, ALICE, ALICE), sealer=GUARD),  # fmt: skip
+        resolution_vector(
+            "held for an operator by the policy, sealed with the reconciler key", "held", [], resolved_as=None, note="task_conflict: held"
+        ),
+        resolution_vector(
+            "alice's resolution, carrying the command she signed with her key",
+            "final",
+            [],
+            by="operator:alice",
+            command=signed(alice_says, ALICE, ALICE),
+        ),
+        resolution_vector(
+            "alice's genuine resolution, but sealed with the guard key",
+            "final",
+            ["guard_sealed_resolution"],
+            by="operator:alice",
+            command=signed(alice_says, ALICE, ALICE),
+            sealer=GUARD,
+        ),  # fmt: skip
         resolution_vector("names alice, no command", "final", ["unproven_operator"], by="operator:alice"),
-        resolution_vector("names alice, command signed with the guard key (no signer)", "final", ["unproven_operator"], by="operator:alice",
-                          command=signed(alice_says, None, None)),  # fmt: skip
-        resolution_vector("names alice, command claims alice's key but mallory signed it", "final", ["unproven_operator"], by="operator:alice",
-                          command=signed(alice_says, SIGNERS["mallory"], ALICE)),  # fmt: skip
-        resolution_vector("names alice, command genuinely signed by bob (naming alice)", "final", ["unproven_operator"], by="operator:alice",
-                          command=signed(alice_says, BOB, BOB)),  # fmt: skip
-        resolution_vector("alice signed resolve_as replay; the resolution says reject", "final", ["unproven_operator"], by="operator:alice",
-                          command=signed(resolve_command("alice", "replay"), ALICE, ALICE)),  # fmt: skip
-        resolution_vector("names carol, who is not in the operators file", "final", ["unproven_operator"], by="operator:carol",
-                          command=signed(resolve_command("carol"), SIGNERS["mallory"], SIGNERS["mallory"])),  # fmt: skip
-        resolution_vector("a policy resolution carrying an operator's command", "final", ["unproven_operator"], command=signed(alice_says, ALICE, ALICE)),
-        resolution_vector("sealed with neither the guard's nor the reconciler's key", "final", ["forged_record"], sealer=SIGNERS["mallory"]),
+        resolution_vector(
+            "names alice, command signed with the guard key (no signer)",
+            "final",
+            ["unproven_operator"],
+            by="operator:alice",
+            command=signed(alice_says, None, None),
+        ),  # fmt: skip
+        resolution_vector(
+            "names alice, command claims alice's key but mallory signed it",
+            "final",
+            ["unproven_operator"],
+            by="operator:alice",
+            command=signed(alice_says, SIGNERS["mallory"], ALICE),
+        ),  # fmt: skip
+        resolution_vector(
+            "names alice, command genuinely signed by bob (naming alice)",
+            "final",
+            ["unproven_operator"],
+            by="operator:alice",
+            command=signed(alice_says, BOB, BOB),
+        ),  # fmt: skip
+        resolution_vector(
+            "alice signed resolve_as replay; the resolution says reject",
+            "final",
+            ["unproven_operator"],
+            by="operator:alice",
+            command=signed(resolve_command("alice", "replay"), ALICE, ALICE),
+        ),  # fmt: skip
+        resolution_vector(
+            "names carol, who is not in the operators file",
+            "final",
+            ["unproven_operator"],
+            by="operator:carol",
+            command=signed(resolve_command("carol"), SIGNERS["mallory"], SIGNERS["mallory"]),
+        ),  # fmt: skip
+        resolution_vector(
+            "a policy resolution carrying an operator's command", "final", ["unproven_operator"], command=signed(alice_says, ALICE, ALICE)
+        ),
+        resolution_vector(
+            "sealed with neither the guard's nor the reconciler's key", "final", ["forged_record"], sealer=SIGNERS["mallory"]
+        ),
     ]
 
 
@@ -1024,20 +1472,26 @@ def header(description: str) -> dict[str, Any]:
 def documents() -> dict[str, dict[str, Any]]:
     return {
         "valid.json": {
-            **header("Records busguard must admit (forward/admitted), each alone against a fresh store. A vector may set "
-                     "receivers: the agent ids its route declares (absent: any receiver)."),
+            **header(
+                "Records busguard must admit (forward/admitted), each alone against a fresh store. A vector may set "
+                "receivers: the agent ids its route declares (absent: any receiver)."
+            ),
             "vectors": build_valid(),
         },
         "invalid.json": {
-            **header("Records busguard must reject, each alone against a fresh store, with the expected reason code. "
-                     "A vector may set max_payload_bytes (else the file's value applies), and receivers: the agent ids "
-                     "its route declares (absent: any receiver)."),
+            **header(
+                "Records busguard must reject, each alone against a fresh store, with the expected reason code. "
+                "A vector may set max_payload_bytes (else the file's value applies), and receivers: the agent ids "
+                "its route declares (absent: any receiver)."
+            ),
             "vectors": build_invalid(),
         },
         "sequences.json": {
-            **header("Multi-record scenarios, each against one fresh store (created at store_created_at unless the "
-                     "scenario says otherwise), steps in order. A scenario's policy overrides the file's policy field by "
-                     "field; a step's now overrides the file's now."),
+            **header(
+                "Multi-record scenarios, each against one fresh store (created at store_created_at unless the "
+                "scenario says otherwise), steps in order. A scenario's policy overrides the file's policy field by "
+                "field; a step's now overrides the file's now."
+            ),
             "scenarios": build_sequences(),
         },
         "resolutions.json": resolutions_document(),

@@ -42,34 +42,122 @@ BROKEN = b"\x16\x00\x00\x02\x7ekk" + b"\x00" * 5  # key length 63 in an 11-byte 
 
 
 def three(middle: list[tuple[bytes, bytes | None]], codec: int = 0, base: int = 0) -> bytes:
-    return batch([record(0, b"k", b"v0", [(b"a", b"1")]), record(1, b"k", b"v1", middle), record(2, b"k", b"v2", [])], codec=codec, base_offset=base)
+    return batch(
+        [record(0, b"k", b"v0", [(b"a", b"1")]), record(1, b"k", b"v1", middle), record(2, b"k", b"v2", [])], codec=codec, base_offset=base
+    )
 
 
 def vectors() -> list[dict[str, object]]:
     """(name, description, fetch, fetch offset, items as (first, last, what))."""
     v: list[tuple[str, str, bytes, int, list[tuple[int, int, str]]]] = [
         ("plain", "three records, no compression", three([(b"h", b"x"), (b"n", None)]), 0, [(0, 0, R), (1, 1, R), (2, 2, R)]),
-        *[(f"valid_{c}", f"three records, {c}", three([(b"h", b"x")], CODECS[c]), 0, [(0, 0, R), (1, 1, R), (2, 2, R)]) for c in ("snappy", "lz4", "zstd")],
-        ("non_utf8_header_name", "the middle record has header name FF FE", three([(b"ok", b"1"), (b"\xff\xfe", b"x")]), 0, [(0, 0, R), (1, 1, H), (2, 2, R)]),
-        ("non_utf8_header_name_zstd", "the same, zstd-compressed", three([(b"\xc0\xaf", b"")], CODECS["zstd"]), 0, [(0, 0, R), (1, 1, H), (2, 2, R)]),
-        ("unparseable_record", "the middle record's key length runs past it", batch([record(0, b"k", b"v0", []), BROKEN, record(2, b"k", b"v2", [])]), 0, [(0, 0, R), (1, 1, U), (2, 2, R)]),
-        ("crc_mismatch", "CRC field 1; the next batch is fine", batch([record(i, None, b"x", []) for i in range(3)], base_offset=10, crc=1) + batch([record(0, None, b"y", [])], base_offset=13), 10, [(10, 12, B), (13, 13, R)]),
-        ("unknown_codec", "attributes codec id 5", batch([record(i, None, b"x", []) for i in range(2)], attributes=5), 0, [(0, 1, B)]),
-        ("corrupt_gzip_frame", "gzip attributes over bytes that are not gzip", batch([], payload=b"\x1f\x8b\x08\x00garbage", count=2, last_offset_delta=1, attributes=1), 0, [(0, 1, B)]),
-        ("corrupt_snappy_frame", "snappy attributes over bytes that are not snappy", batch([], payload=b"\x00garbage", count=2, last_offset_delta=1, attributes=2), 0, [(0, 1, B)]),
-        ("out_of_order_deltas", "offset deltas 1, 0", batch([record(1, None, b"a", []), record(0, None, b"b", [])]), 0, [(0, 1, B)]),
-        ("truncated_records", "4 records declared, the section ends inside the third", batch([], payload=b"".join(record(i, b"k", b"v", []) for i in range(4))[:20], count=4, last_offset_delta=3), 0, [(0, 0, R), (1, 1, R), (2, 3, B)]),
-        ("control_outside_transaction", "control bit without the transactional bit", batch([record(0, None, b"x", [])], attributes=0x20), 0, [(0, 0, B)]),
-        ("transaction_marker", "a control batch inside a transaction: no record", batch([record(0, b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00", [])], attributes=0x30) + batch([record(0, None, b"y", [])], base_offset=1), 0, [(1, 1, R)]),
-        ("fetch_offset_mid_batch", "fetched at 21 inside a CRC-broken batch at 20", batch([record(i, None, b"x", []) for i in range(4)], base_offset=20, crc=1), 21, [(21, 23, B)]),
-        ("header_does_not_cover_fetch_offset", "last offset delta -3: the fetched offset 5 is decided anyway", with_base_offset(batch([record(0, None, b"v", [])], last_offset_delta=-3, crc=3), 0), 5, [(5, 5, B)]),
-        ("span_capped_by_next_batch", "a broken batch claiming 1 000 001 offsets, the next batch at 2", batch([record(0, None, b"v", [])], last_offset_delta=1_000_000, crc=7) + three([], base=2), 0, [(0, 1, B), (2, 2, R), (3, 3, R), (4, 4, R)]),
         *[
-            (f"claimed_span_{n}", f"one record, CRC broken, lastOffsetDelta {n - 1}: one item for {n} offsets", claimed_span(n, base_offset=7), 7, [(7, 7 + n - 1, B)])
+            (f"valid_{c}", f"three records, {c}", three([(b"h", b"x")], CODECS[c]), 0, [(0, 0, R), (1, 1, R), (2, 2, R)])
+            for c in ("snappy", "lz4", "zstd")
+        ],
+        (
+            "non_utf8_header_name",
+            "the middle record has header name FF FE",
+            three([(b"ok", b"1"), (b"\xff\xfe", b"x")]),
+            0,
+            [(0, 0, R), (1, 1, H), (2, 2, R)],
+        ),
+        (
+            "non_utf8_header_name_zstd",
+            "the same, zstd-compressed",
+            three([(b"\xc0\xaf", b"")], CODECS["zstd"]),
+            0,
+            [(0, 0, R), (1, 1, H), (2, 2, R)],
+        ),
+        (
+            "unparseable_record",
+            "the middle record's key length runs past it",
+            batch([record(0, b"k", b"v0", []), BROKEN, record(2, b"k", b"v2", [])]),
+            0,
+            [(0, 0, R), (1, 1, U), (2, 2, R)],
+        ),
+        (
+            "crc_mismatch",
+            "CRC field 1; the next batch is fine",
+            batch([record(i, None, b"x", []) for i in range(3)], base_offset=10, crc=1)
+            + batch([record(0, None, b"y", [])], base_offset=13),
+            10,
+            [(10, 12, B), (13, 13, R)],
+        ),
+        ("unknown_codec", "attributes codec id 5", batch([record(i, None, b"x", []) for i in range(2)], attributes=5), 0, [(0, 1, B)]),
+        (
+            "corrupt_gzip_frame",
+            "gzip attributes over bytes that are not gzip",
+            batch([], payload=b"\x1f\x8b\x08\x00garbage", count=2, last_offset_delta=1, attributes=1),
+            0,
+            [(0, 1, B)],
+        ),
+        (
+            "corrupt_snappy_frame",
+            "snappy attributes over bytes that are not snappy",
+            batch([], payload=b"\x00garbage", count=2, last_offset_delta=1, attributes=2),
+            0,
+            [(0, 1, B)],
+        ),
+        ("out_of_order_deltas", "offset deltas 1, 0", batch([record(1, None, b"a", []), record(0, None, b"b", [])]), 0, [(0, 1, B)]),
+        (
+            "truncated_records",
+            "4 records declared, the section ends inside the third",
+            batch([], payload=b"".join(record(i, b"k", b"v", []) for i in range(4))[:20], count=4, last_offset_delta=3),
+            0,
+            [(0, 0, R), (1, 1, R), (2, 3, B)],
+        ),
+        (
+            "control_outside_transaction",
+            "control bit without the transactional bit",
+            batch([record(0, None, b"x", [])], attributes=0x20),
+            0,
+            [(0, 0, B)],
+        ),
+        (
+            "transaction_marker",
+            "a control batch inside a transaction: no record",
+            batch([record(0, b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00", [])], attributes=0x30)
+            + batch([record(0, None, b"y", [])], base_offset=1),
+            0,
+            [(1, 1, R)],
+        ),
+        (
+            "fetch_offset_mid_batch",
+            "fetched at 21 inside a CRC-broken batch at 20",
+            batch([record(i, None, b"x", []) for i in range(4)], base_offset=20, crc=1),
+            21,
+            [(21, 23, B)],
+        ),
+        (
+            "header_does_not_cover_fetch_offset",
+            "last offset delta -3: the fetched offset 5 is decided anyway",
+            with_base_offset(batch([record(0, None, b"v", [])], last_offset_delta=-3, crc=3), 0),
+            5,
+            [(5, 5, B)],
+        ),
+        (
+            "span_capped_by_next_batch",
+            "a broken batch claiming 1 000 001 offsets, the next batch at 2",
+            batch([record(0, None, b"v", [])], last_offset_delta=1_000_000, crc=7) + three([], base=2),
+            0,
+            [(0, 1, B), (2, 2, R), (3, 3, R), (4, 4, R)],
+        ),
+        *[
+            (
+                f"claimed_span_{n}",
+                f"one record, CRC broken, lastOffsetDelta {n - 1}: one item for {n} offsets",
+                claimed_span(n, base_offset=7),
+                7,
+                [(7, 7 + n - 1, B)],
+            )
             for n in (1, 20_000, 2**31 - 1)
         ],
     ]
-    return [{"name": n, "description": d, "fetch_offset": fo, "fetch_hex": raw.hex(), "expect": [[lo, hi, what] for lo, hi, what in e]} for n, d, raw, fo, e in v]
+    return [
+        {"name": n, "description": d, "fetch_offset": fo, "fetch_hex": raw.hex(), "expect": [[lo, hi, what] for lo, hi, what in e]}
+        for n, d, raw, fo, e in v
+    ]
 
 
 def span_decisions(vecs: list[dict[str, object]]) -> list[dict[str, object]]:
@@ -87,8 +175,23 @@ def span_decisions(vecs: list[dict[str, object]]) -> list[dict[str, object]]:
                 continue
             _, value, headers = preserved(item, MAX_PAYLOAD)
             source = Coordinates(topic="t", partition=0, offset=item.offset)
-            d = undecodable(source, NOW, AdmissionPolicy(namespace=NAMESPACE), Reason(item.reason), item.detail, record_sha256(None, value, headers), item.last_offset)
-            out.append({"vector": vec["name"], "first_offset": item.offset, "last_offset": item.next_offset - 1, "decision": decision_bytes(d).decode("ascii")})
+            d = undecodable(
+                source,
+                NOW,
+                AdmissionPolicy(namespace=NAMESPACE),
+                Reason(item.reason),
+                item.detail,
+                record_sha256(None, value, headers),
+                item.last_offset,
+            )
+            out.append(
+                {
+                    "vector": vec["name"],
+                    "first_offset": item.offset,
+                    "last_offset": item.next_offset - 1,
+                    "decision": decision_bytes(d).decode("ascii"),
+                }
+            )
     return out
 
 

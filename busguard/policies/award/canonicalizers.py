@@ -176,7 +176,9 @@ def _int(text: str) -> int | float:
     except OverflowError:
         as_double = math.inf
     if not math.isfinite(as_double):
-        raise _Refused("inexact-integer", "a number", f"the integer {shown} is past the largest IEEE 754 double, so JCS cannot represent it")
+        raise _Refused(
+            "inexact-integer", "a number", f"the integer {shown} is past the largest IEEE 754 double, so JCS cannot represent it"
+        )
     written = rfc8785.dumps(as_double).decode("ascii")
     if decimal.Decimal(written) != value:
         raise _Refused(
@@ -382,7 +384,9 @@ def discover_plugins(entry_points: Iterable[importlib.metadata.EntryPoint] | Non
         if CANONICALIZER_ID.fullmatch(ep.name) is None:
             raise PluginError(f"{where}: the name is not a canonicalizer id (1-64 of [a-z0-9._-], starting with a letter or digit)")
         if ep.name in BUILTIN:
-            raise PluginError(f"{where} collides with the built-in canonicalizer {ep.name!r}; built-ins cannot be replaced, choose another id")
+            raise PluginError(
+                f"{where} collides with the built-in canonicalizer {ep.name!r}; built-ins cannot be replaced, choose another id"
+            )
         if ep.name in origin:
             raise PluginError(f"{where} collides with {origin[ep.name]}; two plugins cannot share an id")
         origin[ep.name] = where

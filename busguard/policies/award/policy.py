@@ -46,8 +46,8 @@ from busguard.policies.award.registry import VerificationRegistry
 from busguard.policies.award.rows import AwardedRow, AwardRow, BidRow, CallRow, Legacy
 from busguard.policies.award.settle import Recomputed, recompute, settle
 from busguard.policies.award.wire import (
-    AwardPayload,
     Awardable,
+    AwardPayload,
     BidPayload,
     CallPayload,
     Payload,
@@ -169,26 +169,42 @@ class AwardPolicy:
         horizon = self.limits.deadline_horizon_ms
         if deadline_ms <= now_ms + horizon:
             return None
-        return _reject(Reason.AWARD_DEADLINE_TOO_FAR, f"{what} is {deadline_ms - now_ms} ms ahead of the guard's clock; at most {horizon} (award.deadline_horizon_ms)")
+        return _reject(
+            Reason.AWARD_DEADLINE_TOO_FAR,
+            f"{what} is {deadline_ms - now_ms} ms ahead of the guard's clock; at most {horizon} (award.deadline_horizon_ms)",
+        )
 
     def _call(self, parsed: Parsed, p: CallPayload, state: _Call | None, now_ms: int) -> PolicyOutcome:
         awarder = canonical_principal(p.awarder)
         if awarder != parsed.principal:
-            return PolicyOutcome(objection=_reject(Reason.AWARD_WRONG_PARTY, f"the call names awarder {p.awarder!r} but is signed by {parsed.envelope.receipt.sender!r}"))
+            return PolicyOutcome(
+                objection=_reject(
+                    Reason.AWARD_WRONG_PARTY, f"the call names awarder {p.awarder!r} but is signed by {parsed.envelope.receipt.sender!r}"
+                )
+            )
         if state is not None:
-            return PolicyOutcome(objection=_reject(Reason.AWARD_CALL_EXISTS, f"call {parsed.call!r} was already issued by {state.row.awarder!r}; its rows are kept until {state.row.expires_ms} (epoch ms)"))
+            return PolicyOutcome(
+                objection=_reject(
+                    Reason.AWARD_CALL_EXISTS,
+                    f"call {parsed.call!r} was already issued by {state.row.awarder!r}; its rows are kept until {state.row.expires_ms} (epoch ms)",
+                )
+            )
         deadline = parse_timestamp(p.award_deadline)
         too_far = self._too_far(f"call {parsed.call!r}: award_deadline", deadline, now_ms)
         if too_far is not None:
             return PolicyOutcome(objection=too_far)
-        new = CallRow(parsed.envelope.receipt.sender, awarder, p.task_class, p.requires_check, deadline, max(deadline, now_ms) + RETENTION_MS)
+        new = CallRow(
+            parsed.envelope.receipt.sender, awarder, p.task_class, p.requires_check, deadline, max(deadline, now_ms) + RETENTION_MS
+        )
         notes = {"call": parsed.call, "task_class": p.task_class, "requires_check": str(p.requires_check).lower()}
         return PolicyOutcome(writes=(_write(rows.call_key(parsed.call), new, new, now_ms),), annotations=notes)
 
     def _bid(self, parsed: Parsed, p: BidPayload, state: _Call, view: PolicyView, now_ms: int) -> PolicyOutcome:
         call, row, bid_id = parsed.call, state.row, parsed.envelope.receipt.task_id
         if row.awarded is not None:
-            return PolicyOutcome(objection=_reject(Reason.AWARD_CLOSED, f"call {call!r} is already awarded (to bid {row.awarded.award.winner!r})"))
+            return PolicyOutcome(
+                objection=_reject(Reason.AWARD_CLOSED, f"call {call!r} is already awarded (to bid {row.awarded.award.winner!r})")
+            )
         if now_ms > row.award_deadline_ms:
             return PolicyOutcome(objection=_reject(Reason.AWARD_CLOSED, f"call {call!r}: its award deadline has passed"))
         deadline = parse_timestamp(p.deadline)
@@ -200,14 +216,21 @@ class AwardPolicy:
         legacy_counts = Counter(b.principal for b in state.legacy)
         mine = legacy_counts[parsed.principal] + _count(view, call, parsed.principal)
         if mine >= self.limits.max_bids_per_bidder:
-            return PolicyOutcome(objection=_reject(Reason.AWARD_BIDDER_LIMIT, (
-                f"{parsed.envelope.receipt.sender!r} already holds {mine} bids on call {call!r}; "
-                f"at most {self.limits.max_bids_per_bidder} (award.max_bids_per_bidder)"
-            )))
+            return PolicyOutcome(
+                objection=_reject(
+                    Reason.AWARD_BIDDER_LIMIT,
+                    (
+                        f"{parsed.envelope.receipt.sender!r} already holds {mine} bids on call {call!r}; "
+                        f"at most {self.limits.max_bids_per_bidder} (award.max_bids_per_bidder)"
+                    ),
+                )
+            )
         if len(row.bid_ids) >= MAX_BIDS:
             return PolicyOutcome(objection=_reject(Reason.AWARD_TOO_MANY_BIDS, f"call {call!r} already holds {MAX_BIDS} bids"))
         t = p.receipt
-        bid = BidRow(bid_id, parsed.envelope.receipt.sender, parsed.principal, p.cost, deadline, t.canonicalizer_id, t.commits, t.verifier_manifest)
+        bid = BidRow(
+            bid_id, parsed.envelope.receipt.sender, parsed.principal, p.cost, deadline, t.canonicalizer_id, t.commits, t.verifier_manifest
+        )
         new = msgspec.structs.replace(row, bid_ids=(*row.bid_ids, rows.bid_digest(bid_id)))
         writes = [_write(rows.call_key(call), new, new, now_ms), _write(rows.bid_key(call, bid_id), bid, new, now_ms)]
         legacy_counts[parsed.principal] = mine + 1
@@ -224,8 +247,16 @@ class AwardPolicy:
             return self._refused(parsed, p, state.row, tuple(named[b] for b in _notice_order(p) if b in named), objection)
         winner = named[p.winner]
         award = AwardRow(p.winner, p.mode, p.verifier, p.risk_price)
-        new = msgspec.structs.replace(state.row, awarded=AwardedRow(award, winner), expires_ms=max(state.row.expires_ms, winner.deadline_ms + RETENTION_MS))
-        notes = {"call": parsed.call, "winner": p.winner, "bidder": winner.bidder, "mode": p.mode, "canonicalizer_id": winner.canonicalizer_id}
+        new = msgspec.structs.replace(
+            state.row, awarded=AwardedRow(award, winner), expires_ms=max(state.row.expires_ms, winner.deadline_ms + RETENTION_MS)
+        )
+        notes = {
+            "call": parsed.call,
+            "winner": p.winner,
+            "bidder": winner.bidder,
+            "mode": p.mode,
+            "canonicalizer_id": winner.canonicalizer_id,
+        }
         if p.mode == "delegated":
             verifier = self.registry.delegation(p.verifier or "", winner.canonicalizer_id)
             assert verifier is not None
@@ -237,9 +268,13 @@ class AwardPolicy:
     def _award_objection(self, parsed: Parsed, p: AwardPayload, state: _Call, named: Mapping[str, BidRow], now_ms: int) -> Objection | None:
         call, row = parsed.call, state.row
         if parsed.principal != row.principal:
-            return _reject(Reason.AWARD_WRONG_PARTY, f"call {call!r} belongs to awarder {row.awarder!r}, not {parsed.envelope.receipt.sender!r}")
+            return _reject(
+                Reason.AWARD_WRONG_PARTY, f"call {call!r} belongs to awarder {row.awarder!r}, not {parsed.envelope.receipt.sender!r}"
+            )
         if row.awarded is not None:
-            return _reject(Reason.AWARD_ALREADY_AWARDED, f"call {call!r} was already awarded to bid {row.awarded.award.winner!r}: one award per call")
+            return _reject(
+                Reason.AWARD_ALREADY_AWARDED, f"call {call!r} was already awarded to bid {row.awarded.award.winner!r}: one award per call"
+            )
         if now_ms > row.award_deadline_ms:
             return _reject(Reason.AWARD_CLOSED, f"call {call!r}: its award deadline has passed")
         unknown = [b for b in (p.winner, *p.ranked) if not _holds(state, b) or (b == p.winner and b not in named)]
@@ -258,17 +293,27 @@ class AwardPolicy:
             )
         if p.mode == "delegated":
             if p.verifier != winner.verifier_manifest:
-                return _reject(Reason.AWARD_UNTRUSTED_VERIFIER, f"the award delegates to {p.verifier!r} but the winning bid names verifier manifest {winner.verifier_manifest!r}")
+                return _reject(
+                    Reason.AWARD_UNTRUSTED_VERIFIER,
+                    f"the award delegates to {p.verifier!r} but the winning bid names verifier manifest {winner.verifier_manifest!r}",
+                )
             if self.registry.delegation(p.verifier or "", cid) is None:
-                return _reject(Reason.AWARD_UNTRUSTED_VERIFIER, f"verifier manifest {p.verifier!r} is not trust-delegated for canonicalizer {cid!r} here")
+                return _reject(
+                    Reason.AWARD_UNTRUSTED_VERIFIER,
+                    f"verifier manifest {p.verifier!r} is not trust-delegated for canonicalizer {cid!r} here",
+                )
         if p.mode == "best_effort":
             if row.requires_check:
                 return _reject(Reason.AWARD_CHECK_REQUIRED, f"call {call!r} requires postcondition checking: no best-effort award")
             if not self.registry.tolerates_best_effort(row.task_class):
-                return _reject(Reason.AWARD_BEST_EFFORT_NOT_TOLERATED, f"task class {row.task_class!r} does not tolerate best-effort awards here")
+                return _reject(
+                    Reason.AWARD_BEST_EFFORT_NOT_TOLERATED, f"task class {row.task_class!r} does not tolerate best-effort awards here"
+                )
         return None
 
-    def _refused(self, parsed: Parsed, p: AwardPayload, row: CallRow | None, named: tuple[BidRow, ...], objection: Objection) -> PolicyOutcome:
+    def _refused(
+        self, parsed: Parsed, p: AwardPayload, row: CallRow | None, named: tuple[BidRow, ...], objection: Objection
+    ) -> PolicyOutcome:
         """A refused award: its reject-and-rebid notice to the awarder, listing
         which of the bids it ranked first (NOTICE_BIDS), then its winner, could be awarded here."""
         awardable = () if row is None else tuple(self._awardable(named, row))
@@ -281,7 +326,11 @@ class AwardPolicy:
             awardable=awardable,
         )
         notes = {"call": parsed.call, "winner": p.winner, "mode": p.mode, "awardable": ",".join(a.bid for a in awardable)}
-        return PolicyOutcome(objection=objection, annotations=notes, notices=(Notice(route=REBID_ROUTE, key=parsed.call.encode(), value=notice_encode(notice)),))
+        return PolicyOutcome(
+            objection=objection,
+            annotations=notes,
+            notices=(Notice(route=REBID_ROUTE, key=parsed.call.encode(), value=notice_encode(notice)),),
+        )
 
     # ---------------------------------------------------------------- modes
 
@@ -300,7 +349,14 @@ class AwardPolicy:
         for bid in bids:
             mode = self._mode(bid, row)
             if mode is not None:
-                yield Awardable(bid=bid.bid, bidder=bid.bidder, cost=bid.cost, mode=mode[0], canonicalizer_id=bid.canonicalizer_id, verifier_manifest=mode[1])
+                yield Awardable(
+                    bid=bid.bid,
+                    bidder=bid.bidder,
+                    cost=bid.cost,
+                    mode=mode[0],
+                    canonicalizer_id=bid.canonicalizer_id,
+                    verifier_manifest=mode[1],
+                )
 
 
 def _state(decoded: CallRow | Legacy) -> _Call:
@@ -349,10 +405,23 @@ def _write(key: PolicyKey, value: CallRow | BidRow | rows.Count, call: CallRow, 
 POLICY: Final = AwardPolicy()
 
 
-
 #: The reason codes each kind may give (KindSpec.reasons).
-_PARSE = (Reason.UNKNOWN_FIELD, Reason.MISSING_FIELD, Reason.WRONG_TYPE, Reason.MALFORMED_FIELD, Reason.NOT_JSON, Reason.DUPLICATE_KEY, Reason.MALFORMED_AGENT_ID)
-CALL_REASONS: Final = (*_PARSE, Reason.MALFORMED_TIMESTAMP, Reason.AWARD_WRONG_PARTY, Reason.AWARD_CALL_EXISTS, Reason.AWARD_DEADLINE_TOO_FAR)
+_PARSE = (
+    Reason.UNKNOWN_FIELD,
+    Reason.MISSING_FIELD,
+    Reason.WRONG_TYPE,
+    Reason.MALFORMED_FIELD,
+    Reason.NOT_JSON,
+    Reason.DUPLICATE_KEY,
+    Reason.MALFORMED_AGENT_ID,
+)
+CALL_REASONS: Final = (
+    *_PARSE,
+    Reason.MALFORMED_TIMESTAMP,
+    Reason.AWARD_WRONG_PARTY,
+    Reason.AWARD_CALL_EXISTS,
+    Reason.AWARD_DEADLINE_TOO_FAR,
+)
 BID_REASONS: Final = (
     *_PARSE,
     Reason.MALFORMED_TIMESTAMP,

@@ -145,7 +145,9 @@ def build_registry(
         try:
             canonicalizers = available_canonicalizers()
         except PluginError as exc:
-            raise ConfigError(source, f"{key}.canonicalizers", None, f"installed canonicalizer plugins could not be loaded: {exc}") from None
+            raise ConfigError(
+                source, f"{key}.canonicalizers", None, f"installed canonicalizer plugins could not be loaded: {exc}"
+            ) from None
     loaded = ", ".join(sorted(canonicalizers)) or "(none)"
     local: dict[str, Canonicalizer] = {}
     for i, cid in enumerate(section.canonicalizers):

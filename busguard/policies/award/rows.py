@@ -26,9 +26,8 @@ writes the call (policy.py).
 
 from __future__ import annotations
 
-from typing import Final
-
 import hashlib
+from typing import Final
 
 import msgspec
 
@@ -151,7 +150,16 @@ def decode_call(raw: bytes) -> CallRow | Legacy:
         awarded = AwardedRow(old.award, winner)
     deadlines = (old.award_deadline_ms, *([awarded.bid.deadline_ms] if awarded else [b.deadline_ms for b in old.bids]))
     expires = max(deadlines) + RETENTION_MS  # the old rule; the stored TTL still bounds the row itself
-    row = CallRow(old.awarder, old.principal, old.task_class, old.requires_check, old.award_deadline_ms, expires, tuple(bid_digest(b.bid) for b in old.bids), awarded)
+    row = CallRow(
+        old.awarder,
+        old.principal,
+        old.task_class,
+        old.requires_check,
+        old.award_deadline_ms,
+        expires,
+        tuple(bid_digest(b.bid) for b in old.bids),
+        awarded,
+    )
     return Legacy(row, old.bids)
 
 

@@ -54,7 +54,9 @@ def _escalate(reason: Reason, detail: str, notes: dict[str, str]) -> PolicyOutco
     return PolicyOutcome(objection=Objection(Outcome.ESCALATE, reason, detail), annotations={**notes, "settlement": "escalated"})
 
 
-def settle(registry: VerificationRegistry, call: str, principal: str, sender: str, p: ResultPayload, row: CallRow, recomputed: Recomputed) -> PolicyOutcome:
+def settle(
+    registry: VerificationRegistry, call: str, principal: str, sender: str, p: ResultPayload, row: CallRow, recomputed: Recomputed
+) -> PolicyOutcome:
     """The result's decision against its call's row (`principal`: the sender's canonical principal)."""
     if row.awarded is None:
         return _reject(Reason.SETTLEMENT_NO_AWARD, f"call {call!r} has no admitted award to settle")
@@ -62,7 +64,10 @@ def settle(registry: VerificationRegistry, call: str, principal: str, sender: st
     if principal != winner.principal:
         return _reject(Reason.AWARD_WRONG_PARTY, f"call {call!r} was awarded to {winner.bidder!r}, not {sender!r}")
     if (p.output if winner.commits == "output" else p.trace) is None:
-        return _reject(Reason.MALFORMED_FIELD, f"cnet.result payload: the winning bid commits its root over its {winner.commits}; send {winner.commits}")
+        return _reject(
+            Reason.MALFORMED_FIELD,
+            f"cnet.result payload: the winning bid commits its root over its {winner.commits}; send {winner.commits}",
+        )
     notes = {"call": call, "winner": award.winner, "mode": award.mode, "attributed_to": winner.bidder, "committed_root": p.state_root}
     if award.mode == "best_effort":
         return PolicyOutcome(annotations={**notes, "settlement": "unverified", "verification": "unverified"})
@@ -73,22 +78,38 @@ def settle(registry: VerificationRegistry, call: str, principal: str, sender: st
     if root is None:
         return _escalate(Reason.SETTLEMENT_UNRECOMPUTABLE, f"canonicalizer {cid!r} is no longer registered here", notes)
     if isinstance(root, MalformedOutput):
-        return _escalate(Reason.SETTLEMENT_UNRECOMPUTABLE, f"{winner.bidder!r} delivered {winner.commits} {cid} cannot read: {root}", {**notes, "problem": root.problem})
+        return _escalate(
+            Reason.SETTLEMENT_UNRECOMPUTABLE,
+            f"{winner.bidder!r} delivered {winner.commits} {cid} cannot read: {root}",
+            {**notes, "problem": root.problem},
+        )
     if root != p.state_root:
         detail = f"{winner.bidder!r} committed state_root {p.state_root} but {winner.commits} recomputes under {cid} to {root}"
         return _escalate(Reason.SETTLEMENT_MISMATCH, detail, {**notes, "recomputed_root": root})
     return PolicyOutcome(annotations={**notes, "recomputed_root": root, "settlement": "settled", "verification": "recomputed"})
 
 
-def _delegated(registry: VerificationRegistry, call: str, p: ResultPayload, winner: BidRow, award: AwardRow, sha256: str, notes: dict[str, str]) -> PolicyOutcome:
+def _delegated(
+    registry: VerificationRegistry, call: str, p: ResultPayload, winner: BidRow, award: AwardRow, sha256: str, notes: dict[str, str]
+) -> PolicyOutcome:
     verifier = registry.delegation(award.verifier or "", winner.canonicalizer_id)
     if verifier is None:
-        return _escalate(Reason.SETTLEMENT_BAD_ATTESTATION, f"verifier manifest {award.verifier!r} is no longer trust-delegated here", notes)
+        return _escalate(
+            Reason.SETTLEMENT_BAD_ATTESTATION, f"verifier manifest {award.verifier!r} is no longer trust-delegated here", notes
+        )
     notes = {**notes, "verifier": verifier.agent_id}
     if p.attestation is None:
-        return _escalate(Reason.SETTLEMENT_BAD_ATTESTATION, f"a delegated award settles only on an attestation by {verifier.agent_id!r}; none sent", notes)
+        return _escalate(
+            Reason.SETTLEMENT_BAD_ATTESTATION,
+            f"a delegated award settles only on an attestation by {verifier.agent_id!r}; none sent",
+            notes,
+        )
     fields = {"verifier_manifest": verifier.manifest, "call": call, "bid": winner.bid, "canonicalizer_id": winner.canonicalizer_id}
     message = attestation_input(**fields, state_root=p.state_root, output_sha256=sha256)
     if message is None or not verify_signature(verifier.public_key, message, b64url_decode_strict(p.attestation, 64)):
-        return _escalate(Reason.SETTLEMENT_BAD_ATTESTATION, f"the attestation does not verify with {verifier.agent_id!r}'s registered key over this call, bid, root and output", notes)
+        return _escalate(
+            Reason.SETTLEMENT_BAD_ATTESTATION,
+            f"the attestation does not verify with {verifier.agent_id!r}'s registered key over this call, bid, root and output",
+            notes,
+        )
     return PolicyOutcome(annotations={**notes, "settlement": "settled", "verification": "delegated"})

@@ -193,7 +193,9 @@ def delivered(p: ResultPayload) -> bytes:
     return b64url_decode_strict(text)
 
 
-def attestation_input(*, verifier_manifest: str, call: str, bid: str, canonicalizer_id: str, state_root: str, output_sha256: str) -> bytes | None:
+def attestation_input(
+    *, verifier_manifest: str, call: str, bid: str, canonicalizer_id: str, state_root: str, output_sha256: str
+) -> bytes | None:
     """What a delegated verifier signs with its registered key: the context,
     then each field in this order as UTF-8 followed by one NUL byte. None when
     a field holds a NUL itself (such an id cannot be attested unambiguously)."""

@@ -175,12 +175,16 @@ def scope_index(scope: StateScope, where: str = "scope") -> dict[str, ScopeEntry
 
 def _bound(statement: CompromiseDeclaration | StateScope | SuccessorIntegrity | CompromiseInteraction, where: str, handoff_id: str) -> None:
     if statement.handoff_id != handoff_id:
-        raise MessageError(MessageCode.WRONG_HANDOFF, f"{where}.handoff_id", f"{statement.handoff_id!r} is not this handoff ({handoff_id!r})")
+        raise MessageError(
+            MessageCode.WRONG_HANDOFF, f"{where}.handoff_id", f"{statement.handoff_id!r} is not this handoff ({handoff_id!r})"
+        )
 
 
 def _by_session(statement: CompromiseDeclaration | StateScope | CompromiseInteraction, where: str, session: str) -> None:
     if principal(statement.signer, f"{where}.signer") != session:
-        raise MessageError(MessageCode.WRONG_SIGNER, f"{where}.signer", f"{statement.signer!r} is not the handing-off session; it must sign this itself")
+        raise MessageError(
+            MessageCode.WRONG_SIGNER, f"{where}.signer", f"{statement.signer!r} is not the handing-off session; it must sign this itself"
+        )
 
 
 def check_handoff(
@@ -229,7 +233,9 @@ def check_handoff(
         _bound(integrity, "successor_integrity", handoff_id)
         if principal(integrity.successor, "successor_integrity.successor") != successor_principal:
             raise MessageError(
-                MessageCode.WRONG_SUCCESSOR, "successor_integrity.successor", f"{integrity.successor!r} is not this handoff's successor {receipt.receiver!r}"
+                MessageCode.WRONG_SUCCESSOR,
+                "successor_integrity.successor",
+                f"{integrity.successor!r} is not this handoff's successor {receipt.receiver!r}",
             )
 
     # The session's own keys: the one that signed the receipt and those that signed its statements.
@@ -250,7 +256,11 @@ def check_handoff(
     components = []
     for component in handoff.components:
         sha256 = component_sha256(component)
-        against = scope_match(entries.get(component.name), sha256, component.operational, component.encoding) if scope is not None else ScopeMatch.UNLISTED
+        against = (
+            scope_match(entries.get(component.name), sha256, component.operational, component.encoding)
+            if scope is not None
+            else ScopeMatch.UNLISTED
+        )
         components.append(ComponentFact(name=component.name, sha256=sha256, operational=component.operational, against_scope=against))
 
     evidence = None
@@ -258,8 +268,12 @@ def check_handoff(
     if integrity is not None and integrity_v is not None:
         signer = principal(integrity.signer, "successor_integrity.signer")
         trusted = {principal(t, "trusted_attesters") for t in trusted_attesters}
-        attested_by = Attester.SUCCESSOR if signer == successor_principal else Attester.TRUSTED_ATTESTER if signer in trusted else Attester.OTHER
-        evidence = SuccessorEvidence(status=integrity.status, attested_by=attested_by, rederives_operational_state=integrity.rederives_operational_state)
+        attested_by = (
+            Attester.SUCCESSOR if signer == successor_principal else Attester.TRUSTED_ATTESTER if signer in trusted else Attester.OTHER
+        )
+        evidence = SuccessorEvidence(
+            status=integrity.status, attested_by=attested_by, rederives_operational_state=integrity.rederives_operational_state
+        )
         # A notice against whoever vouched for the successor voids the voucher.
         successor_notices = [n for n in in_force if notice_covers(n, signer, None, {integrity_v.key_id})]
     # Session-scoped notices on the successor cannot be matched: which of its sessions takes over is not known here.

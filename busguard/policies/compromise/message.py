@@ -412,4 +412,6 @@ def inline_component(name: str, content: bytes, *, operational: bool, encoding: 
 
 def scope_entry(component: Component) -> ScopeEntry:
     """The scope entry that vouches for exactly this component."""
-    return ScopeEntry(name=component.name, sha256=component_sha256(component), operational=component.operational, encoding=component.encoding)
+    return ScopeEntry(
+        name=component.name, sha256=component_sha256(component), operational=component.operational, encoding=component.encoding
+    )

@@ -54,7 +54,17 @@ from busguard.policies.compromise.message import (
     open_statement,
 )
 from busguard.policies.compromise.verdict import CompromisePolicy, HandoffFacts, Route, Verdict, VerdictReason, evaluate
-from busguard.policies.seam import KeySource, Objection, PolicyContext, PolicyInput, PolicyKey, PolicyOutcome, PolicyView, PolicyWrite, policy_key
+from busguard.policies.seam import (
+    KeySource,
+    Objection,
+    PolicyContext,
+    PolicyInput,
+    PolicyKey,
+    PolicyOutcome,
+    PolicyView,
+    PolicyWrite,
+    policy_key,
+)
 from busguard.protocol.envelope import Envelope
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.reasons import Outcome, Reason
@@ -197,9 +207,17 @@ class NoticePolicy:
         sender = record.principal
         trusted = {canonical_principal(t) for t in settings.trusted_notice_issuers}
         if issuer not in trusted:
-            return Objection(Outcome.REJECT, Reason.NOTICE_UNAUTHENTIC, f"{MessageCode.UNTRUSTED_ISSUER}: notice.issuer: {notice.issuer!r} is not a trusted notice issuer")
+            return Objection(
+                Outcome.REJECT,
+                Reason.NOTICE_UNAUTHENTIC,
+                f"{MessageCode.UNTRUSTED_ISSUER}: notice.issuer: {notice.issuer!r} is not a trusted notice issuer",
+            )
         if sender != issuer:
-            return Objection(Outcome.REJECT, Reason.NOTICE_UNAUTHENTIC, f"{MessageCode.WRONG_SIGNER}: notice.issuer: the receipt is signed by {envelope.receipt.sender!r}, not the issuer")
+            return Objection(
+                Outcome.REJECT,
+                Reason.NOTICE_UNAUTHENTIC,
+                f"{MessageCode.WRONG_SIGNER}: notice.issuer: the receipt is signed by {envelope.receipt.sender!r}, not the issuer",
+            )
         return ParsedNotice(notice=notice, row=notice_row(notice), retention_ms=settings.notice_retention_ms)
 
     def keys(self, parsed: ParsedNotice) -> Iterable[PolicyKey]:
@@ -210,7 +228,8 @@ class NoticePolicy:
         kept = {n.notice_id: n for n in _notices_at(view, parsed.row)}
         kept[notice.notice_id] = notice
         ordered = sorted(
-            kept.values(), key=lambda n: (CompromiseKind.COMPROMISED_CREDENTIALS not in n.detected, timestamp_ms(n.compromised_from, "row"), n.notice_id)
+            kept.values(),
+            key=lambda n: (CompromiseKind.COMPROMISED_CREDENTIALS not in n.detected, timestamp_ms(n.compromised_from, "row"), n.notice_id),
         )[:MAX_NOTICES_PER_ROW]
         ordered.sort(key=lambda n: n.notice_id)
         write = PolicyWrite(parsed.row, msgspec.json.encode(tuple(ordered)), ttl_ms=parsed.retention_ms)
@@ -321,7 +340,9 @@ def annotations_for(verdict: Verdict, notices: Sequence[str]) -> dict[str, str]:
         "handoff_route": str(verdict.route),
         "manifest_digest": verdict.manifest_digest,
         "transferred": msgspec.json.encode([[c.name, c.sha256] for c in verdict.transfer]).decode(),
-        "stripped": msgspec.json.encode([{"name": c.name, "sha256": c.sha256, "operational": c.operational, "why": c.why} for c in verdict.stripped]).decode(),
+        "stripped": msgspec.json.encode(
+            [{"name": c.name, "sha256": c.sha256, "operational": c.operational, "why": c.why} for c in verdict.stripped]
+        ).decode(),
     }
     if notices:
         out["compromise_notices"] = ",".join(notices)

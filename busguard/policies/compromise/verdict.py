@@ -338,7 +338,9 @@ def evaluate(facts: HandoffFacts, policy: CompromisePolicy) -> Verdict:
     if route is Route.REJECT:
         whys = [why or StripReason.HANDOFF_PROHIBITED for why in whys]
     transfer = tuple(
-        TransferredComponent(name=c.name, sha256=c.sha256, operational=c.operational) for c, why in zip(facts.components, whys, strict=True) if why is None
+        TransferredComponent(name=c.name, sha256=c.sha256, operational=c.operational)
+        for c, why in zip(facts.components, whys, strict=True)
+        if why is None
     )
     stripped = tuple(
         StrippedComponent(name=c.name, sha256=c.sha256, operational=c.operational, why=why)

@@ -35,20 +35,38 @@ class Node(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, gc=False):
     """One recorded step: a tool call, a model output, a retrieval read or an inter-agent message."""
 
     id: Annotated[str, msgspec.Meta(min_length=1, description="unique within the trace")]
-    predecessors: Annotated[list[Id], msgspec.Meta(description="ids of the nodes whose outputs this node consumed, in the order its input hash commits to them; no repeats")] = []
+    predecessors: Annotated[
+        list[Id],
+        msgspec.Meta(
+            description="ids of the nodes whose outputs this node consumed, in the order its input hash commits to them; no repeats"
+        ),
+    ] = []
     operation: Annotated[str, msgspec.Meta(description="what ran, e.g. read_secret, summarize, post_message")]
-    side_effects: Annotated[bool, msgspec.Meta(description="true if the step can change state outside the trace (only such nodes touch sinks)")]
+    side_effects: Annotated[
+        bool, msgspec.Meta(description="true if the step can change state outside the trace (only such nodes touch sinks)")
+    ]
     outcome: Annotated[Outcome, msgspec.Meta(description="success, failure and abort are terminal; pending and unknown are not")]
-    token: Annotated[Id | None, msgspec.Meta(description="the idempotency token the step ran under (required in effect for side-effecting nodes: see condition 2)")] = None
-    external_input_hash: Annotated[Hash | None, msgspec.Meta(description="hash of the input that came from outside the trace (prompt, literal arguments); null if none")] = None
-    input_hash: Annotated[Hash | None, msgspec.Meta(
+    token: Annotated[
+        Id | None,
+        msgspec.Meta(description="the idempotency token the step ran under (required in effect for side-effecting nodes: see condition 2)"),
+    ] = None
+    external_input_hash: Annotated[
+        Hash | None,
+        msgspec.Meta(description="hash of the input that came from outside the trace (prompt, literal arguments); null if none"),
+    ] = None
+    input_hash: Annotated[
+        Hash | None,
+        msgspec.Meta(
             description=(
                 "the recorded input hash; must equal the one derived from external_input_hash and the predecessors' "
                 "output hashes (docs/taint.md); null only for an aborted node that took no input"
             )
-        )]
+        ),
+    ]
     output_hash: Annotated[Hash | None, msgspec.Meta(description="SHA-256 of the step's output; null if it produced none")]
-    sinks: Annotated[list[Id], msgspec.Meta(description="external destinations the step touched (channels, endpoints, stores); no repeats")] = []
+    sinks: Annotated[
+        list[Id], msgspec.Meta(description="external destinations the step touched (channels, endpoints, stores); no repeats")
+    ] = []
 
 
 class Trace(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -56,8 +74,13 @@ class Trace(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     format: Literal["busguard.taint-trace.v1"]
     trace_id: Annotated[str | None, msgspec.Meta(description="free-form label, shown nowhere in the verdict")] = None
-    tainted_output: Annotated[Id | None, msgspec.Meta(description="the node whose output is tainted; the CLI's --output overrides it; absent: every leaf")] = None
-    nodes: Annotated[list[Node], msgspec.Meta(min_length=1, description="in any order; node ids unique, predecessors must name nodes of this list, no cycles")]
+    tainted_output: Annotated[
+        Id | None, msgspec.Meta(description="the node whose output is tainted; the CLI's --output overrides it; absent: every leaf")
+    ] = None
+    nodes: Annotated[
+        list[Node],
+        msgspec.Meta(min_length=1, description="in any order; node ids unique, predecessors must name nodes of this list, no cycles"),
+    ]
 
 
 class Effect(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -196,7 +219,9 @@ def check_ledger(ledger: Ledger, file: str = "ledger") -> dict[str, LedgerEntry]
     by_token: dict[str, LedgerEntry] = {}
     for i, entry in enumerate(ledger.entries):
         if entry.token in by_token:
-            raise TraceError(file, f"entries[{i}].token", entry.token, "a token has at most one ledger entry (list every effect under it there)")
+            raise TraceError(
+                file, f"entries[{i}].token", entry.token, "a token has at most one ledger entry (list every effect under it there)"
+            )
         for j, effect in enumerate(entry.effects):
             _no_duplicates(effect.sinks, file, f"entries[{i}].effects[{j}].sinks", "sink")
         by_token[entry.token] = entry
@@ -274,10 +299,9 @@ def _topological(nodes: Sequence[Node], preds: list[list[int]], file: str) -> li
         seen[i] = len(path)
         path.append(i)
         i = next(j for j in preds[i] if pending[j] > 0)
-    loop = path[seen[i]:][::-1]  # in execution order: each node is the next one's predecessor
+    loop = path[seen[i] :][::-1]  # in execution order: each node is the next one's predecessor
     first = min(loop)
     at = loop.index(first)
     cycle = [nodes[j].id for j in loop[at:] + loop[:at]]
     shown = " -> ".join([*cycle, cycle[0]])
     raise TraceError(file, f"nodes[{first}].predecessors", None, f"the trace has a cycle ({shown}); a trace is a DAG")
-

@@ -123,7 +123,7 @@ def dot(result: Result) -> str:
     if isinstance(result, ReplayRefused):
         lines.append("  subgraph cluster_refused {")
         lines.append(f"    label={_dq(f'replay refused (condition {result.condition}): outcomes unknowable, no graph')};")
-        lines.extend(f"    {_dq('node:' + nid)} [label={_dq(nid)}, fillcolor=\"#ffdddd\", color=\"#cc0000\"];" for nid in result.nodes)
+        lines.extend(f'    {_dq("node:" + nid)} [label={_dq(nid)}, fillcolor="#ffdddd", color="#cc0000"];' for nid in result.nodes)
         lines.append("  }")
         lines.append("}")
         return "\n".join(lines) + "\n"
@@ -133,9 +133,9 @@ def dot(result: Result) -> str:
             label += f"\ntoken {n.token}"
         fill = "#ffbbbb" if n.role == "output" else ("#dddddd" if n.outcome == "abort" else "#ffe9b3")
         style = ', style="filled,dashed"' if n.outcome_from == "ledger" else ""
-        lines.append(f"  {_dq('node:' + n.id)} [label={_dq(label)}, fillcolor=\"{fill}\"{style}];")
+        lines.append(f'  {_dq("node:" + n.id)} [label={_dq(label)}, fillcolor="{fill}"{style}];')
     for s in result.sinks:
-        lines.append(f"  {_dq('sink:' + s.sink)} [label={_dq(s.sink)}, shape=cylinder, fillcolor=\"#dde8ff\"];")
+        lines.append(f'  {_dq("sink:" + s.sink)} [label={_dq(s.sink)}, shape=cylinder, fillcolor="#dde8ff"];')
     for n in result.nodes:
         lines.extend(f"  {_dq('node:' + p)} -> {_dq('node:' + n.id)};" for p in n.predecessors)
         attrs = ' [style=dashed, label="ledger"]' if n.sinks_from == "ledger" else " [style=dashed]"

@@ -119,7 +119,9 @@ def judge(payload: bytes) -> Parsed | Objection:
     try:
         req = _request.decode(payload)
     except msgspec.ValidationError as exc:
-        return _malformed("request", f"{exc}; a busguard.taint-replay.v1 request is {{format, action, trace, ledger?, outputs?}} (docs/taint.md)")
+        return _malformed(
+            "request", f"{exc}; a busguard.taint-replay.v1 request is {{format, action, trace, ledger?, outputs?}} (docs/taint.md)"
+        )
     except msgspec.DecodeError as exc:
         return _malformed("request", f"not JSON: {exc}")
     except RecursionError:  # msgspec's own limit on nesting
@@ -156,13 +158,15 @@ def judge(payload: bytes) -> Parsed | Objection:
         return _malformed("request", "JSON nested too deeply")
     forward = None
     if isinstance(result, ReplayPlan):
-        forward = _encode(Forward(
-            format=FORWARD_FORMAT,
-            action=req.action,
-            request_sha256=hashlib.sha256(payload).hexdigest(),
-            request=msgspec.Raw(payload),
-            plan=result,
-        ))
+        forward = _encode(
+            Forward(
+                format=FORWARD_FORMAT,
+                action=req.action,
+                request_sha256=hashlib.sha256(payload).hexdigest(),
+                request=msgspec.Raw(payload),
+                plan=result,
+            )
+        )
     return Parsed(req.action, trace.trace_id, result, forward)
 
 
@@ -214,16 +218,28 @@ class TaintReplayPolicy:
             }
             objection = Objection(Outcome.REJECT, Reason.TAINT_REPLAY_REFUSED, refusal_detail(result))
             return PolicyOutcome(objection=objection, annotations=annotations)
-        annotations = {"taint.verdict": "valid", "taint.unit": result.unit, "taint.nodes": str(len(result.nodes)), "taint.sinks": str(len(result.sinks))}
+        annotations = {
+            "taint.verdict": "valid",
+            "taint.unit": result.unit,
+            "taint.nodes": str(len(result.nodes)),
+            "taint.sinks": str(len(result.sinks)),
+        }
         return PolicyOutcome(annotations=annotations, replacement=parsed.forward)
 
 
 REASONS: Final = (Reason.TAINT_REPLAY_REFUSED, Reason.TAINT_REQUEST_MALFORMED, Reason.TAINT_TRACE_TOO_LARGE)
 
 
-def encode_request(trace: bytes, ledger: bytes | None = None, outputs: Iterable[str] = (), action: Literal["replay", "contain"] = "contain") -> bytes:
+def encode_request(
+    trace: bytes, ledger: bytes | None = None, outputs: Iterable[str] = (), action: Literal["replay", "contain"] = "contain"
+) -> bytes:
     """A request payload around a trace file's (and a ledger file's) bytes, spliced in unchanged,
     for a sender that holds the files `busguard taint check` reads."""
-    req = Request(format=REQUEST_FORMAT, action=action, trace=msgspec.Raw(trace), ledger=msgspec.Raw(ledger if ledger is not None else b"null"),
-                  outputs=list(outputs))
+    req = Request(
+        format=REQUEST_FORMAT,
+        action=action,
+        trace=msgspec.Raw(trace),
+        ledger=msgspec.Raw(ledger if ledger is not None else b"null"),
+        outputs=list(outputs),
+    )
     return _encode(req)

@@ -222,7 +222,9 @@ def validate(
         else:
             open_ = sorted({e.status for e in entry.effects} - TERMINAL)
             detail = f"outcome {node.outcome}; the ledger entry for token {node.token} has effects still {'/'.join(open_)}"
-        c1.append(Finding(condition=1, kind="non_terminal", nodes=[node.id], token=node.token, resolved=i in resolved_outcome, detail=detail))
+        c1.append(
+            Finding(condition=1, kind="non_terminal", nodes=[node.id], token=node.token, resolved=i in resolved_outcome, detail=detail)
+        )
 
     def outcome(i: int) -> Outcome:
         return resolved_outcome.get(i, nodes[i].outcome)
@@ -236,8 +238,18 @@ def validate(
         t = node.token
         if t is None:
             if node.side_effects:
-                c2_at.append((i, Finding(condition=2, kind="missing_token", nodes=[node.id], resolved=False,
-                                         detail="side-effecting node without an idempotency token: its effects cannot be told apart or looked up in the ledger")))
+                c2_at.append(
+                    (
+                        i,
+                        Finding(
+                            condition=2,
+                            kind="missing_token",
+                            nodes=[node.id],
+                            resolved=False,
+                            detail="side-effecting node without an idempotency token: its effects cannot be told apart or looked up in the ledger",
+                        ),
+                    )
+                )
             continue
         k = first_holder.setdefault(t, i)
         if k != i:
@@ -275,8 +287,19 @@ def validate(
         else:
             tail = "; its ledger entry still has non-terminal effects, so the effects cannot be rebuilt"
         group = holders.get(t, [k])
-        c2_at.append((k, Finding(condition=2, kind="token_collision", nodes=[nodes[h].id for h in group], token=t, resolved=ok,
-                                 detail=f"token {t} is shared by distinct effects: {'; '.join(reasons)}{tail}")))
+        c2_at.append(
+            (
+                k,
+                Finding(
+                    condition=2,
+                    kind="token_collision",
+                    nodes=[nodes[h].id for h in group],
+                    token=t,
+                    resolved=ok,
+                    detail=f"token {t} is shared by distinct effects: {'; '.join(reasons)}{tail}",
+                ),
+            )
+        )
     if c2_at:  # collisions join the missing tokens in cone order, by each token's first holder
         position = {i: p for p, i in enumerate(cone)}
         c2_at.sort(key=lambda pair: position[pair[0]])
@@ -299,8 +322,15 @@ def validate(
         for j in preds[i]:
             if aborted[j]:
                 what = "executed" if mine in EXECUTED else f"has outcome {mine} (may have executed)"
-                c3.append(Finding(condition=3, kind="causal_violation", nodes=[nodes[j].id, nodes[i].id], resolved=False,
-                                  detail=f"{nodes[i].id} {what} although its predecessor {nodes[j].id} aborted: the recorded order is not the execution order"))
+                c3.append(
+                    Finding(
+                        condition=3,
+                        kind="causal_violation",
+                        nodes=[nodes[j].id, nodes[i].id],
+                        resolved=False,
+                        detail=f"{nodes[i].id} {what} although its predecessor {nodes[j].id} aborted: the recorded order is not the execution order",
+                    )
+                )
 
     # Condition 4: recorded input hash == derived from the predecessors' output hashes.
     c4: list[Finding] = []
@@ -309,8 +339,15 @@ def validate(
         rec = node.input_hash
         if rec is None:
             if outcome(i) != "abort":
-                c4.append(Finding(condition=4, kind="input_unverifiable", nodes=[node.id], resolved=False,
-                                  detail=f"no input_hash recorded for a node with outcome {outcome(i)}: its edges cannot be verified"))
+                c4.append(
+                    Finding(
+                        condition=4,
+                        kind="input_unverifiable",
+                        nodes=[node.id],
+                        resolved=False,
+                        detail=f"no input_hash recorded for a node with outcome {outcome(i)}: its edges cannot be verified",
+                    )
+                )
             continue
         outs: list[str] = []
         missing = None
@@ -321,13 +358,27 @@ def validate(
                 break
             outs.append(h)
         if missing is not None:
-            c4.append(Finding(condition=4, kind="input_unverifiable", nodes=[node.id], resolved=False,
-                              detail=f"predecessor {missing} recorded no output_hash, so the input of {node.id} cannot be derived"))
+            c4.append(
+                Finding(
+                    condition=4,
+                    kind="input_unverifiable",
+                    nodes=[node.id],
+                    resolved=False,
+                    detail=f"predecessor {missing} recorded no output_hash, so the input of {node.id} cannot be derived",
+                )
+            )
             continue
         derived = derive_input_hash(node.external_input_hash, outs)
         if derived != rec:
-            c4.append(Finding(condition=4, kind="input_mismatch", nodes=[node.id], resolved=False,
-                              detail=f"recorded input_hash {rec} but its predecessors' outputs derive {derived}"))
+            c4.append(
+                Finding(
+                    condition=4,
+                    kind="input_mismatch",
+                    nodes=[node.id],
+                    resolved=False,
+                    detail=f"recorded input_hash {rec} but its predecessors' outputs derive {derived}",
+                )
+            )
 
     findings = c1 + c2 + c3 + c4
     out_ids = [nodes[i].id for i in out_idx]
@@ -396,12 +447,20 @@ def _plan(
         sinks = rebuilt_sinks if rebuilt_sinks is not None else node.sinks
         role: Role = "output" if i in outputs else ("carrier" if preds[i] else "source")
         edges += len(preds[i])
-        attributed.append(NodeAttribution(
-            id=node.id, operation=node.operation, role=role, predecessors=node.predecessors,
-            side_effects=node.side_effects, outcome=resolved_outcome.get(i, node.outcome),
-            outcome_from="ledger" if i in resolved_outcome else "span", token=t,
-            sinks=sinks, sinks_from="ledger" if from_ledger else "span",
-        ))
+        attributed.append(
+            NodeAttribution(
+                id=node.id,
+                operation=node.operation,
+                role=role,
+                predecessors=node.predecessors,
+                side_effects=node.side_effects,
+                outcome=resolved_outcome.get(i, node.outcome),
+                outcome_from="ledger" if i in resolved_outcome else "span",
+                token=t,
+                sinks=sinks,
+                sinks_from="ledger" if from_ledger else "span",
+            )
+        )
         for s in sinks:
             ids, toks = by_sink.setdefault(s, ([], {}))
             ids.append(node.id)

@@ -62,7 +62,11 @@ class QuotaPolicy:
         used = int(held) if held is not None else 0
         limit = parsed.settings.max_per_task
         if used >= limit:
-            return PolicyOutcome(objection=Objection(Outcome.REJECT, QUOTA_EXCEEDED, f"{used} records of this task admitted; at most {limit} (quota.max_per_task)"))
+            return PolicyOutcome(
+                objection=Objection(
+                    Outcome.REJECT, QUOTA_EXCEEDED, f"{used} records of this task admitted; at most {limit} (quota.max_per_task)"
+                )
+            )
         write = PolicyWrite(parsed.row, str(used + 1).encode(), ttl_ms=parsed.settings.window_ms)
         return PolicyOutcome(writes=(write,), annotations={"quota.used": str(used + 1)})
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+from busguard_quota.kind import QUOTA_EXCEEDED, SPEC, QuotaSettings
 
 from busguard.admission.types import AdmissionPolicy
 from busguard.policies import KINDS
 from busguard.testing import Harness, agent, sender
-from busguard_quota.kind import QUOTA_EXCEEDED, SPEC, QuotaSettings
 
 TO = agent("executor")
 
@@ -49,6 +49,9 @@ def test_each_sender_and_task_has_its_own_count_and_a_copy_is_a_replay() -> None
 def test_a_forged_part_costs_no_quota() -> None:
     h = Harness(policy=AdmissionPolicy(policy_settings={"quota": QuotaSettings(max_per_task=1)}))
     donor, wanted = part(0), part(1)
-    forged_value, forged_headers = wanted.value, [(n, dict(donor.headers)[n] if n == "busguard-signature" else v) for n, v in wanted.headers]
+    forged_value, forged_headers = (
+        wanted.value,
+        [(n, dict(donor.headers)[n] if n == "busguard-signature" else v) for n, v in wanted.headers],
+    )
     assert h.feed_raw([(forged_value, forged_headers)])[0].reason == "bad_signature"
     assert h.one(wanted).reason == "admitted"  # the forgery did not use up the only slot

@@ -115,9 +115,18 @@ def notice(call_id: str, winner: str, reason: str, detail: str, awardable: list[
     )
 
 
-def step(sender: str, kind: str, task_id: str, payload: str, outcome: str, reason: str, at: str | None = None, **expect: Any) -> dict[str, Any]:
+def step(
+    sender: str, kind: str, task_id: str, payload: str, outcome: str, reason: str, at: str | None = None, **expect: Any
+) -> dict[str, Any]:
     when = {} if at is None else {"at": at}
-    return {"sender": sender, "kind": kind, "task_id": task_id, "payload": payload, **when, "expect": {"outcome": outcome, "reason": reason, **expect}}
+    return {
+        "sender": sender,
+        "kind": kind,
+        "task_id": task_id,
+        "payload": payload,
+        **when,
+        "expect": {"outcome": outcome, "reason": reason, **expect},
+    }
 
 
 def call_long_awarder() -> str:
@@ -134,42 +143,136 @@ UNRECOMPUTABLE = (
 def scenarios() -> list[dict[str, Any]]:
     seed_incident = [
         step("awarder", "cnet.call", "c1", call("awarder", "transform.table", True), "forward", "admitted"),
-        step("bidder-b", "cnet.bid", "c1/bid-b", bid("c1", 120, "jcs-sha256"), "forward", "admitted", annotations={"call": "c1", "bid": "c1/bid-b", "canonicalizer_id": "jcs-sha256", "awardable": "verified"}),
-        step("bidder-c", "cnet.bid", "c1/bid-c", bid("c1", 80, "c-private-norm.v1"), "forward", "admitted", annotations={"call": "c1", "bid": "c1/bid-c", "canonicalizer_id": "c-private-norm.v1", "awardable": "no"}),
         step(
-            "awarder", "cnet.award", "c1", '{"winner":"c1/bid-c","ranked":["c1/bid-c","c1/bid-b"],"mode":"verified"}', "reject", "award_unrecomputable",
-            notice=notice("c1", "c1/bid-c", "award_unrecomputable", UNRECOMPUTABLE, [("c1/bid-b", "bidder-b", 120, "verified", "jcs-sha256", None)]),
-        ),
-        step("awarder", "cnet.award", "c1", '{"winner":"c1/bid-b","ranked":["c1/bid-c","c1/bid-b"],"mode":"verified"}', "forward", "admitted"),
-        step(
-            "bidder-b", "cnet.result", "c1", f'{{"state_root":"{RAW_ROOT}","output":"{b64url(OUTPUT)}"}}', "escalate", "settlement_mismatch",
-            annotations={"call": "c1", "winner": "c1/bid-b", "mode": "verified", "attributed_to": agent("bidder-b"), "committed_root": RAW_ROOT, "recomputed_root": JCS_ROOT, "settlement": "escalated"},
+            "bidder-b",
+            "cnet.bid",
+            "c1/bid-b",
+            bid("c1", 120, "jcs-sha256"),
+            "forward",
+            "admitted",
+            annotations={"call": "c1", "bid": "c1/bid-b", "canonicalizer_id": "jcs-sha256", "awardable": "verified"},
         ),
         step(
-            "bidder-b", "cnet.result", "c1", f'{{"state_root":"{JCS_ROOT}","output":"{b64url(OUTPUT)}"}}', "forward", "admitted",
-            annotations={"call": "c1", "winner": "c1/bid-b", "mode": "verified", "attributed_to": agent("bidder-b"), "committed_root": JCS_ROOT, "recomputed_root": JCS_ROOT, "settlement": "settled", "verification": "recomputed"},
+            "bidder-c",
+            "cnet.bid",
+            "c1/bid-c",
+            bid("c1", 80, "c-private-norm.v1"),
+            "forward",
+            "admitted",
+            annotations={"call": "c1", "bid": "c1/bid-c", "canonicalizer_id": "c-private-norm.v1", "awardable": "no"},
+        ),
+        step(
+            "awarder",
+            "cnet.award",
+            "c1",
+            '{"winner":"c1/bid-c","ranked":["c1/bid-c","c1/bid-b"],"mode":"verified"}',
+            "reject",
+            "award_unrecomputable",
+            notice=notice(
+                "c1", "c1/bid-c", "award_unrecomputable", UNRECOMPUTABLE, [("c1/bid-b", "bidder-b", 120, "verified", "jcs-sha256", None)]
+            ),
+        ),
+        step(
+            "awarder", "cnet.award", "c1", '{"winner":"c1/bid-b","ranked":["c1/bid-c","c1/bid-b"],"mode":"verified"}', "forward", "admitted"
+        ),
+        step(
+            "bidder-b",
+            "cnet.result",
+            "c1",
+            f'{{"state_root":"{RAW_ROOT}","output":"{b64url(OUTPUT)}"}}',
+            "escalate",
+            "settlement_mismatch",
+            annotations={
+                "call": "c1",
+                "winner": "c1/bid-b",
+                "mode": "verified",
+                "attributed_to": agent("bidder-b"),
+                "committed_root": RAW_ROOT,
+                "recomputed_root": JCS_ROOT,
+                "settlement": "escalated",
+            },
+        ),
+        step(
+            "bidder-b",
+            "cnet.result",
+            "c1",
+            f'{{"state_root":"{JCS_ROOT}","output":"{b64url(OUTPUT)}"}}',
+            "forward",
+            "admitted",
+            annotations={
+                "call": "c1",
+                "winner": "c1/bid-b",
+                "mode": "verified",
+                "attributed_to": agent("bidder-b"),
+                "committed_root": JCS_ROOT,
+                "recomputed_root": JCS_ROOT,
+                "settlement": "settled",
+                "verification": "recomputed",
+            },
         ),
     ]
     best_effort = [
         step("awarder", "cnet.call", "c2", call("awarder", "advisory.summary", False), "forward", "admitted"),
         step("bidder-c", "cnet.bid", "c2/bid-c", bid("c2", 80, "c-private-norm.v1"), "forward", "admitted"),
-        step("awarder", "cnet.award", "c2", '{"winner":"c2/bid-c","ranked":["c2/bid-c"],"mode":"best_effort","risk_price":15}', "forward", "admitted"),
+        step(
+            "awarder",
+            "cnet.award",
+            "c2",
+            '{"winner":"c2/bid-c","ranked":["c2/bid-c"],"mode":"best_effort","risk_price":15}',
+            "forward",
+            "admitted",
+        ),
         step("bidder-c", "cnet.result", "c2", f'{{"state_root":"{"1" * 64}","output":"{b64url(OUTPUT)}"}}', "forward", "admitted"),
         step("awarder", "cnet.call", "c3", call("awarder", "advisory.summary", True), "forward", "admitted"),
         step("bidder-c", "cnet.bid", "c3/bid-c", bid("c3", 80, "c-private-norm.v1"), "forward", "admitted"),
-        step("awarder", "cnet.award", "c3", '{"winner":"c3/bid-c","ranked":["c3/bid-c"],"mode":"best_effort","risk_price":15}', "reject", "award_check_required"),
+        step(
+            "awarder",
+            "cnet.award",
+            "c3",
+            '{"winner":"c3/bid-c","ranked":["c3/bid-c"],"mode":"best_effort","risk_price":15}',
+            "reject",
+            "award_check_required",
+        ),
         step("awarder", "cnet.call", "c4", call("awarder", "transform.table", False), "forward", "admitted"),
         step("bidder-c", "cnet.bid", "c4/bid-c", bid("c4", 80, "c-private-norm.v1"), "forward", "admitted"),
-        step("awarder", "cnet.award", "c4", '{"winner":"c4/bid-c","ranked":["c4/bid-c"],"mode":"best_effort","risk_price":15}', "reject", "award_best_effort_not_tolerated"),
+        step(
+            "awarder",
+            "cnet.award",
+            "c4",
+            '{"winner":"c4/bid-c","ranked":["c4/bid-c"],"mode":"best_effort","risk_price":15}',
+            "reject",
+            "award_best_effort_not_tolerated",
+        ),
         step("bidder-b", "cnet.bid", "c2/bid-b", bid("c2", 70, "jcs-sha256"), "reject", "award_closed"),
     ]
     root = "ab" * 32
     delegated = [
         step("awarder", "cnet.call", "c1", call("awarder", "transform.table", True), "forward", "admitted"),
         step("bidder-c", "cnet.bid", "c1/bid-c", bid("c1", 90, "zk-trace.v3", "trace", MANIFEST), "forward", "admitted"),
-        step("awarder", "cnet.award", "c1", f'{{"winner":"c1/bid-c","ranked":["c1/bid-c"],"mode":"delegated","verifier":"{MANIFEST}"}}', "forward", "admitted"),
-        step("bidder-c", "cnet.result", "c1", f'{{"state_root":"{root}","trace":"{b64url(OUTPUT)}","attestation":"{attest("c1", "c1/bid-c", root, OUTPUT, "bidder-c")}"}}', "escalate", "settlement_bad_attestation"),
-        step("bidder-c", "cnet.result", "c1", f'{{"state_root":"{root}","trace":"{b64url(OUTPUT)}","attestation":"{attest("c1", "c1/bid-c", root, OUTPUT)}"}}', "forward", "admitted"),
+        step(
+            "awarder",
+            "cnet.award",
+            "c1",
+            f'{{"winner":"c1/bid-c","ranked":["c1/bid-c"],"mode":"delegated","verifier":"{MANIFEST}"}}',
+            "forward",
+            "admitted",
+        ),
+        step(
+            "bidder-c",
+            "cnet.result",
+            "c1",
+            f'{{"state_root":"{root}","trace":"{b64url(OUTPUT)}","attestation":"{attest("c1", "c1/bid-c", root, OUTPUT, "bidder-c")}"}}',
+            "escalate",
+            "settlement_bad_attestation",
+        ),
+        step(
+            "bidder-c",
+            "cnet.result",
+            "c1",
+            f'{{"state_root":"{root}","trace":"{b64url(OUTPUT)}","attestation":"{attest("c1", "c1/bid-c", root, OUTPUT)}"}}',
+            "forward",
+            "admitted",
+        ),
     ]
     refusals = [
         step("awarder", "cnet.call", "c1", call("awarder", "transform.table", True), "forward", "admitted"),
@@ -177,25 +280,76 @@ def scenarios() -> list[dict[str, Any]]:
         step("bidder-b", "cnet.bid", "c9/bid-b", bid("c9", 120, "jcs-sha256"), "reject", "award_unknown_call"),
         step("awarder", "cnet.award", "c1", '{"winner":"c1/bid-x","ranked":["c1/bid-x"],"mode":"verified"}', "reject", "award_unknown_bid"),
         step("awarder", "cnet.award", "c1", '{"winner":"c1/bid-b","ranked":[],"mode":"verified"}', "reject", "award_unranked_bid"),
-        step("bidder-b", "cnet.award", "c1", '{"winner":"c1/bid-b","ranked":["c1/bid-b"],"mode":"verified"}', "reject", "award_wrong_party"),
-        step("bidder-b", "cnet.result", "c1", f'{{"state_root":"{JCS_ROOT}","output":"{b64url(OUTPUT)}"}}', "reject", "settlement_no_award"),
-        step("bidder-b", "cnet.bid", "c1/bid-2", '{"call":"c1","call":"c1","cost":1,"deadline":"' + DEADLINE + '","receipt":{"canonicalizer_id":"jcs-sha256","commits":"output"}}', "reject", "duplicate_key"),
-        step("bidder-b", "cnet.bid", "c1/bid-3", '{"call":"c1","cost":1,"deadline":"' + DEADLINE + '","receipt":{"canonicalizer_id":"jcs-sha256","commits":"output"},"note":"x"}', "reject", "unknown_field"),
+        step(
+            "bidder-b", "cnet.award", "c1", '{"winner":"c1/bid-b","ranked":["c1/bid-b"],"mode":"verified"}', "reject", "award_wrong_party"
+        ),
+        step(
+            "bidder-b", "cnet.result", "c1", f'{{"state_root":"{JCS_ROOT}","output":"{b64url(OUTPUT)}"}}', "reject", "settlement_no_award"
+        ),
+        step(
+            "bidder-b",
+            "cnet.bid",
+            "c1/bid-2",
+            '{"call":"c1","call":"c1","cost":1,"deadline":"'
+            + DEADLINE
+            + '","receipt":{"canonicalizer_id":"jcs-sha256","commits":"output"}}',
+            "reject",
+            "duplicate_key",
+        ),
+        step(
+            "bidder-b",
+            "cnet.bid",
+            "c1/bid-3",
+            '{"call":"c1","cost":1,"deadline":"'
+            + DEADLINE
+            + '","receipt":{"canonicalizer_id":"jcs-sha256","commits":"output"},"note":"x"}',
+            "reject",
+            "unknown_field",
+        ),
         step("awarder", "cnet.award", "c1", '{"winner":"c1/bid-b","ranked":["c1/bid-b"],"mode":"delegated"}', "reject", "missing_field"),
-        step("awarder", "cnet.award", "c1", '{"winner":"c1/bid-b","ranked":["c1/bid-b"],"mode":"verified","risk_price":3}', "reject", "malformed_field"),
+        step(
+            "awarder",
+            "cnet.award",
+            "c1",
+            '{"winner":"c1/bid-b","ranked":["c1/bid-b"],"mode":"verified","risk_price":3}',
+            "reject",
+            "malformed_field",
+        ),
         step("bidder-b", "cnet.call", "c1-long", call_long_awarder(), "reject", "award_wrong_party"),
         step("bidder-c", "cnet.bid", "c1/bid-c", bid("c1", 60, "zk-trace.v3", "trace", "shady-verifier/v1"), "forward", "admitted"),
-        step("awarder", "cnet.award", "c1", '{"winner":"c1/bid-c","ranked":["c1/bid-c"],"mode":"delegated","verifier":"shady-verifier/v1"}', "reject", "award_untrusted_verifier"),
+        step(
+            "awarder",
+            "cnet.award",
+            "c1",
+            '{"winner":"c1/bid-c","ranked":["c1/bid-c"],"mode":"delegated","verifier":"shady-verifier/v1"}',
+            "reject",
+            "award_untrusted_verifier",
+        ),
         step("awarder", "cnet.award", "c1", '{"winner":"c1/bid-b","ranked":["c1/bid-b"],"mode":"verified"}', "forward", "admitted"),
         step(
-            "bidder-b", "cnet.result", "c1", f'{{"state_root":"{JCS_ROOT}","output":"{b64url(b"not json")}"}}', "escalate", "settlement_unrecomputable",
-            annotations={"call": "c1", "winner": "c1/bid-b", "mode": "verified", "attributed_to": agent("bidder-b"), "committed_root": JCS_ROOT, "settlement": "escalated", "problem": "not-json"},
+            "bidder-b",
+            "cnet.result",
+            "c1",
+            f'{{"state_root":"{JCS_ROOT}","output":"{b64url(b"not json")}"}}',
+            "escalate",
+            "settlement_unrecomputable",
+            annotations={
+                "call": "c1",
+                "winner": "c1/bid-b",
+                "mode": "verified",
+                "attributed_to": agent("bidder-b"),
+                "committed_root": JCS_ROOT,
+                "settlement": "escalated",
+                "problem": "not-json",
+            },
         ),
     ]
     full = [step("awarder", "cnet.call", "c5", call("awarder", "transform.table", True), "forward", "admitted")]
     full += [step("bidder-b", "cnet.bid", f"c5/bid-{i}", bid("c5", i, "jcs-sha256"), "forward", "admitted") for i in range(8)]
     full += [step("bidder-b", "cnet.bid", "c5/bid-8", bid("c5", 8, "jcs-sha256"), "reject", "award_bidder_limit")]
-    full += [step(who, "cnet.bid", f"c5/bid-{who}-{i}", bid("c5", i, "jcs-sha256"), "forward", "admitted") for who in BIDDERS for i in range(8)]
+    full += [
+        step(who, "cnet.bid", f"c5/bid-{who}-{i}", bid("c5", i, "jcs-sha256"), "forward", "admitted") for who in BIDDERS for i in range(8)
+    ]
     full += [step("bidder-c", "cnet.bid", "c5/bid-64", bid("c5", 1, "jcs-sha256"), "reject", "award_too_many_bids")]
     lifetimes = [
         step("awarder", "cnet.call", "c8", call("awarder", "transform.table", True, FAR), "reject", "award_deadline_too_far"),
@@ -203,9 +357,21 @@ def scenarios() -> list[dict[str, Any]]:
         step("bidder-b", "cnet.bid", "c6/bid-far", bid("c6", 1, "jcs-sha256", deadline=FAR), "reject", "award_deadline_too_far"),
         step("bidder-b", "cnet.bid", "c6/bid-b", bid("c6", 120, "jcs-sha256"), "forward", "admitted"),
         step("bidder-c", "cnet.bid", "c6/bid-c", bid("c6", 90, "jcs-sha256"), "forward", "admitted"),
-        step("awarder", "cnet.award", "c6", '{"winner":"c6/bid-b","ranked":["c6/bid-b","c6/bid-c"],"mode":"verified"}', "forward", "admitted"),
-        step("bidder-c", "cnet.call", "c6", call("bidder-c", "transform.table", True, LATE_DEADLINE), "reject", "award_call_exists", at=LATER),
-        step("awarder", "cnet.award", "c6", '{"winner":"c6/bid-c","ranked":["c6/bid-c","c6/bid-b"],"mode":"verified"}', "reject", "award_already_awarded", at=LATER),
+        step(
+            "awarder", "cnet.award", "c6", '{"winner":"c6/bid-b","ranked":["c6/bid-b","c6/bid-c"],"mode":"verified"}', "forward", "admitted"
+        ),
+        step(
+            "bidder-c", "cnet.call", "c6", call("bidder-c", "transform.table", True, LATE_DEADLINE), "reject", "award_call_exists", at=LATER
+        ),
+        step(
+            "awarder",
+            "cnet.award",
+            "c6",
+            '{"winner":"c6/bid-c","ranked":["c6/bid-c","c6/bid-b"],"mode":"verified"}',
+            "reject",
+            "award_already_awarded",
+            at=LATER,
+        ),
         step("awarder", "cnet.call", "c7", call("awarder", "transform.table", True, LATE_DEADLINE), "forward", "admitted"),
         step("bidder-b", "cnet.bid", "c7/bid-b", bid("c7", 120, "jcs-sha256"), "forward", "admitted"),
         step("bidder-b", "cnet.bid", "c7/bid-b", bid("c7", 100, "jcs-sha256"), "reject", "award_bid_exists", at=LATER),
@@ -225,14 +391,23 @@ def document() -> dict[str, Any]:
     return {
         "format": FORMAT,
         "now": NOW,
-        "agents": {name: {"seed": seed(name).hex(), "agent_id": agent(name)} for name in ("awarder", "bidder-b", "bidder-c", "verifier", *BIDDERS)},
+        "agents": {
+            name: {"seed": seed(name).hex(), "agent_id": agent(name)} for name in ("awarder", "bidder-b", "bidder-c", "verifier", *BIDDERS)
+        },
         "registry": {
             "canonicalizers": ["jcs-sha256", "merkle-sha256"],
             "best_effort_task_classes": ["advisory.summary"],
             "verifiers": [{"manifest": MANIFEST, "agent_id": agent("verifier"), "canonicalizers": ["zk-trace.v3"]}],
         },
         "attestation": {
-            "fields": {"verifier_manifest": MANIFEST, "call": "c1", "bid": "c1/bid-c", "canonicalizer_id": "zk-trace.v3", "state_root": "ab" * 32, "output_sha256": hashlib.sha256(OUTPUT).hexdigest()},
+            "fields": {
+                "verifier_manifest": MANIFEST,
+                "call": "c1",
+                "bid": "c1/bid-c",
+                "canonicalizer_id": "zk-trace.v3",
+                "state_root": "ab" * 32,
+                "output_sha256": hashlib.sha256(OUTPUT).hexdigest(),
+            },
             "signing_input_hex": message.hex(),
             "signature": attest("c1", "c1/bid-c", "ab" * 32, OUTPUT),
         },

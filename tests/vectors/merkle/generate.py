@@ -141,7 +141,12 @@ def record(i: int) -> dict[str, Any]:
     a canonicalizer that hashed the text as given would get a different root.
     """
     op = "delete" if i % 3 == 2 else "put"
-    rec: dict[str, Any] = {"value": None if op == "delete" else {"n": i * i, "label": f"caf\u00e9 {i}"}, "seq": i, "op": op, "key": f"k{i:02d}"}
+    rec: dict[str, Any] = {
+        "value": None if op == "delete" else {"n": i * i, "label": f"caf\u00e9 {i}"},
+        "seq": i,
+        "op": op,
+        "key": f"k{i:02d}",
+    }
     if i % 4 == 1:
         rec["tags"] = ["b", "a", "\u20ac"]
     return rec
@@ -262,15 +267,17 @@ def documents() -> dict[str, Any]:
     inclusion = []
     for n in SIZES:
         for m in range(n):
-            inclusion.append({
-                "caseId": f"n{n}-leaf{m}",
-                "treeSize": n,
-                "leafIndex": m,
-                "leafHash": sha256(b"\x00" + full[m]).hex(),
-                "proof": [h.hex() for h in path(m, full[:n])],
-                "root": mth(full[:n]).hex(),
-                "expect": "accept",
-            })
+            inclusion.append(
+                {
+                    "caseId": f"n{n}-leaf{m}",
+                    "treeSize": n,
+                    "leafIndex": m,
+                    "leafHash": sha256(b"\x00" + full[m]).hex(),
+                    "proof": [h.hex() for h in path(m, full[:n])],
+                    "root": mth(full[:n]).hex(),
+                    "expect": "accept",
+                }
+            )
     good = next(c for c in inclusion if c["caseId"] == "n9-leaf5")
     flipped = good["proof"][0][:-1] + ("0" if good["proof"][0][-1] != "0" else "1")
     inclusion += [
@@ -296,15 +303,17 @@ def documents() -> dict[str, Any]:
         for m in SIZES:
             if m > n:
                 continue
-            consist.append({
-                "caseId": f"n{m}-to-n{n}",
-                "first": m,
-                "firstRoot": mth(full[:m]).hex(),
-                "second": n,
-                "secondRoot": mth(full[:n]).hex(),
-                "proof": [h.hex() for h in consistency(m, full[:n])],
-                "expect": "accept",
-            })
+            consist.append(
+                {
+                    "caseId": f"n{m}-to-n{n}",
+                    "first": m,
+                    "firstRoot": mth(full[:m]).hex(),
+                    "second": n,
+                    "secondRoot": mth(full[:n]).hex(),
+                    "proof": [h.hex() for h in consistency(m, full[:n])],
+                    "expect": "accept",
+                }
+            )
     good = next(c for c in consist if c["caseId"] == "n5-to-n17")
     consist += [
         {**good, "caseId": "n5-to-n17-swapped-roots", "firstRoot": good["secondRoot"], "secondRoot": good["firstRoot"], "expect": "reject"},
@@ -314,10 +323,7 @@ def documents() -> dict[str, Any]:
         {**good, "caseId": "n5-to-n17-edge-root", "secondRoot": edge_case()["root"], "expect": "reject"},
     ]
 
-    rejects = [
-        {"caseId": cid, "description": desc, "outputHex": raw.hex(), "problem": problem}
-        for cid, raw, problem, desc in REJECTS
-    ]
+    rejects = [{"caseId": cid, "description": desc, "outputHex": raw.hex(), "problem": problem} for cid, raw, problem, desc in REJECTS]
     return {
         "merkle-sha256.json": {
             "format": FORMAT,
