@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO))
 from aiokafka import AIOKafkaProducer  # noqa: E402
 
 from busguard.devtools.broker import EmbeddedBroker  # noqa: E402
-from tests.integration.guardkit import GuardProcess, Setup, identity, make_setup, sender  # noqa: E402
+from busguard.devtools.guardkit import GuardProcess, Setup, identity, make_setup, sender  # noqa: E402
 
 PARTITIONS = 4
 

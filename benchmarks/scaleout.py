@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 from aiokafka import AIOKafkaConsumer  # noqa: E402
 
 from busguard.devtools.broker import EmbeddedBroker  # noqa: E402
-from tests.integration.guardkit import GuardProcess, Setup, identity, make_setup, produce, sender  # noqa: E402
+from busguard.devtools.guardkit import GuardProcess, Setup, identity, make_setup, produce, sender  # noqa: E402
 from tests.pgkit import EmbeddedPostgres  # noqa: E402
 
 SENDERS = [f"bench-{i}" for i in range(8)]

@@ -21,6 +21,7 @@ from busguard.audit.reader import read_log
 from busguard.audit.run import load_checkpoint, run_audit
 from busguard.config import Config, load_config
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.devtools.guardkit import GuardProcess, Setup, all_decided, collect, collect_all, identity, make_setup, produce, sender
 from busguard.protocol.attestation import attest, decision_bytes, seal
 from busguard.protocol.identity import multikey_encode
 from busguard.protocol.receipt import receipt_id
@@ -28,7 +29,7 @@ from busguard.protocol.records import Coordinates, Decision
 from busguard.protocol.signing import Signer, public_key_from_seed
 from busguard.sdk.sender import SignedRecord
 
-from .guardkit import REPO, GuardProcess, Setup, all_decided, collect, collect_all, identity, make_setup, produce, sender
+from .paths import REPO
 
 IMPOSTOR_SEED = hashlib.sha256(b"busguard-it:impostor").digest()
 

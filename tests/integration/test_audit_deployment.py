@@ -14,10 +14,11 @@ import sys
 from pathlib import Path
 
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.devtools.guardkit import GuardProcess, Setup, all_decided, collect, collect_all, identity, make_setup, produce, sender
 from busguard.protocol.records import Decision, audit_decoder
 from busguard.sdk.sender import SignedRecord
 
-from .guardkit import REPO, GuardProcess, Setup, all_decided, collect, collect_all, identity, make_setup, produce, sender
+from .paths import REPO
 
 FOREIGN = {"foreign_decision", "foreign_resolution", "foreign_forward", "foreign_chain"}
 

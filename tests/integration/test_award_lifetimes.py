@@ -21,14 +21,13 @@ import msgspec
 import pytest
 
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.devtools.guardkit import GuardProcess, Setup, collect, make_setup, produce, sender
 from busguard.policies.award.canonicalizers import JcsSha256
 from busguard.policies.award.wire import AwardPayload, BidPayload, CallPayload, ReceiptTemplate, ResultPayload
 from busguard.protocol.records import Decision
 from busguard.protocol.timestamps import format_timestamp
 from busguard.sdk.sender import Sender, SignedRecord
 from tests.pgkit import EmbeddedPostgres
-
-from .guardkit import GuardProcess, Setup, collect, make_setup, produce, sender
 
 AGENTS = ("awarder", "bidder-b", "bidder-c")
 TEMPLATE = ReceiptTemplate(canonicalizer_id="jcs-sha256", commits="output")

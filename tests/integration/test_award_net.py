@@ -17,14 +17,13 @@ from busguard.audit.ledger import Ledger
 from busguard.config import load_config
 from busguard.demo.award import OUTPUT, seed_net
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.devtools.guardkit import GuardProcess, collect, header, identity, make_setup, produce, sender
 from busguard.policies.award.wire import AwardPayload, BidPayload, CallPayload, ReceiptTemplate, ResultPayload, attestation_input
 from busguard.protocol.attestation import verify_admitted, verify_decision_record
 from busguard.protocol.records import Decision
 from busguard.protocol.signing import sign
 from busguard.protocol.timestamps import format_timestamp
 from busguard.sdk.sender import Sender, SignedRecord
-
-from .guardkit import GuardProcess, collect, header, identity, make_setup, produce, sender
 
 AGENTS = ("awarder", "bidder-b", "bidder-c", "verifier")
 

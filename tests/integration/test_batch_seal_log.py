@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.devtools.guardkit import GuardProcess, all_decided, collect, collect_all, make_setup, produce
 from busguard.protocol.attestation import HEADER_SEAL
 from busguard.protocol.treehead import HEADER_TREE_HEAD, decode_head
 
-from .guardkit import GuardProcess, all_decided, collect, collect_all, make_setup, produce
 from .test_audit import _audit, workload
 
 

@@ -22,9 +22,10 @@ import confluent_kafka
 import msgspec
 
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.devtools.guardkit import GuardProcess, Setup, collect, decisions_by_source, header, identity, make_setup, produce, sender
 from busguard.protocol.records import Decision
 
-from .guardkit import REPO, GuardProcess, Setup, collect, decisions_by_source, header, identity, make_setup, produce, sender
+from .paths import REPO
 
 LIMIT = 2 * 1024 * 1024
 ENV = {"BUSGUARD_BATCH__MAX_INFLATED_BYTES": str(LIMIT)}

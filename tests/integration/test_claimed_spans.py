@@ -22,10 +22,10 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from busguard.audit.run import run_audit
 from busguard.config import load_config
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.devtools.guardkit import GuardProcess, Setup, collect, collect_all, header, identity, make_setup, produce, sender
 from busguard.protocol.records import Decision
 from tests.fuzz.batches import claimed_span
 
-from .guardkit import GuardProcess, Setup, collect, collect_all, header, identity, make_setup, produce, sender
 from .test_hostile_records import produce_batches
 
 CLAIMS = (1, 20_000, 2**31 - 1)

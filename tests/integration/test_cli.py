@@ -15,12 +15,13 @@ import pytest
 
 from busguard.cli import build_parser, main
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.devtools.guardkit import GuardProcess, collect, header, identity, make_setup
 from busguard.protocol.attestation import verify_admitted
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.keyfile import read_key
 from busguard.protocol.records import Decision
 
-from .guardkit import REPO, GuardProcess, collect, header, identity, make_setup
+from .paths import REPO
 
 TULPA_ID = re.compile(r"^tulpa:z6Mk[1-9A-HJ-NP-Za-km-z]{44}$")
 

@@ -15,6 +15,7 @@ import msgspec
 
 from busguard.config import load_config
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.devtools.guardkit import Collected, GuardProcess, collect, header, make_setup, produce
 from busguard.policies.compromise.message import IntegrityStatus, InteractionRule, decode_handoff, encode
 from busguard.policies.compromise.policy import KIND_COMPROMISE_NOTICE
 from busguard.protocol.attestation import verify_admitted, verify_decision_record
@@ -25,8 +26,6 @@ from busguard.sdk.scope import verify_forwarded
 from busguard.sdk.sender import Sender, SignedRecord
 from tests.unit import compromise_kit as kit
 from tests.unit.compromise_kit import LOG, MEMORY, PLAN, SESSION, SUCCESSOR
-
-from .guardkit import Collected, GuardProcess, collect, header, make_setup, produce
 
 NAMES = (SESSION, SUCCESSOR, kit.ATTESTER, kit.OPERATOR)
 

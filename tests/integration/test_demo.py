@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .guardkit import REPO
+from .paths import REPO
 
 # step label (a fragment of it) -> (destination, reason) the summary must show
 EXPECTED = {

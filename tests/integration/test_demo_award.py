@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .guardkit import REPO
+from .paths import REPO
 
 STEPS = {
     "A calls for bids": ("downstream", "admitted"),

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from .guardkit import REPO
+from .paths import REPO
 
 # step label -> (destination, reason or verdict) the summary must show
 EXPECTED = {

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .guardkit import REPO
+from .paths import REPO
 
 EXPECTED = {
     "contain: the incident trace alone": ("busguard.dead-letter", "taint_replay_refused"),

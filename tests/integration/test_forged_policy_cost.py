@@ -16,12 +16,11 @@ import os
 from pathlib import Path
 
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.devtools.guardkit import Collected, GuardProcess, collect, header, identity, make_setup, produce, sender
 from busguard.policies.taint.replay import KIND, encode_request
 from busguard.runtime.topics import create_topics
 from tests.unit.harness import forged
 from tests.unit.taint_build import chain_trace
-
-from .guardkit import Collected, GuardProcess, collect, header, identity, make_setup, produce, sender
 
 FORGED = 40
 TICKS = os.sysconf("SC_CLK_TCK")

@@ -11,11 +11,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from busguard.devtools.broker import EmbeddedBroker
-from busguard.protocol.attestation import verify_admitted
-from busguard.protocol.records import Decision
-from busguard.sdk.sender import SignedRecord
-
-from .guardkit import (
+from busguard.devtools.guardkit import (
     GuardProcess,
     Setup,
     all_decided,
@@ -28,6 +24,9 @@ from .guardkit import (
     produce,
     sender,
 )
+from busguard.protocol.attestation import verify_admitted
+from busguard.protocol.records import Decision
+from busguard.sdk.sender import SignedRecord
 
 
 def workload(tmp: Path, name: str = "planner", legacy_name: str = "executor", n: int = 150) -> tuple[list[SignedRecord], list[str]]:

@@ -12,11 +12,10 @@ from pathlib import Path
 import msgspec
 
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.devtools.guardkit import GuardProcess, Setup, collect, identity, make_setup, produce, sender
 from busguard.protocol.records import Decision
 from busguard.protocol.timestamps import format_timestamp
 from busguard.sdk.sender import SignedRecord
-
-from .guardkit import GuardProcess, Setup, collect, identity, make_setup, produce, sender
 
 WORK = b'{"op":"summarize"}'
 

@@ -22,13 +22,7 @@ from pathlib import Path
 import msgspec
 
 from busguard.devtools.broker import EmbeddedBroker
-from busguard.protocol.attestation import verify_admitted
-from busguard.protocol.records import Decision
-from busguard.sdk.sender import SignedRecord
-from tests.pgkit import EmbeddedPostgres
-
-from .guardkit import (
-    REPO,
+from busguard.devtools.guardkit import (
     GuardProcess,
     Setup,
     all_decided,
@@ -41,6 +35,12 @@ from .guardkit import (
     produce,
     sender,
 )
+from busguard.protocol.attestation import verify_admitted
+from busguard.protocol.records import Decision
+from busguard.sdk.sender import SignedRecord
+from tests.pgkit import EmbeddedPostgres
+
+from .paths import REPO
 
 SENDERS = [f"agent-{i}" for i in range(4)]
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import msgspec
 
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.devtools.guardkit import GuardProcess, all_decided, collect, header, make_setup, produce
 from busguard.protocol.attestation import verify_admitted
 from busguard.protocol.records import Decision
 
-from .guardkit import GuardProcess, all_decided, collect, header, make_setup, produce
 from .test_guard_crash import workload
 
 SENDERS = [f"agent-{i}" for i in range(6)]

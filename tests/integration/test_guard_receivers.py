@@ -12,9 +12,8 @@ import pytest
 
 from busguard import AttestationError, open_admitted
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.devtools.guardkit import GuardProcess, all_decided, collect, header, identity, make_setup, produce, sender
 from busguard.protocol.records import Decision
-
-from .guardkit import GuardProcess, all_decided, collect, header, identity, make_setup, produce, sender
 
 EXECUTOR = identity("executor").agent_id
 AUDITOR = identity("auditor").agent_id

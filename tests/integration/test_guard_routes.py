@@ -7,10 +7,9 @@ from pathlib import Path
 import msgspec
 
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.devtools.guardkit import GuardProcess, all_decided, collect, header, identity, make_setup, produce, sender
 from busguard.protocol.attestation import verify_admitted, verify_decision_record
 from busguard.protocol.records import Decision
-
-from .guardkit import GuardProcess, all_decided, collect, header, identity, make_setup, produce, sender
 
 WORK = b'{"op":"summarize","doc":"q3"}'
 

@@ -34,10 +34,7 @@ import msgspec
 from aiokafka import AIOKafkaProducer
 
 from busguard.devtools.broker import EmbeddedBroker
-from busguard.protocol.records import Decision
-from tests.pgkit import EmbeddedPostgres
-
-from .guardkit import (
+from busguard.devtools.guardkit import (
     GuardProcess,
     Setup,
     all_decided,
@@ -51,6 +48,8 @@ from .guardkit import (
     sender,
     until,
 )
+from busguard.protocol.records import Decision
+from tests.pgkit import EmbeddedPostgres
 
 #: seconds from each kill to the restart: at once, or after a supervisor's pause
 #: that is still well within the session

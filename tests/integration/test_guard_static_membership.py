@@ -26,10 +26,7 @@ from pathlib import Path
 import msgspec
 
 from busguard.devtools.broker import EmbeddedBroker
-from busguard.protocol.records import Decision
-from busguard.sdk.sender import SignedRecord
-
-from .guardkit import (
+from busguard.devtools.guardkit import (
     GuardProcess,
     Setup,
     all_decided,
@@ -44,6 +41,8 @@ from .guardkit import (
     sender,
     until,
 )
+from busguard.protocol.records import Decision
+from busguard.sdk.sender import SignedRecord
 
 SENDERS = [f"member-{i}" for i in range(3)]
 SESSION = {"BUSGUARD_KAFKA__SESSION_TIMEOUT_MS": "20000", "BUSGUARD_KAFKA__HEARTBEAT_INTERVAL_MS": "500"}

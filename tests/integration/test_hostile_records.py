@@ -29,12 +29,12 @@ from aiokafka.consumer import fetcher
 from busguard.audit.run import run_audit
 from busguard.config import load_config
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.devtools.guardkit import GuardProcess, Setup, all_decided, collect, header, identity, make_setup, produce, sender
 from busguard.protocol.records import Decision
 from busguard.runtime.records import consumer_options
 from busguard.sdk.sender import SignedRecord
 from tests.fuzz.batches import CODECS, batch, record
 
-from .guardkit import GuardProcess, Setup, all_decided, collect, header, identity, make_setup, produce, sender
 from .test_reconcile import resolutions
 
 WORK = b'{"op":"summarize","doc":"' + b"quarterly figures " * 40 + b'"}'  # compressible, so librdkafka really compresses

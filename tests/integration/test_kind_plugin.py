@@ -16,9 +16,10 @@ from pathlib import Path
 import msgspec
 
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.devtools.guardkit import GuardProcess, all_decided, collect, header, identity, make_setup, produce, sender
 from busguard.protocol.records import Decision
 
-from .guardkit import REPO, GuardProcess, all_decided, collect, header, identity, make_setup, produce, sender
+from .paths import REPO
 
 EXAMPLE = REPO / "examples" / "quota_kind"
 

@@ -21,12 +21,11 @@ import msgspec
 from aiokafka import AIOKafkaProducer
 
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.devtools.guardkit import GuardProcess, Setup, all_decided, collect, header, identity, make_setup, sender
 from busguard.protocol.attestation import verify_admitted, verify_decision_record
 from busguard.protocol.records import Decision, headers_encoding
 from busguard.runtime.outputs import Output, batch_size, compressed_batch_size
 from busguard.sdk.sender import SignedRecord
-
-from .guardkit import GuardProcess, Setup, all_decided, collect, header, identity, make_setup, sender
 
 KAFKA_DEFAULT_LIMIT = 1_048_588
 EXECUTOR = identity("executor").agent_id

@@ -12,10 +12,11 @@ import msgspec
 import pytest
 
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.devtools.guardkit import GuardProcess, Setup, collect, collect_all, header, identity, make_setup, produce, sender
 from busguard.protocol.attestation import verify_decision_record
 from busguard.protocol.records import Decision, Reply, Resolution, audit_decoder
 
-from .guardkit import REPO, GuardProcess, Setup, collect, collect_all, header, identity, make_setup, produce, sender
+from .paths import REPO
 
 
 def escalating_workload(tmp: Path, n: int) -> list:  # type: ignore[type-arg]

@@ -16,6 +16,7 @@ import msgspec
 import pytest
 
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.devtools.guardkit import GuardProcess, Setup, collect, header, identity, make_setup, produce, sender
 from busguard.protocol.attestation import AttestationError, attest_record, seal, verify_decision_record
 from busguard.protocol.envelope import b64url_encode
 from busguard.protocol.identity import multikey_encode
@@ -23,7 +24,7 @@ from busguard.protocol.keyfile import write_key
 from busguard.protocol.records import COMMAND_CONTEXT, Decision, Resolution, ResolveCommand, SignedCommand, audit_decoder, resolution_id
 from busguard.protocol.signing import Signer, sign
 
-from .guardkit import REPO, GuardProcess, Setup, collect, header, identity, make_setup, produce, sender
+from .paths import REPO
 
 
 def _held(s: Setup, got) -> list[str]:  # type: ignore[no-untyped-def]

@@ -26,13 +26,14 @@ import msgspec
 
 from busguard.config import load_config
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.devtools.guardkit import collect_all
 from busguard.protocol.envelope import open_envelope
 from busguard.protocol.identity import public_key_from_agent_id
 from busguard.protocol.receipt import signing_input
 from busguard.protocol.records import Decision, audit_decoder
 from busguard.protocol.signing import verify_signature
 
-from .guardkit import REPO, collect_all
+from .paths import REPO
 
 RUN = REPO / "examples" / "seed000" / "run.py"
 TASKS = 5

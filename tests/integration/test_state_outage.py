@@ -25,11 +25,12 @@ from pathlib import Path
 import msgspec
 
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.devtools.guardkit import GuardProcess, Setup, collect, identity, make_setup, produce, sender
 from busguard.protocol.records import Decision
 from busguard.sdk.sender import SignedRecord
 from tests.pgkit import EmbeddedPostgres, free_port
 
-from .guardkit import REPO, GuardProcess, Setup, collect, identity, make_setup, produce, sender
+from .paths import REPO
 
 SECRET = "hunter2-secret"
 PREFIX = "busguard: state store unreachable: "

@@ -13,10 +13,11 @@ from pathlib import Path
 import msgspec
 
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.devtools.guardkit import Collected, GuardProcess, Setup, collect, collect_all, identity, make_setup, produce, sender
 from busguard.protocol.records import Decision
 from busguard.sdk.sender import SignedRecord
 
-from .guardkit import REPO, Collected, GuardProcess, Setup, collect, collect_all, identity, make_setup, produce, sender
+from .paths import REPO
 
 WORK = b'{"op":"summarize","doc":"q3"}'
 

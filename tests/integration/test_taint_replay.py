@@ -11,12 +11,11 @@ from pathlib import Path
 import msgspec
 
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.devtools.guardkit import GuardProcess, collect, header, identity, make_setup, produce, sender
 from busguard.policies.taint.replay import encode_request
 from busguard.protocol.attestation import verify_admitted, verify_decision_record
 from busguard.protocol.records import Decision
 from busguard.runtime.topics import create_topics
-
-from .guardkit import GuardProcess, collect, header, identity, make_setup, produce, sender
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "taint"
 TRACE = (EXAMPLES / "incident.trace.json").read_bytes()

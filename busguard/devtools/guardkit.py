@@ -1,7 +1,11 @@
-"""Helpers to run real guard processes against the session broker.
+"""The guard-process kit: a deployment on fresh topics and real `busguard` processes.
 
-No mocks: the guard runs as `python -m busguard.cli run` in its own process,
-so `kill -9` is a real crash and SIGTERM a real drain.
+For the project's integration tests and for a kind's or an agent's own: no
+mocks, the guard runs as `python -m busguard.cli run` in its own process, so
+`kill -9` is a real crash and SIGTERM a real drain. It needs a running broker
+(`busguard.devtools.broker.EmbeddedBroker`). The child process sees the
+caller's `sys.path`, so a kind importable by the test is importable by the
+guard it starts.
 """
 
 from __future__ import annotations
@@ -37,8 +41,6 @@ from busguard.protocol.signing import public_key_from_seed
 from busguard.runtime.topics import create_topics
 from busguard.sdk.sender import Sender, SignedRecord
 from busguard.wiring import init_state
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def identity(name: str) -> Identity:
@@ -107,15 +109,15 @@ async def make_setup(
     operator_list = "".join(f'[[operator]]\nname = "{name}"\npublic_key = "{multikey_encode(op.public_key)}"\n' for name, op in operators)
     if operator_list:
         (tmp / "operators.toml").write_text(operator_list)
-    state = tmp / "state.db"
+    state_db = tmp / "state.db"
     config = tmp / "busguard.toml"
     config.write_text(
         embedded_config(
             bootstrap,
             group_id=f"guard-{tag}",
             topics=t,
-            comment="Written by tests/integration/guardkit.py.",
-            state={"path": str(state), "synchronous": "normal", "expire_interval_s": 5, **(state_extra or {})},
+            comment="Written by busguard.devtools.guardkit.",
+            state={"path": str(state_db), "synchronous": "normal", "expire_interval_s": 5, **(state_extra or {})},
             keys={
                 "guard_key": str(guard_key),
                 "reconciler_key": str(reconciler_key),
@@ -146,7 +148,7 @@ async def make_setup(
         replies=t.replies,
         group=f"guard-{tag}",
         guard_key=guard_key,
-        state_path=state,
+        state_path=state_db,
         reconciler_key=reconciler_key,
     )
 
@@ -163,7 +165,12 @@ class GuardProcess:
         self.setup = setup
         self.port = port or free_port()
         self.log = setup.dir / f"{command}-{GuardProcess.count}.log"
-        environ = {**os.environ, "BUSGUARD_OPS__PORT": str(self.port), "PYTHONPATH": str(REPO), **(env or {})}
+        environ = {
+            **os.environ,
+            "BUSGUARD_OPS__PORT": str(self.port),
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+            **(env or {}),
+        }
         environ.pop("BUSGUARD_FAULT", None)
         if fault:
             environ["BUSGUARD_FAULT"] = fault
