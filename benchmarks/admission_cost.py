@@ -39,8 +39,8 @@ from busguard.admission.batch import Input, admit_batch  # noqa: E402
 from busguard.admission.decide import Candidate, precheck, verify  # noqa: E402
 from busguard.admission.types import AdmissionPolicy  # noqa: E402
 from busguard.protocol.identity import agent_id_for_key, canonical_principal  # noqa: E402
-from busguard.protocol.keys import KeyRegistry, KeyWindow  # noqa: E402
 from busguard.protocol.records import Coordinates  # noqa: E402
+from busguard.protocol.registry import KeyRegistry, KeyWindow  # noqa: E402
 from busguard.protocol.signing import generate_keypair  # noqa: E402
 from busguard.runtime.tuning import tune_gc  # noqa: E402
 from busguard.sdk.sender import Sender  # noqa: E402

@@ -2,7 +2,7 @@
 
 Decodes the same fetch (5 batches of 100 records of ~1.4 KB, uncompressed and
 zstd) through aiokafka's fetcher `PartitionRecords` with and without
-busguard's hook (busguard/runtime/records.py), checks both give identical
+busguard's hook (busguard/runtime/tolerant_fetch.py), checks both give identical
 records, and prints the median µs per record of each, interleaved.
 
     .venv/bin/python benchmarks/decode_cost.py [--rounds 200]
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from aiokafka.consumer import fetcher  # noqa: E402
 from aiokafka.structs import TopicPartition  # noqa: E402
 
-from busguard.runtime.records import RAW_KEYS, consumer_options  # noqa: E402
+from busguard.runtime.tolerant_fetch import RAW_KEYS, consumer_options  # noqa: E402
 from tests.fuzz.batches import CODECS, batch, record  # noqa: E402
 
 

@@ -21,8 +21,8 @@ from busguard.policies.compromise.message import IntegrityStatus, InteractionRul
 from busguard.policies.compromise.policy import CompromiseSettings
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.keyfile import new_identity
-from busguard.protocol.keys import KeyRegistry, KeyWindow
 from busguard.protocol.records import Coordinates
+from busguard.protocol.registry import KeyRegistry, KeyWindow
 from busguard.state.memory import MemoryStore
 
 

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from busguard.config import load_config  # noqa: E402
 from busguard.protocol.identity import agent_id_for_key  # noqa: E402
 from busguard.protocol.keyfile import Identity  # noqa: E402
-from busguard.protocol.keys import KeyRegistry  # noqa: E402
+from busguard.protocol.registry import KeyRegistry  # noqa: E402
 from busguard.protocol.signing import generate_keypair  # noqa: E402
 from busguard.runtime.guard import Guard  # noqa: E402
 from busguard.runtime.outputs import Output, record_size  # noqa: E402

@@ -58,8 +58,8 @@ from busguard.admission.batch import Input, admit_batch  # noqa: E402
 from busguard.admission.decide import Candidate  # noqa: E402
 from busguard.admission.types import AdmissionPolicy  # noqa: E402
 from busguard.protocol.identity import agent_id_for_key, canonical_principal  # noqa: E402
-from busguard.protocol.keys import KeyRegistry, KeyWindow  # noqa: E402
 from busguard.protocol.records import Coordinates  # noqa: E402
+from busguard.protocol.registry import KeyRegistry, KeyWindow  # noqa: E402
 from busguard.protocol.signing import public_key_from_seed  # noqa: E402
 from busguard.sdk.sender import Sender  # noqa: E402
 from busguard.state import pgsql  # noqa: E402

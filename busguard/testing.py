@@ -25,8 +25,8 @@ from busguard.admission.batch import Input, admit_batch
 from busguard.admission.types import AdmissionPolicy
 from busguard.protocol.envelope import HEADER_SIGNATURE
 from busguard.protocol.identity import agent_id_for_key, canonical_principal
-from busguard.protocol.keys import KeyRegistry, KeyWindow
 from busguard.protocol.records import Coordinates, Decision
+from busguard.protocol.registry import KeyRegistry, KeyWindow
 from busguard.protocol.signing import public_key_from_seed
 from busguard.protocol.timestamps import parse_timestamp
 from busguard.sdk.sender import Sender, SignedRecord

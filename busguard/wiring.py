@@ -25,7 +25,7 @@ from busguard.errors import ConfigError, StoreUnreachable
 
 if TYPE_CHECKING:
     from busguard.protocol.keyfile import Identity
-    from busguard.protocol.keys import KeyRegistry
+    from busguard.protocol.registry import KeyRegistry
     from busguard.reconcile.operators import Operators
     from busguard.reconcile.store import ReconcileState
     from busguard.reconcile.worker import Reconciler
@@ -57,7 +57,7 @@ def guard_keys(cfg: Config) -> GuardKeys:
     """The key registry (followed while running) and the guard's own key,
     checked against `keys.guard_public_key` when the config declares it."""
     from busguard.protocol.keyfile import load_or_create
-    from busguard.protocol.keys import KeyRegistry
+    from busguard.protocol.registry import KeyRegistry
     from busguard.runtime.watched import WatchedFile
 
     registry = WatchedFile(cfg.path(cfg.keys.registry), KeyRegistry.load, what="key registry", watch=cfg.keys.watch)

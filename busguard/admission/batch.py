@@ -21,9 +21,9 @@ from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Effects
 from busguard.policies import KINDS, run_policies
 from busguard.policies.seam import PolicyContext, PolicyInput
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES
-from busguard.protocol.keys import KeyRegistry, KeyWindow
 from busguard.protocol.reasons import Outcome, Reason
 from busguard.protocol.records import Coordinates, Decision, TaskEntry, record_sha256
+from busguard.protocol.registry import KeyRegistry, KeyWindow
 from busguard.state.keys import KeySet, NonceKey, PolicyKey, SourceKey, TaskKey, WindowKey, source_key
 from busguard.state.snapshot import Snapshot, WindowState
 from busguard.state.store import BatchStore
@@ -87,7 +87,7 @@ class Input(NamedTuple):
     headers: Sequence[tuple[str, bytes]]
     key: bytes | None = None
     #: (reason, detail) when the client could not decode the record
-    #: (busguard.runtime.records): rejected as such, never prechecked.
+    #: (busguard.runtime.tolerant_fetch): rejected as such, never prechecked.
     undecodable: tuple[Reason, str] | None = None
     #: the last offset an undecodable span covers (None: `source` alone)
     last_offset: int | None = None

@@ -33,10 +33,10 @@ from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Effects
 from busguard.policies import KINDS, run_policies
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES, Envelope, open_envelope
 from busguard.protocol.identity import canonical_principal
-from busguard.protocol.keys import KeyRegistry, KeyWindow
 from busguard.protocol.reasons import Outcome, Reason
 from busguard.protocol.receipt import ReceiptError, payload_hash, payload_hash_problem, signing_input
 from busguard.protocol.records import Coordinates, Decision, TaskEntry, decision_id
+from busguard.protocol.registry import KeyRegistry, KeyWindow
 from busguard.protocol.signing import verify_signature
 from busguard.protocol.timestamps import parse_timestamp
 from busguard.state.keys import NonceKey, PolicyKey, TaskKey, WindowKey
@@ -155,7 +155,7 @@ def undecodable(
     last_offset: int | None = None,
 ) -> Decision:
     """The reject decision for a record the Kafka client could not decode
-    (busguard.runtime.records): there is no receipt to look at. With
+    (busguard.runtime.tolerant_fetch): there is no receipt to look at. With
     `last_offset`, one span decision for every offset from `source` to it
     (docs/protocol.md 2.1), its id that of its first offset."""
     did = decision_id(policy.namespace, source)

@@ -41,7 +41,7 @@ class RawRecord(NamedTuple):
     topic: str
     value: bytes | None
     headers: list[tuple[str, bytes]]
-    #: why the Kafka client could not decode it (busguard.runtime.records);
+    #: why the Kafka client could not decode it (busguard.runtime.tolerant_fetch);
     #: busguard never writes such a record, so it is foreign to the log
     undecodable: str | None = None
     partition: int = -1

@@ -21,7 +21,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
-    from busguard.protocol.keys import KeyRegistry
+    from busguard.protocol.registry import KeyRegistry
     from busguard.reconcile.operators import Operators
 
     registry = KeyRegistry.load(cfg.path(cfg.keys.registry))

@@ -50,9 +50,9 @@ import msgspec
 
 from busguard.protocol.envelope import Envelope
 from busguard.protocol.identity import canonical_principal
-from busguard.protocol.keys import KeyLookup, KeyRegistry
 from busguard.protocol.reasons import Outcome
 from busguard.protocol.records import Notice
+from busguard.protocol.registry import KeyLookup, KeyRegistry
 
 #: busguard.state.keys.PolicyKey, spelled out: the policy packages (taint,
 #: award, compromise) import this module and must not load the state layer.
@@ -114,7 +114,7 @@ AnyPolicy = Policy[Any]
 
 
 class KeySource(Protocol):
-    """The key registry as admission holds it for this batch (busguard.protocol.keys.KeyRegistry)."""
+    """The key registry as admission holds it for this batch (busguard.protocol.registry.KeyRegistry)."""
 
     def lookup(self, principal: str, key_id: str | None, now_ms: int) -> KeyLookup: ...
 

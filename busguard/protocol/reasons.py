@@ -38,7 +38,7 @@ class Reason(enum.StrEnum):
     MALFORMED_TIMESTAMP = "malformed_timestamp"
     MALFORMED_NONCE = "malformed_nonce"
     MALFORMED_SESSION = "malformed_session"
-    # --- reject: the client could not decode the record (runtime/records.py)
+    # --- reject: the client could not decode the record (runtime/tolerant_fetch.py)
     UNDECODABLE_RECORD = "undecodable_record"
     UNDECODABLE_HEADER = "undecodable_header"
     UNDECODABLE_BATCH = "undecodable_batch"

@@ -50,8 +50,8 @@ from busguard.reconcile.store import Processed, ReconcileState, States
 from busguard.runtime.faults import Faults
 from busguard.runtime.ops import Metrics
 from busguard.runtime.outputs import Output, dead_letter, proof_headers
-from busguard.runtime.records import Undecodable, preserved
 from busguard.runtime.stage import SealingStage
+from busguard.runtime.tolerant_fetch import Undecodable, preserved
 from busguard.runtime.watched import WatchedFile
 
 log = structlog.get_logger(__name__)

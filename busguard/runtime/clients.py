@@ -1,7 +1,7 @@
 """Every aiokafka client busguard builds, built here.
 
 One place decides what a client of each role looks like, so the tolerant
-fetch decoding (busguard.runtime.records) and the settings derived from the
+fetch decoding (busguard.runtime.tolerant_fetch) and the settings derived from the
 config (client id, timeouts, fetch sizes, acks, idempotence, compression)
 cannot be forgotten by one of the readers. Roles:
 
@@ -28,7 +28,7 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 from busguard.config import Config
 from busguard.config_checks import group_instance_id
 from busguard.runtime.outputs import producer_batch_size
-from busguard.runtime.records import consumer_options
+from busguard.runtime.tolerant_fetch import consumer_options
 
 __all__ = ["SortedRoundRobin", "group_consumer", "loop_producer", "partitions_at", "partitions_of", "producer", "reader"]
 

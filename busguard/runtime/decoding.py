@@ -1,6 +1,6 @@
 """Fetched partition bytes to records, with one item for every offset.
 
-The pure half of busguard.runtime.records (which hooks it into aiokafka):
+The pure half of busguard.runtime.tolerant_fetch (which hooks it into aiokafka):
 it uses aiokafka's record and codec decoders but no client and no I/O, so it
 is tested and fuzzed on bytes alone.
 

@@ -36,16 +36,16 @@ from busguard.admission.fence import behind, fence_ends
 from busguard.config import Config
 from busguard.protocol.attestation import attest, decision_bytes, seal
 from busguard.protocol.keyfile import Identity
-from busguard.protocol.keys import KeyRegistry, KeyWindow
 from busguard.protocol.merkle import HASH_BYTES, leaf_hash
 from busguard.protocol.reasons import Reason
 from busguard.protocol.records import Coordinates, Decision
+from busguard.protocol.registry import KeyRegistry, KeyWindow
 from busguard.protocol.treehead import MAX_LEAVES, BatchTree, ChainTip, next_link, rebuild, seal_batch
 from busguard.runtime.faults import Faults
 from busguard.runtime.ops import Metrics
 from busguard.runtime.outputs import BatchProof, Output, OutputBudget, Sealed, outputs_for, worst_batch_sealed
-from busguard.runtime.records import Undecodable, preserved
 from busguard.runtime.stage import SealingStage
+from busguard.runtime.tolerant_fetch import Undecodable, preserved
 from busguard.runtime.watched import WatchedFile
 from busguard.state.keys import Partition, source_key
 from busguard.state.snapshot import Snapshot, StoredHead, spans_of
@@ -387,7 +387,7 @@ class Guard(SealingStage):
 
     @staticmethod
     def _undecodable(r: Undecodable, max_payload: int) -> Input:
-        """A placeholder's input carries its preserved bytes (runtime/records.py)
+        """A placeholder's input carries its preserved bytes (runtime/tolerant_fetch.py)
         as the value and headers its dead-letter record will hold."""
         _, value, headers = preserved(r, max_payload)
         source = Coordinates(topic=r.topic, partition=r.partition, offset=r.offset)

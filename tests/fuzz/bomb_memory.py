@@ -31,7 +31,7 @@ def hwm():
 raw = open(sys.argv[1], "rb").read()
 from aiokafka.consumer import fetcher
 from aiokafka.structs import TopicPartition
-from busguard.runtime.records import RAW_KEYS, consumer_options
+from busguard.runtime.tolerant_fetch import RAW_KEYS, consumer_options
 consumer_options()
 before = hwm()
 try:

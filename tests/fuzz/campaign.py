@@ -41,13 +41,13 @@ from busguard.devconfig import Topics, embedded_config
 from busguard.protocol.envelope import HEADER_RECEIPT, HEADER_SIGNATURE, b64url_encode
 from busguard.protocol.identity import agent_id_for_key
 from busguard.protocol.keyfile import Identity, write_key
-from busguard.protocol.keys import KeyRegistry
 from busguard.protocol.receipt import payload_hash, signing_input
 from busguard.protocol.records import Decision
+from busguard.protocol.registry import KeyRegistry
 from busguard.protocol.signing import Signer, public_key_from_seed
 from busguard.protocol.timestamps import format_timestamp, parse_timestamp
 from busguard.runtime.guard import Guard
-from busguard.runtime.records import RAW_KEYS, Undecodable, consumer_options, next_offset
+from busguard.runtime.tolerant_fetch import RAW_KEYS, Undecodable, consumer_options, next_offset
 from busguard.runtime.watched import WatchedFile
 from busguard.sdk.sender import Sender
 from busguard.state.memory import MemoryStore

@@ -31,7 +31,7 @@ from busguard.config import load_config
 from busguard.devtools.broker import EmbeddedBroker
 from busguard.devtools.guardkit import GuardProcess, Setup, all_decided, collect, header, identity, make_setup, produce, sender
 from busguard.protocol.records import Decision
-from busguard.runtime.records import consumer_options
+from busguard.runtime.tolerant_fetch import consumer_options
 from busguard.sdk.sender import SignedRecord
 from tests.fuzz.batches import CODECS, batch, record
 

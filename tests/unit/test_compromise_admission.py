@@ -36,9 +36,9 @@ from busguard.policies.compromise.policy import (
     session_row,
 )
 from busguard.protocol.identity import canonical_principal
-from busguard.protocol.keys import KeyRegistry, KeyWindow
 from busguard.protocol.reasons import Outcome, Reason
 from busguard.protocol.records import Decision
+from busguard.protocol.registry import KeyRegistry, KeyWindow
 from busguard.protocol.signing import public_key_from_seed
 from busguard.sdk.scope import verify_forwarded
 from busguard.sdk.sender import Sender, SignedRecord

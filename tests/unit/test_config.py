@@ -15,7 +15,7 @@ import pytest
 from busguard.config import Config, Route, load_config
 from busguard.errors import ConfigError
 from busguard.policies import KINDS
-from busguard.protocol.keys import KeyRegistry
+from busguard.protocol.registry import KeyRegistry
 from busguard.reconcile.operators import Operators
 
 SMALL_ORDER = "z6MkeXATEjyXENzBXBxgC5EHk2JE5aqd7qMGGtDpLUH1e2Sj"  # the identity point: small order

@@ -6,8 +6,8 @@ import msgspec
 import pytest
 
 from busguard.admission.types import AdmissionPolicy
-from busguard.protocol.keys import KeyRegistry, KeyWindow
 from busguard.protocol.receipt import Receipt
+from busguard.protocol.registry import KeyRegistry, KeyWindow
 from busguard.protocol.signing import public_key_from_seed
 
 from .harness import NOW, Harness, agent, seed, sender

@@ -269,7 +269,7 @@ def _guard(tmp_path: Path, store: StateStore):  # type: ignore[no-untyped-def]
     from busguard.config import load_config
     from busguard.protocol.identity import agent_id_for_key
     from busguard.protocol.keyfile import Identity
-    from busguard.protocol.keys import KeyRegistry
+    from busguard.protocol.registry import KeyRegistry
     from busguard.protocol.signing import public_key_from_seed
     from busguard.runtime.guard import Guard
     from busguard.runtime.watched import WatchedFile

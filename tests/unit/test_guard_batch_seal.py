@@ -14,7 +14,7 @@ from busguard.config import load_config
 from busguard.protocol.attestation import HEADER_SEAL, HeadCache, open_sealed
 from busguard.protocol.identity import agent_id_for_key
 from busguard.protocol.keyfile import Identity
-from busguard.protocol.keys import KeyRegistry
+from busguard.protocol.registry import KeyRegistry
 from busguard.protocol.signing import public_key_from_seed
 from busguard.protocol.treehead import HEADER_TREE_HEAD, decode_head, head_digest
 from busguard.runtime.guard import Guard

@@ -24,10 +24,10 @@ from busguard.admission.types import AdmissionPolicy
 from busguard.policies import KINDS
 from busguard.protocol.envelope import HEADER_RECEIPT, HEADER_SIGNATURE
 from busguard.protocol.identity import canonical_principal
-from busguard.protocol.keys import KeyRegistry, _RegistryFile
 from busguard.protocol.reasons import Outcome, Reason
 from busguard.protocol.receipt import receipt_id, signing_input
 from busguard.protocol.records import Coordinates, Decision
+from busguard.protocol.registry import KeyRegistry, _RegistryFile
 from busguard.protocol.timestamps import parse_timestamp
 from busguard.state.memory import MemoryStore
 

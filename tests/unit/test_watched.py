@@ -11,8 +11,8 @@ import pytest
 
 from busguard.errors import ConfigError
 from busguard.protocol.identity import canonical_principal
-from busguard.protocol.keys import KeyRegistry
 from busguard.protocol.reasons import Reason
+from busguard.protocol.registry import KeyRegistry
 from busguard.runtime.watched import WatchedFile
 from tests.unit.harness import NOW, agent
 

@@ -139,7 +139,7 @@ Q3, Q4, LEAKED = SIGNERS["planner-2026-q3"], SIGNERS["planner-2026-q4"], SIGNERS
 EXECUTOR, AUDITOR, ROUTER, MALLORY = SIGNERS["executor"], SIGNERS["auditor"], SIGNERS["router"], SIGNERS["mallory"]
 ROUTER_ID = "did:web:agents.example.com:router"
 
-# Same shape as configs/keys.toml (busguard.protocol.keys), as JSON.
+# Same shape as configs/keys.toml (busguard.protocol.registry), as JSON.
 REGISTRY: dict[str, Any] = {
     "open_enrollment": False,
     "agent": [

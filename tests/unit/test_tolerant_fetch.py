@@ -1,4 +1,4 @@
-"""The tolerant fetch decoder (busguard/runtime/records.py): every offset of a
+"""The tolerant fetch decoder (busguard/runtime/tolerant_fetch.py): every offset of a
 fetch is covered by exactly one item (an undecodable span by one placeholder,
 however long), and what aiokafka would raise on becomes a placeholder
 carrying its bytes."""
@@ -21,7 +21,7 @@ from busguard.admission.types import AdmissionPolicy
 from busguard.protocol.reasons import Reason
 from busguard.protocol.records import Coordinates
 from busguard.runtime.outputs import dead_letter
-from busguard.runtime.records import (
+from busguard.runtime.tolerant_fetch import (
     FORM_BATCH,
     FORM_BATCH_REF,
     FORM_PARTS,
