@@ -40,7 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from busguard.commands.taint import cycle_collection_paused  # noqa: E402
 from busguard.policies.taint.hashing import derive_input_hash  # noqa: E402
 from busguard.policies.taint.model import Node, Trace, build_graph, decode_trace  # noqa: E402
-from busguard.policies.taint.validate import ReplayPlan, validate  # noqa: E402
+from busguard.policies.taint.plan import ReplayPlan  # noqa: E402
+from busguard.policies.taint.validate import validate  # noqa: E402
 
 TARGET_NODES = 10_000
 TARGET_S = 1.0

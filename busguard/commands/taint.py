@@ -21,8 +21,9 @@ from typing import Any, Final, TextIO
 import msgspec
 
 from busguard.policies.taint.model import TraceError, build_graph, decode_ledger, decode_trace
+from busguard.policies.taint.plan import ReplayPlan
 from busguard.policies.taint.render import FORMATS, Format, render
-from busguard.policies.taint.validate import ReplayPlan, validate
+from busguard.policies.taint.validate import validate
 
 EXIT_VALID: Final = 0
 EXIT_REFUSED: Final = 1

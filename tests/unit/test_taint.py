@@ -11,7 +11,8 @@ import pytest
 
 from busguard.policies.taint.hashing import derive_input_hash, input_preimage
 from busguard.policies.taint.model import Trace, TraceError, build_graph, decode_ledger, decode_trace
-from busguard.policies.taint.validate import ReplayPlan, ReplayRefused, validate
+from busguard.policies.taint.plan import ReplayPlan, ReplayRefused
+from busguard.policies.taint.validate import validate
 
 from .taint_build import h, incident, ledger, node, trace
 

@@ -15,8 +15,9 @@ import pytest
 from busguard.cli import main
 from busguard.commands.taint import EXIT_MALFORMED, EXIT_REFUSED, EXIT_VALID, check
 from busguard.policies.taint.model import Ledger, Trace, build_graph, decode_ledger, decode_trace, schema_document
+from busguard.policies.taint.plan import ReplayPlan, ReplayRefused
 from busguard.policies.taint.render import FORMATS, Format
-from busguard.policies.taint.validate import ReplayPlan, ReplayRefused, validate
+from busguard.policies.taint.validate import validate
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "taint"

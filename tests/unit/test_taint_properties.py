@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from busguard.policies.taint.model import Ledger, Node, Trace
-from busguard.policies.taint.validate import ReplayRefused, Result, validate
+from busguard.policies.taint.plan import ReplayRefused, Result
+from busguard.policies.taint.validate import validate
 
 TERMINAL = {"success", "failure", "abort"}
 OUTCOMES = ["success", "failure", "abort", "pending", "unknown"]

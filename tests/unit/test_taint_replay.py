@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from busguard.policies import KINDS
 from busguard.policies.seam import bare_context, policy_input
 from busguard.policies.taint import replay
-from busguard.policies.taint.validate import ReplayRefused
+from busguard.policies.taint.plan import ReplayRefused
 from busguard.protocol.envelope import Envelope
 from busguard.protocol.reasons import Outcome, Reason
 from busguard.protocol.receipt import decode_receipt

@@ -7,7 +7,8 @@ in admission or the runtime. See docs/taint.md.
 """
 
 from busguard.policies.taint.model import Graph, Ledger, Trace, TraceError, build_graph, decode_ledger, decode_trace
-from busguard.policies.taint.validate import ReplayPlan, ReplayRefused, Result, validate
+from busguard.policies.taint.plan import ReplayPlan, ReplayRefused, Result
+from busguard.policies.taint.validate import validate
 
 __all__ = [
     "Graph",

@@ -11,7 +11,7 @@ from typing import Final, Literal
 
 import msgspec
 
-from busguard.policies.taint.validate import Finding, ReplayRefused, Result
+from busguard.policies.taint.plan import Finding, ReplayRefused, Result
 
 Format = Literal["text", "json", "mermaid", "dot"]
 FORMATS: Final[tuple[Format, ...]] = ("text", "json", "mermaid", "dot")

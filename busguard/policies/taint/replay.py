@@ -35,7 +35,8 @@ import msgspec
 
 from busguard.policies.seam import Objection, PolicyContext, PolicyInput, PolicyOutcome, PolicyView
 from busguard.policies.taint.model import Ledger, Trace, TraceError, _decode, build_graph, check_ledger
-from busguard.policies.taint.validate import ReplayPlan, ReplayRefused, validate
+from busguard.policies.taint.plan import ReplayPlan, ReplayRefused
+from busguard.policies.taint.validate import validate
 from busguard.protocol.reasons import Outcome, Reason
 
 KIND: Final = "taint-replay"

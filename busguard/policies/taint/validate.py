@@ -27,15 +27,11 @@ in nodes plus edges, apart from sorting what is reported.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
-
-import msgspec
 
 from busguard.policies.taint.hashing import derive_input_hash
 from busguard.policies.taint.model import (
     EXECUTED,
     TERMINAL,
-    Effect,
     Graph,
     Ledger,
     LedgerEntry,
@@ -45,93 +41,7 @@ from busguard.policies.taint.model import (
     build_graph,
     check_ledger,
 )
-
-Unit = Literal["span", "token"]
-Source = Literal["span", "ledger"]
-Role = Literal["output", "source", "carrier"]
-Kind = Literal[
-    "non_terminal",  # 1
-    "token_collision",  # 2
-    "missing_token",  # 2
-    "causal_violation",  # 3
-    "input_mismatch",  # 4
-    "input_unverifiable",  # 4
-]
-
-
-class Finding(msgspec.Struct, kw_only=True):
-    """One failed check. `resolved`: the ledger settles it (conditions 1 and 2 only)."""
-
-    condition: int
-    kind: Kind
-    nodes: list[str]
-    token: str | None = None
-    resolved: bool
-    detail: str
-
-
-class NodeAttribution(msgspec.Struct, kw_only=True, gc=False):
-    """A cone node in the taint graph. Every node of the cone is attributed; none is cleared."""
-
-    id: str
-    operation: str
-    role: Role
-    predecessors: list[str]
-    side_effects: bool
-    outcome: Outcome
-    outcome_from: Source
-    token: str | None
-    sinks: list[str]
-    sinks_from: Source
-
-
-class SinkAttribution(msgspec.Struct, kw_only=True):
-    """A sink the tainted cone reached, and the cone nodes (and tokens) that reached it."""
-
-    sink: str
-    nodes: list[str]
-    tokens: list[str]
-
-
-class TokenReplay(msgspec.Struct, kw_only=True):
-    """A token rebuilt from the ledger: the unit of a token-level replay."""
-
-    token: str
-    nodes: list[str]
-    effects: list[Effect]
-    sinks: list[str]
-
-
-class ReplayPlan(msgspec.Struct, kw_only=True, tag_field="verdict", tag="valid"):
-    """The cone can be replayed: here is its taint graph, and the unit to replay it by."""
-
-    unit: Unit
-    forced_by: list[int]
-    outputs: list[str]
-    edges: int
-    nodes: list[NodeAttribution]
-    sinks: list[SinkAttribution]
-    tokens: list[TokenReplay]
-    findings: list[Finding]
-
-
-class ReplayRefused(msgspec.Struct, kw_only=True, tag_field="verdict", tag="refused"):
-    """The cone cannot be replayed end to end (the seed's TaintReplayRefused). No graph, on purpose.
-
-    `nodes` are the nodes whose outcome or causal position is unknowable;
-    `suspect` is the whole cone, every node of which stays under suspicion.
-    """
-
-    reason: str
-    condition: int
-    conditions: list[int]
-    outputs: list[str]
-    nodes: list[str]
-    suspect: list[str]
-    findings: list[Finding]
-
-
-Result = ReplayPlan | ReplayRefused
+from busguard.policies.taint.plan import Finding, Kind, ReplayRefused, Result, build_plan
 
 
 def resolves(entry: LedgerEntry | None) -> bool:
@@ -241,12 +151,11 @@ def validate(
                 c2_at.append(
                     (
                         i,
-                        Finding(
-                            condition=2,
-                            kind="missing_token",
-                            nodes=[node.id],
-                            resolved=False,
-                            detail="side-effecting node without an idempotency token: its effects cannot be told apart or looked up in the ledger",
+                        _unresolved(
+                            2,
+                            "missing_token",
+                            [node.id],
+                            "side-effecting node without an idempotency token: its effects cannot be told apart or looked up in the ledger",
                         ),
                     )
                 )
@@ -340,12 +249,11 @@ def validate(
         if rec is None:
             if outcome(i) != "abort":
                 c4.append(
-                    Finding(
-                        condition=4,
-                        kind="input_unverifiable",
-                        nodes=[node.id],
-                        resolved=False,
-                        detail=f"no input_hash recorded for a node with outcome {outcome(i)}: its edges cannot be verified",
+                    _unresolved(
+                        4,
+                        "input_unverifiable",
+                        [node.id],
+                        f"no input_hash recorded for a node with outcome {outcome(i)}: its edges cannot be verified",
                     )
                 )
             continue
@@ -359,25 +267,18 @@ def validate(
             outs.append(h)
         if missing is not None:
             c4.append(
-                Finding(
-                    condition=4,
-                    kind="input_unverifiable",
-                    nodes=[node.id],
-                    resolved=False,
-                    detail=f"predecessor {missing} recorded no output_hash, so the input of {node.id} cannot be derived",
+                _unresolved(
+                    4,
+                    "input_unverifiable",
+                    [node.id],
+                    f"predecessor {missing} recorded no output_hash, so the input of {node.id} cannot be derived",
                 )
             )
             continue
         derived = derive_input_hash(node.external_input_hash, outs)
         if derived != rec:
             c4.append(
-                Finding(
-                    condition=4,
-                    kind="input_mismatch",
-                    nodes=[node.id],
-                    resolved=False,
-                    detail=f"recorded input_hash {rec} but its predecessors' outputs derive {derived}",
-                )
+                _unresolved(4, "input_mismatch", [node.id], f"recorded input_hash {rec} but its predecessors' outputs derive {derived}")
             )
 
     findings = c1 + c2 + c3 + c4
@@ -395,7 +296,12 @@ def validate(
             suspect=sorted(nodes[i].id for i in cone),
             findings=findings,
         )
-    return _plan(graph, cone, out_idx, findings, resolved_outcome, rebuilt, by_token)
+    return build_plan(graph, cone, out_idx, findings, resolved_outcome, rebuilt, by_token)
+
+
+def _unresolved(condition: int, kind: Kind, nodes: list[str], detail: str) -> Finding:
+    """A finding the ledger cannot settle (conditions 3 and 4 always; 2 for a missing token): it refuses the replay."""
+    return Finding(condition=condition, kind=kind, nodes=nodes, resolved=False, detail=detail)
 
 
 _WHY = {
@@ -411,69 +317,3 @@ def _refusal_reason(condition: int, blocking: Sequence[Finding]) -> str:
     more = len(blocking) - 1
     also = f" (and {more} more finding{'s' if more != 1 else ''})" if more else ""
     return f"condition {condition}: {_WHY[condition]}; {first.detail}{also}"
-
-
-def _plan(
-    graph: Graph,
-    cone: list[int],
-    out_idx: list[int],
-    findings: list[Finding],
-    resolved_outcome: dict[int, Outcome],
-    rebuilt: set[str],
-    by_token: dict[str, LedgerEntry],
-) -> ReplayPlan:
-    nodes, preds = graph.nodes, graph.preds
-    outputs = set(out_idx)
-    token_nodes: dict[str, list[int]] = {}
-    for i in cone:
-        t = nodes[i].token
-        if t is not None and t in rebuilt:
-            token_nodes.setdefault(t, []).append(i)
-    token_sinks: dict[str, list[str]] = {}
-    tokens: list[TokenReplay] = []
-    for t, group in token_nodes.items():
-        entry = by_token[t]
-        union = {s for h in group for s in nodes[h].sinks} | {s for e in entry.effects for s in e.sinks}
-        token_sinks[t] = sorted(union)
-        tokens.append(TokenReplay(token=t, nodes=[nodes[h].id for h in group], effects=list(entry.effects), sinks=token_sinks[t]))
-    attributed: list[NodeAttribution] = []
-    by_sink: dict[str, tuple[list[str], dict[str, None]]] = {}  # sink -> (node ids, tokens as an ordered set)
-    edges = 0
-    for i in cone:
-        node = nodes[i]
-        t = node.token
-        rebuilt_sinks = token_sinks.get(t) if t is not None else None
-        from_ledger = rebuilt_sinks is not None
-        sinks = rebuilt_sinks if rebuilt_sinks is not None else node.sinks
-        role: Role = "output" if i in outputs else ("carrier" if preds[i] else "source")
-        edges += len(preds[i])
-        attributed.append(
-            NodeAttribution(
-                id=node.id,
-                operation=node.operation,
-                role=role,
-                predecessors=node.predecessors,
-                side_effects=node.side_effects,
-                outcome=resolved_outcome.get(i, node.outcome),
-                outcome_from="ledger" if i in resolved_outcome else "span",
-                token=t,
-                sinks=sinks,
-                sinks_from="ledger" if from_ledger else "span",
-            )
-        )
-        for s in sinks:
-            ids, toks = by_sink.setdefault(s, ([], {}))
-            ids.append(node.id)
-            if t is not None:
-                toks[t] = None
-    forced = sorted({f.condition for f in findings if f.resolved})
-    return ReplayPlan(
-        unit="token" if forced else "span",
-        forced_by=forced,
-        outputs=[nodes[i].id for i in out_idx],
-        edges=edges,
-        nodes=attributed,
-        sinks=[SinkAttribution(sink=s, nodes=ids, tokens=list(toks)) for s, (ids, toks) in sorted(by_sink.items())],
-        tokens=tokens,
-        findings=findings,
-    )
