@@ -8,9 +8,11 @@ copies and count once). Where two different records claim one id (a
 violation), the one with the smallest SHA-256 is used for the lineage, so the
 choice is order-independent too.
 
-Split in three: the ledger (busguard.audit.ledger: what was fed, what a
-checkpoint holds), the report's types (busguard.audit.findings) and the
-judge here, which turns a ledger into a report.
+Split by job: the ledger (busguard.audit.ledger: what was fed, what a
+checkpoint holds), the report's types (busguard.audit.findings), the judge
+here, which turns a ledger into a report, and the checks it calls with its
+`flag`: escalations (invariant 2), chains (6), coverage (8), the
+deployment binding (7).
 
 The ledger is a msgspec Struct, so `--checkpoint` can save it and resume. It
 keeps a compact fact per decision id (ids, outcome, task, nonce, receipt ids,
@@ -57,11 +59,12 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Final
 
-from busguard.audit.authority import operator_problem
 from busguard.audit.awards import call_reports
 from busguard.audit.chains import chain_reports
 from busguard.audit.coverage import coverage
 from busguard.audit.deployment import bind
+from busguard.audit.escalations import pending as escalation_pending
+from busguard.audit.escalations import resolutions, source_order, status
 from busguard.audit.findings import (
     AuditReport,
     EscalationStatus,
@@ -73,7 +76,6 @@ from busguard.audit.findings import (
 )
 from busguard.audit.ledger import LEDGER_VERSION, DecisionFact, F, Ledger, ResolutionFact, Sealer
 from busguard.policies import single_witness, task_indexed
-from busguard.protocol.records import resolution_id
 
 #: code -> invariant number (1-5 and 0 as docs/design.md, "The auditor's invariants", numbers them).
 INVARIANTS: Final[dict[str, int]] = {
@@ -113,10 +115,6 @@ def _distinct(facts: dict[str, F], variants: dict[str, list[str]]) -> int:
     return len(facts) + sum(len(v) - 1 for v in variants.values())
 
 
-def _order(f: DecisionFact) -> tuple[str, int, int, str]:
-    return (f.source.topic, f.source.partition, f.source.offset, f.decision_id)
-
-
 class _Judge:
     """One pass over the ledger's facts; every list it emits is sorted."""
 
@@ -141,9 +139,9 @@ class _Judge:
         for f in led.decisions.values():
             if f.kind is not None and f.task_id is not None:
                 by_task[(f.kind, f.task_id)].append(f)
-        finals, helds = self._resolutions()
-        tasks = [self._task(key, sorted(facts, key=_order), finals, helds) for key, facts in sorted(by_task.items())]
-        pending = self._pending(finals, helds)
+        finals, helds, self.single_key = resolutions(led, self.flag)
+        tasks = [self._task(key, sorted(facts, key=source_order), finals, helds) for key, facts in sorted(by_task.items())]
+        pending = escalation_pending(led, finals, helds)
         self._nonces()
         self._forwarded()
         self._bad_records()
@@ -215,7 +213,7 @@ class _Judge:
                     decision_id=f.decision_id,
                 )
         witness = forwards[0] if forwards else None
-        escalations = [self._status(f, finals, helds) for f in facts if f.outcome == "escalate"]
+        escalations = [status(f, finals, helds) for f in facts if f.outcome == "escalate"]
         links = [
             SupersedesLink(decision_id=f.decision_id, reason=f.reason, receipt_id=f.receipt_id, supersedes=f.supersedes)
             for f in facts
@@ -235,154 +233,6 @@ class _Judge:
             supersedes=links,
         )
 
-    # invariant 2
-    def _resolutions(self) -> tuple[dict[str, list[ResolutionFact]], dict[str, list[ResolutionFact]]]:
-        finals: dict[str, list[ResolutionFact]] = defaultdict(list)
-        helds: dict[str, list[ResolutionFact]] = defaultdict(list)
-        for r in sorted(self.led.resolutions.values(), key=lambda r: r.resolution_id):
-            esc = self.led.decisions.get(r.escalation_id)
-            task = (r.kind, r.task_id)
-            if r.resolution_id != resolution_id(r.escalation_id, r.stage):
-                self.flag(
-                    "bad_resolution_id",
-                    f"resolution {r.resolution_id} ({r.stage}) of escalation {r.escalation_id} is not the id derived from them",
-                    task=task,
-                    decision_id=r.escalation_id,
-                )
-            if esc is None or esc.outcome != "escalate":
-                what = "is not in the audit log" if esc is None else f"is a {esc.outcome} decision, not an escalation"
-                self.flag(
-                    "unknown_escalation",
-                    f"resolution {r.resolution_id} settles {r.escalation_id}, which {what}",
-                    task=task,
-                    decision_id=r.escalation_id,
-                )
-                continue
-            self._authority(r, esc)
-            expected = {
-                "kind": esc.kind,
-                "task_id": esc.task_id,
-                "receipt_id": esc.receipt_id,
-                "supersedes": esc.supersedes,
-                "prior_decision_id": esc.prior_decision_id,
-            }
-            wrong = [name for name, want in expected.items() if getattr(r, name) is not None and getattr(r, name) != want]
-            if wrong:
-                self.flag(
-                    "resolution_mismatch",
-                    f"resolution {r.resolution_id} differs from its escalation in {', '.join(wrong)}",
-                    task=(esc.kind, esc.task_id),
-                    decision_id=esc.decision_id,
-                )
-            (finals if r.stage == "final" else helds)[r.escalation_id].append(r)
-        for esc_id, rs in finals.items():
-            esc = self.led.decisions[esc_id]
-            if len(rs) > 1:
-                ids = ", ".join(r.resolution_id for r in rs)
-                self.flag(
-                    "duplicate_resolution",
-                    f"escalation {esc_id} has {len(rs)} final resolution ids: {ids}",
-                    task=(esc.kind, esc.task_id),
-                    decision_id=esc_id,
-                )
-        for rid, shas in self.led.resolution_variants.items():
-            r = self.led.resolutions[rid]
-            if r.stage == "final":
-                self.flag(
-                    "duplicate_resolution",
-                    f"final resolution {rid} of escalation {r.escalation_id} appears with {len(shas)} different contents",
-                    task=(r.kind, r.task_id),
-                    decision_id=r.escalation_id,
-                )
-            else:
-                self.flag(
-                    "conflicting_reemission",
-                    f"{r.stage} resolution {rid} appears with {len(shas)} different contents",
-                    task=(r.kind, r.task_id),
-                    decision_id=r.escalation_id,
-                )
-        return finals, helds
-
-    def _authority(self, r: ResolutionFact, esc: DecisionFact) -> None:
-        """Separate keys for separate roles: the reconciler's key seals the
-        resolution, and an operator's name is proven by that operator's own
-        signature. A one-key deployment's records pass only when the config
-        says so (`keys.single_key_audit`), and after a move to separate keys
-        only for escalations decided before `keys.single_key_until`."""
-        led = self.led
-        legacy = led.single_key_audit and (
-            led.single_key_until is None or (esc.decided_at is not None and esc.decided_at < led.single_key_until)
-        )
-        task = (esc.kind, esc.task_id)
-        excused = False
-        if r.sealed_by == "guard":
-            if legacy:
-                excused = True
-            else:
-                why = (
-                    "keys.single_key_audit is off"
-                    if not led.single_key_audit
-                    else "its escalation was decided at or after keys.single_key_until"
-                )
-                self.flag(
-                    "guard_sealed_resolution",
-                    f"resolution {r.resolution_id} is sealed with the guard key, not the reconciler's ({why})",
-                    task=task,
-                    decision_id=r.escalation_id,
-                )
-        problem = operator_problem(r, led.operators)
-        if problem is not None:
-            if legacy:
-                excused = True
-            else:
-                self.flag(
-                    "unproven_operator",
-                    f"resolution {r.resolution_id} says by {r.by}, but {problem}",
-                    task=task,
-                    decision_id=r.escalation_id,
-                )
-        self.single_key += excused
-
-    @staticmethod
-    def _status(f: DecisionFact, finals: dict[str, list[ResolutionFact]], helds: dict[str, list[ResolutionFact]]) -> EscalationStatus:
-        final = finals.get(f.decision_id)
-        held = helds.get(f.decision_id)
-        chosen = final[0] if final else held[0] if held else None
-        return EscalationStatus(
-            escalation_id=f.decision_id,
-            reason=f.reason,
-            receipt_id=f.receipt_id,
-            supersedes=f.supersedes,
-            prior_receipt_id=f.prior_receipt_id,
-            status="resolved" if final else "held" if held else "pending",
-            resolution_id=chosen.resolution_id if chosen else None,
-            resolved_as=chosen.resolved_as if chosen else None,
-            by=chosen.by if chosen else None,
-        )
-
-    def _pending(self, finals: dict[str, list[ResolutionFact]], helds: dict[str, list[ResolutionFact]]) -> list[PendingEscalation]:
-        out = []
-        for f in sorted(self.led.decisions.values(), key=_order):
-            if f.outcome != "escalate" or f.decision_id in finals:
-                continue
-            held = helds.get(f.decision_id)
-            out.append(
-                PendingEscalation(
-                    escalation_id=f.decision_id,
-                    kind=f.kind,
-                    task_id=f.task_id,
-                    reason=f.reason,
-                    principal=f.principal,
-                    receipt_id=f.receipt_id,
-                    prior_receipt_id=f.prior_receipt_id,
-                    prior_decision_id=f.prior_decision_id,
-                    supersedes=f.supersedes,
-                    source=f.source,
-                    held=held[0].resolution_id if held else None,
-                )
-            )
-        return out
-
     # invariant 4
     def _nonces(self) -> None:
         global_scope = self.led.nonce_scope == "global"
@@ -392,7 +242,7 @@ class _Judge:
                 by_nonce[("" if global_scope else f.principal or "", f.nonce)].append(f)
         for (scope, nonce), facts in by_nonce.items():
             if len(facts) > 1:
-                facts.sort(key=_order)
+                facts.sort(key=source_order)
                 where = "globally" if global_scope else f"for principal {scope}"
                 ids = ", ".join(f.decision_id for f in facts)
                 self.flag(
