@@ -38,7 +38,7 @@ from busguard.protocol.attestation import (
 from busguard.protocol.reasons import Reason
 from busguard.protocol.records import Decision, Resolution, audit_decoder
 from busguard.runtime.clients import partitions_of, reader
-from busguard.runtime.tolerant_fetch import Undecodable
+from busguard.runtime.undecodable import Undecodable
 
 Offsets = dict[str, dict[int, int]]
 """topic -> partition -> next offset to read."""

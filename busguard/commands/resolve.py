@@ -30,7 +30,7 @@ from busguard.protocol.records import COMMAND_CONTEXT, HEADER_COMMAND, HEADER_SI
 from busguard.protocol.signing import sign
 from busguard.runtime.clients import partitions_of, reader
 from busguard.runtime.clients import producer as make_producer
-from busguard.runtime.tolerant_fetch import Undecodable
+from busguard.runtime.undecodable import Undecodable
 
 
 async def _find_key(cfg: Config, topic: str, record_id: str, idle_ms: int = 1500) -> bytes | None:

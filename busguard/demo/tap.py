@@ -13,7 +13,7 @@ from busguard.config import Config
 from busguard.demo.scenario import Step
 from busguard.protocol.attestation import HEADER_DECISION_ID
 from busguard.protocol.records import Decision, Reply, Resolution, audit_decoder
-from busguard.runtime.tolerant_fetch import Undecodable
+from busguard.runtime.undecodable import Undecodable
 
 
 class Tap:

@@ -51,7 +51,8 @@ from busguard.runtime.faults import Faults
 from busguard.runtime.ops import Metrics
 from busguard.runtime.outputs import Output, dead_letter, proof_headers
 from busguard.runtime.stage import SealingStage
-from busguard.runtime.tolerant_fetch import Undecodable, preserved
+from busguard.runtime.tolerant_fetch import preserved
+from busguard.runtime.undecodable import Undecodable
 from busguard.runtime.watched import WatchedFile
 
 log = structlog.get_logger(__name__)

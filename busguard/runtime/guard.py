@@ -45,7 +45,8 @@ from busguard.runtime.faults import Faults
 from busguard.runtime.ops import Metrics
 from busguard.runtime.outputs import BatchProof, Output, OutputBudget, Sealed, outputs_for, worst_batch_sealed
 from busguard.runtime.stage import SealingStage
-from busguard.runtime.tolerant_fetch import Undecodable, preserved
+from busguard.runtime.tolerant_fetch import preserved
+from busguard.runtime.undecodable import Undecodable
 from busguard.runtime.watched import WatchedFile
 from busguard.state.keys import Partition, source_key
 from busguard.state.snapshot import Snapshot, StoredHead, spans_of

@@ -60,7 +60,7 @@ from busguard.runtime.faults import Faults
 from busguard.runtime.ops import Liveness, Metrics, OpsServer
 from busguard.runtime.outputs import Output
 from busguard.runtime.rejoin import SessionBridge
-from busguard.runtime.tolerant_fetch import next_offset
+from busguard.runtime.undecodable import next_offset
 
 log = structlog.get_logger(__name__)
 

@@ -50,7 +50,8 @@ from aiokafka.structs import ConsumerRecord
 
 from busguard.config import DEFAULT_MAX_INFLATED_BYTES
 from busguard.protocol.reasons import Reason
-from busguard.runtime.decoding import PartitionDecoder, Undecodable, next_offset
+from busguard.runtime.decoding import PartitionDecoder
+from busguard.runtime.undecodable import Undecodable, next_offset
 
 __all__ = [
     "FORM_BATCH",

@@ -47,7 +47,8 @@ from busguard.protocol.registry import KeyRegistry
 from busguard.protocol.signing import Signer, public_key_from_seed
 from busguard.protocol.timestamps import format_timestamp, parse_timestamp
 from busguard.runtime.guard import Guard
-from busguard.runtime.tolerant_fetch import RAW_KEYS, Undecodable, consumer_options, next_offset
+from busguard.runtime.tolerant_fetch import RAW_KEYS, consumer_options
+from busguard.runtime.undecodable import Undecodable, next_offset
 from busguard.runtime.watched import WatchedFile
 from busguard.sdk.sender import Sender
 from busguard.state.memory import MemoryStore

@@ -18,7 +18,8 @@ from aiokafka.structs import TopicPartition
 
 from busguard.protocol.attestation import decision_bytes
 from busguard.protocol.records import Decision, decision_id
-from busguard.runtime.tolerant_fetch import RAW_KEYS, Undecodable, consumer_options
+from busguard.runtime.tolerant_fetch import RAW_KEYS, consumer_options
+from busguard.runtime.undecodable import Undecodable
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors"
 DOC = json.loads((VECTORS / "batches.json").read_text(encoding="ascii"))

@@ -20,7 +20,8 @@ from aiokafka.structs import ConsumerRecord
 
 from busguard.protocol.reasons import Reason
 from busguard.runtime.inflate import _FIRST_MIN, OverLimit, inflate
-from busguard.runtime.tolerant_fetch import PartitionDecoder, Undecodable
+from busguard.runtime.tolerant_fetch import PartitionDecoder
+from busguard.runtime.undecodable import Undecodable
 from tests.fuzz.batches import CODECS, batch, bomb_batch, bomb_inflated_size, compress_stream, record, snappy_length_lie
 from tests.fuzz.bomb_memory import bombs
 

@@ -31,7 +31,8 @@ from busguard.admission.types import AdmissionPolicy  # noqa: E402
 from busguard.protocol.attestation import decision_bytes  # noqa: E402
 from busguard.protocol.reasons import Reason  # noqa: E402
 from busguard.protocol.records import Coordinates, record_sha256  # noqa: E402
-from busguard.runtime.tolerant_fetch import PartitionDecoder, Undecodable, preserved  # noqa: E402
+from busguard.runtime.tolerant_fetch import PartitionDecoder, preserved  # noqa: E402
+from busguard.runtime.undecodable import Undecodable  # noqa: E402
 from tests.fuzz.batches import CODECS, batch, claimed_span, record, with_base_offset  # noqa: E402
 
 R, H, U, B = "record", "undecodable_header", "undecodable_record", "undecodable_batch"
