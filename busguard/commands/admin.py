@@ -72,10 +72,11 @@ def cmd_state_show(args: argparse.Namespace) -> int:
     from busguard.admission.fence import fence_ends
     from busguard.state.postgres import PostgresStore, store_exists
     from busguard.state.sqlite import SqliteStore
+    from busguard.state.store import StateStore
 
     cfg = load_config(args.config)
     path: object = cfg.path(cfg.state.path)
-    store: SqliteStore | PostgresStore
+    store: StateStore
     if cfg.state.backend == "postgres":
         st = cfg.state
         # Opening would create a (fenced) store where there is none: look first.
@@ -86,7 +87,7 @@ def cmd_state_show(args: argparse.Namespace) -> int:
                 state_location(cfg),
                 "a schema holding a state store; there is none (`busguard run` creates a fenced one, `busguard state init` a genesis one)",
             )
-        store, path = PostgresStore(st.dsn, now_ms=time.time_ns() // 1_000_000, schema=st.schema, retry_s=st.retry_s), state_location(cfg)
+        store = PostgresStore(st.dsn, now_ms=time.time_ns() // 1_000_000, schema=st.schema, retry_s=st.retry_s)
     elif cfg.state.backend != "sqlite" or not cfg.path(cfg.state.path).exists():
         raise ConfigError(cfg.source, "state.path", str(path), "an existing SQLite or PostgreSQL state store (see `busguard state init`)")
     else:
@@ -101,7 +102,7 @@ def cmd_state_show(args: argparse.Namespace) -> int:
         )
     try:
         ends = fence_ends(store.trusted_from, cfg.admission.max_age_ms, cfg.admission.max_future_ms)
-        print(f"{path}: origin {store.origin}, created_at_ms {store.created_at}")
+        print(f"{store.location()}: origin {store.origin}, created_at_ms {store.created_at}")
         print(f"  trusted_from_ms: {store.trusted_from}   fence_ends_ms: {ends}")
         for (topic, partition), offset in sorted(store.partition_watermarks().items()):
             print(f"  decided up to {topic}:{partition}@{offset}")

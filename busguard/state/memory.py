@@ -50,6 +50,13 @@ class MemoryStore:
         return self._created_at
 
     @property
+    def origin(self) -> str:
+        return "genesis" if self.genesis else "created"
+
+    def location(self) -> str | None:
+        return None  # this process's memory: nowhere another process could look
+
+    @property
     def trusted_from(self) -> int | None:
         return self._trusted_from
 

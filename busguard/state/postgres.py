@@ -182,6 +182,9 @@ class PostgresStore:
     def created_at(self) -> int:
         return self._created_at
 
+    def location(self) -> str | None:
+        return f"{self.target} schema {self.schema}"  # target: the DSN, password redacted
+
     @property
     def session(self) -> Session:
         return self._session

@@ -241,6 +241,9 @@ class SqliteStore:
     def created_at(self) -> int:
         return self._created_at
 
+    def location(self) -> str | None:
+        return str(self.path)
+
     @property
     def trusted_from(self) -> int | None:
         return _trusted_from(self._db)

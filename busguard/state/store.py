@@ -53,6 +53,20 @@ class StateStore(BatchStore, Protocol):
     def created_at(self) -> int: ...
 
     @property
+    def origin(self) -> str:
+        """`genesis` (made by `busguard state init`: no history, no fence) or
+        `created` (made because none was found: it may replace a lost store,
+        fenced from its creation). In the protocol so `busguard state show`
+        can print it for any backend without naming a backend class."""
+        ...
+
+    def location(self) -> str | None:
+        """Where the store lives, fit for logs and errors (a DSN's password
+        redacted); None for a store held in memory. In the protocol so
+        callers print it without branching on the backend's name."""
+        ...
+
+    @property
     def trusted_from(self) -> int | None: ...
 
     def rearm(self, now_ms: int) -> int: ...

@@ -144,3 +144,20 @@ def test_sqlite_survives_kill_9_with_every_committed_admission(tmp_path: Path) -
     counts = store.counts()
     assert counts["tasks"] % 20 == 0 and counts["tasks"] >= 15 * 20  # batches are all-or-nothing
     assert counts["tasks"] == counts["decisions"] == counts["nonces"]
+
+
+def test_origin_and_location_come_from_the_protocol(store: StateStore, tmp_path: Path) -> None:
+    """`busguard state show` prints them for any backend, through StateStore alone."""
+    assert store.origin == "created"  # none of these was made by `busguard state init`
+    where = store.location()
+    if isinstance(store, MemoryStore):
+        assert where is None
+    elif isinstance(store, SqliteStore):
+        assert where == str(tmp_path / "state.db")
+    else:
+        assert where is not None and where.endswith(f" schema {store.schema}")
+
+
+def test_a_genesis_store_says_so(tmp_path: Path) -> None:
+    assert MemoryStore(genesis=True).origin == "genesis"
+    assert SqliteStore(tmp_path / "g.db", now_ms=NOW, genesis=True).origin == "genesis"
