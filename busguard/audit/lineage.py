@@ -72,6 +72,7 @@ from busguard.audit.findings import (
     Violation,
 )
 from busguard.audit.ledger import LEDGER_VERSION, DecisionFact, F, Ledger, ResolutionFact, Sealer
+from busguard.audit.notices import notice_reports
 from busguard.policies import single_witness, task_indexed
 from busguard.protocol.records import resolution_id
 
@@ -180,6 +181,7 @@ class _Judge:
             pending=pending,
             violations=self.violations,
             calls=calls,
+            notices=notice_reports(decisions),
             chains=chains,
             inputs=inputs,
         )

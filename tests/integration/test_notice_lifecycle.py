@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -67,3 +70,15 @@ async def test_an_expired_notice_stops_counting_through_busguard_run(broker: Emb
     ann = after.annotations or {}
     assert ann["verdict"] == "clean" and "compromise_notices" not in ann
     assert json.loads(ann["lifted_notices"]) == [["n-exp", "expired"]]
+    # `busguard audit` reports the notice, which handoff counted it and which it had ended for.
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run(
+        [sys.executable, "-m", "busguard.cli", "audit", "--json", "--idle-ms", "800", "--config", str(s.config)],
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    (report,) = json.loads(done.stdout)["notices"]
+    assert report["notice_id"] == "n-exp" and report["expires_at"] == format_timestamp(expires)
+    assert report["counted_by"] == ["h-before"] and report["lifted_for"] == ["h-after: expired"]
