@@ -78,6 +78,16 @@ def _validate_compromise(cfg: Config) -> None:
             c.notice_retention_ms,
             f"at least admission.session_retention_ms ({cfg.admission.session_retention_ms}): a notice must outlive the sessions it can name",
         )
+    # An expiring notice still counts for receipts up to max_age_ms older than
+    # its expires_at (lifecycle.standing), so it must be kept that long.
+    if c.notice_expiry_horizon_ms + cfg.admission.max_age_ms > c.notice_retention_ms:
+        raise ConfigError(
+            cfg.source,
+            "compromise.notice_expiry_horizon_ms",
+            c.notice_expiry_horizon_ms,
+            f"at most compromise.notice_retention_ms - admission.max_age_ms ({c.notice_retention_ms - cfg.admission.max_age_ms}):"
+            " an expiring notice must be kept until no fresh receipt can predate its expiry",
+        )
 
 
 #: Room beside the largest payload in one record batch: the receipt (4096),

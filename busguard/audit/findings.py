@@ -100,6 +100,19 @@ class CallReport(msgspec.Struct, kw_only=True):
     escalations: list[str] = []  # "<reason> attributed to <agent id>", in log order
 
 
+class NoticeReport(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One admitted compromise notice as the log shows it (busguard.audit.notices)."""
+
+    notice_id: str
+    issuer: str | None  # the notice's signer (principal)
+    subject: str | None
+    covers: str | None  # agent, session, key
+    compromised_from: str | None
+    expires_at: str | None = None
+    counted_by: list[str] = []  # handoff task ids that counted it (session or successor), in log order
+    lifted_for: list[str] = []  # "<task id>: expired|cleared": handoffs it covered but no longer counted for
+
+
 class ChainReport(msgspec.Struct, kw_only=True):
     """One batch-seal chain as the log shows it. `tip_seq` / `tip_sha256`
     name its newest head: truncating a chain's end leaves no trace inside
@@ -123,5 +136,6 @@ class AuditReport(msgspec.Struct, kw_only=True, omit_defaults=True):  # calls an
     pending: list[PendingEscalation]
     violations: list[Violation]
     calls: list[CallReport] = []  # contract-net calls (busguard.audit.awards)
+    notices: list[NoticeReport] = []  # compromise notices (busguard.audit.notices)
     chains: list[ChainReport] = []  # batch-seal chains (docs/protocol.md 12.6), by guard and chain
     inputs: list[InputCoverage] = []  # per input partition, the offsets its decisions cover (busguard.audit.coverage)

@@ -75,6 +75,7 @@ from busguard.audit.findings import (
     Violation,
 )
 from busguard.audit.ledger import LEDGER_VERSION, DecisionFact, F, Ledger, ResolutionFact, Sealer
+from busguard.audit.notices import notice_reports
 from busguard.policies import single_witness, task_indexed
 
 #: code -> invariant number (1-5 and 0 as docs/design.md, "The auditor's invariants", numbers them).
@@ -178,6 +179,7 @@ class _Judge:
             pending=pending,
             violations=self.violations,
             calls=calls,
+            notices=notice_reports(decisions),
             chains=chains,
             inputs=inputs,
         )

@@ -123,6 +123,23 @@ def render_table(report: AuditReport) -> str:
     if report.calls:
         lines += ["", f"contract-net calls ({len(report.calls)}):"]
         lines += _table(["CALL", "BIDS", "REFUSED AWARDS", "AWARDED TO", "MODE", "SETTLEMENT"], [_call_row(c) for c in report.calls])
+    if report.notices:
+        lines += ["", f"compromise notices ({len(report.notices)}):"]
+        lines += _table(
+            ["NOTICE", "SUBJECT", "COVERS", "FROM", "EXPIRES", "COUNTED BY", "LIFTED FOR"],
+            [
+                [
+                    _clip(n.notice_id, MAX_TASK_ID),
+                    _clip(n.subject or "-", 28),
+                    n.covers or "-",
+                    n.compromised_from or "-",
+                    n.expires_at or "-",
+                    ", ".join(n.counted_by) or "-",
+                    ", ".join(n.lifted_for) or "-",
+                ]
+                for n in report.notices
+            ],
+        )
     if report.pending:
         lines += ["", f"pending escalations ({len(report.pending)}):", render_pending(report.pending)]
     if report.chains:

@@ -94,6 +94,8 @@ class Reason(enum.StrEnum):
     DOUBLE_COMPROMISE_NO_RULE = "double_compromise_no_rule"
     NOTICE_MALFORMED = "notice_malformed"
     NOTICE_UNAUTHENTIC = "notice_unauthentic"
+    NOTICE_EXPIRY_TOO_FAR = "notice_expiry_too_far"
+    NOTICE_ALREADY_CLEARED = "notice_already_cleared"
 
 
 class Outcome(enum.StrEnum):

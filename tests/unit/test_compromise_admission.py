@@ -40,6 +40,7 @@ from busguard.protocol.reasons import Outcome, Reason
 from busguard.protocol.records import Decision
 from busguard.protocol.registry import KeyRegistry, KeyWindow
 from busguard.protocol.signing import public_key_from_seed
+from busguard.protocol.timestamps import format_timestamp
 from busguard.sdk.scope import verify_forwarded
 from busguard.sdk.sender import Sender, SignedRecord
 from busguard.state.memory import MemoryStore
@@ -139,7 +140,7 @@ def test_a_row_keeps_at_most_64_notices() -> None:
     assert isinstance(store, MemoryStore)
     kept = msgspec.json.decode(store.policy[session_row(canonical_principal(SESSION), "sess-1")].value)
     assert len(kept) == MAX_NOTICES_PER_ROW == 64
-    assert {n["notice_id"] for n in kept} == {f"n-{i:03d}" for i in range(64)}
+    assert {e["notice"]["notice_id"] for e in kept} == {f"n-{i:03d}" for i in range(64)}
 
 
 @pytest.mark.parametrize(
@@ -434,3 +435,47 @@ def test_the_handoff_policy_parses_with_the_principal_admission_derived() -> Non
     assert policystep.prepare(record, context).keys >= {agent_row(record.principal)}
     elsewhere = record._replace(principal="ink:zElsewhere")
     assert agent_row("ink:zElsewhere") in policystep.prepare(elsewhere, context).keys
+
+
+# ---------------------------------------------------------------- lifecycle: expiry (issue 22)
+
+
+def test_an_expired_notice_stops_counting_for_handoffs_decided_after_its_expiry() -> None:
+    """Before `expires_at` the notice prohibits the undeclared handoff; once
+    both the receipt's time and the guard's clock are past it, the same
+    handoff is a standard one, and the decision says the notice was lifted."""
+    h = harness()
+    h.one(notice_record(msgspec.structs.replace(kit.notice("n-exp"), expires_at=format_timestamp(NOW + 60_000))))
+    before = h.one(handoff_record(handoff([PLAN]), task_id="h-before"))
+    assert (before.outcome, before.reason) == (Outcome.REJECT, Reason.UNDECLARED_OPERATIONAL_STATE)
+    h.now = NOW + 120_000
+    value = handoff([PLAN])
+    receipt = msgspec.structs.replace(
+        kit.receipt_for(value, task_id="h-after", issued_at=NOW + 120_000), nonce=nonce(), sequence=next(_nonces)
+    )
+    after = h.one(sender(SESSION).sign_receipt(receipt, value))
+    assert after.outcome == Outcome.FORWARD and after.annotations is not None and after.annotations["verdict"] == "clean"
+    assert json.loads(after.annotations["lifted_notices"]) == [["n-exp", "expired"]]
+
+
+def test_a_receipt_backdated_to_before_the_expiry_is_still_under_the_notice() -> None:
+    h = harness()
+    h.one(notice_record(msgspec.structs.replace(kit.notice("n-exp"), expires_at=format_timestamp(NOW + 60_000))))
+    h.now = NOW + 120_000
+    value = handoff([PLAN])
+    receipt = msgspec.structs.replace(
+        kit.receipt_for(value, task_id="h-back", issued_at=NOW + 30_000), nonce=nonce(), sequence=next(_nonces)
+    )
+    d = h.one(sender(SESSION).sign_receipt(receipt, value))
+    assert (d.outcome, d.reason) == (Outcome.REJECT, Reason.UNDECLARED_OPERATIONAL_STATE)
+
+
+def test_an_expiry_past_the_horizon_or_before_the_start_is_refused() -> None:
+    h = harness(notice_expiry_horizon_ms=3_600_000)
+    far = h.one(notice_record(msgspec.structs.replace(kit.notice("n-far"), expires_at=format_timestamp(NOW + 3_600_001))))
+    assert (far.outcome, far.reason) == (Outcome.REJECT, Reason.NOTICE_EXPIRY_TOO_FAR)
+    early = h.one(notice_record(msgspec.structs.replace(kit.notice("n-early"), expires_at=format_timestamp(NOW - 120_000))))
+    assert (early.outcome, early.reason) == (Outcome.REJECT, Reason.NOTICE_MALFORMED) and "expires_at" in early.detail
+    # Neither was remembered.
+    d = h.one(handoff_record(handoff([PLAN])))
+    assert d.outcome == Outcome.FORWARD

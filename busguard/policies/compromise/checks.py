@@ -26,6 +26,7 @@ from typing import Final
 
 import msgspec
 
+from busguard.policies.compromise.lifecycle import NoticeEntry, Standing, as_entry, standing
 from busguard.policies.compromise.message import (
     CompromiseDeclaration,
     CompromiseInteraction,
@@ -74,6 +75,10 @@ class CheckedHandoff(msgspec.Struct, frozen=True, kw_only=True):
     scope: StateScope | None = None
     successor_integrity: SuccessorIntegrity | None = None
     interaction: CompromiseInteraction | None = None
+    #: (notice id, `expired` | `cleared`): notices that cover a party and had
+    #: begun, but ended for this handoff (so they did not count). Not a fact
+    #: of the verdict; the audit reports it.
+    lifted: tuple[tuple[str, str], ...] = ()
 
 
 class Verified(msgspec.Struct, frozen=True, kw_only=True):
@@ -123,11 +128,7 @@ def verify_notice(raw: bytes, signature: bytes, keys: KeyLookup, trusted_issuers
     issuer = principal(notice.issuer, "notice.issuer")
     if issuer not in {principal(t, "trusted_issuers") for t in trusted_issuers}:
         raise MessageError(MessageCode.UNTRUSTED_ISSUER, "notice.issuer", f"{notice.issuer!r} is not a trusted notice issuer")
-    principal(notice.subject, "notice.subject")
-    timestamp_ms(notice.compromised_from, "notice.compromised_from")
-    timestamp_ms(notice.issued_at, "notice.issued_at")
-    if notice.session_id is not None and notice.subject_key_id is not None:
-        raise MessageError(MessageCode.MALFORMED_FIELD, "notice", "at most one of session_id and subject_key_id may be given")
+    check_notice_fields(notice)
     candidates = keys(notice.issuer, notice.key_id)
     if not candidates:
         raise MessageError(MessageCode.UNKNOWN_SIGNER, "notice", f"no usable key for issuer {notice.issuer!r}")
@@ -137,8 +138,21 @@ def verify_notice(raw: bytes, signature: bytes, keys: KeyLookup, trusted_issuers
     return notice
 
 
-def notice_in_force(notice: CompromiseNotice, at_ms: int) -> bool:
-    return parse_timestamp(notice.compromised_from) <= at_ms
+def check_notice_fields(notice: CompromiseNotice) -> None:
+    """What the schema cannot say about a notice: its subject is an agent
+    id, its timestamps follow protocol 6.1, it narrows to at most one of a
+    session and a key, and it expires (if at all) after it begins."""
+    principal(notice.subject, "notice.subject")
+    start = timestamp_ms(notice.compromised_from, "notice.compromised_from")
+    timestamp_ms(notice.issued_at, "notice.issued_at")
+    if notice.expires_at is not None and timestamp_ms(notice.expires_at, "notice.expires_at") <= start:
+        raise MessageError(
+            MessageCode.MALFORMED_FIELD,
+            "notice.expires_at",
+            f"{notice.expires_at!r} must be after compromised_from {notice.compromised_from!r}",
+        )
+    if notice.session_id is not None and notice.subject_key_id is not None:
+        raise MessageError(MessageCode.MALFORMED_FIELD, "notice", "at most one of session_id and subject_key_id may be given")
 
 
 def notice_covers(notice: CompromiseNotice, subject: str, session_id: str | None, key_ids: Collection[str]) -> bool:
@@ -195,7 +209,7 @@ def check_handoff(
     sender_key_id: str | None,
     keys: KeyLookup,
     trusted_attesters: Collection[str],
-    notices: Sequence[CompromiseNotice],
+    notices: Sequence[CompromiseNotice | NoticeEntry],
     now_ms: int,
 ) -> CheckedHandoff:
     """Verify a session handoff and establish the facts for `verdict.evaluate`.
@@ -205,13 +219,18 @@ def check_handoff(
     that verified it. A notice is in force when its `compromised_from` is at
     or before the later of the receipt's `issued_at` and `now_ms`: the
     receipt's own time alone could be backdated by whoever holds a
-    compromised key (freshness bounds by how much, not whether)."""
+    compromised key (freshness bounds by how much, not whether). It has
+    ended (expired, or cleared by its issuer) only when the EARLIER of the
+    two is past the end (lifecycle.standing): no `issued_at` escapes it.
+    Covering notices that began but ended are reported in `lifted`."""
     handoff = decode_handoff(payload)
     handoff_id = receipt.task_id
     session = principal(receipt.sender, "receipt.sender")
     successor_principal = principal(receipt.receiver, "receipt.receiver")
-    at_ms = max(timestamp_ms(receipt.issued_at, "receipt.issued_at"), now_ms)
-    in_force = [n for n in notices if notice_in_force(n, at_ms)]
+    receipt_ms = timestamp_ms(receipt.issued_at, "receipt.issued_at")
+    standings = [(e.notice, standing(e, receipt_ms, now_ms)) for e in map(as_entry, notices)]
+    in_force = [n for n, s in standings if s is Standing.IN_FORCE]
+    ended = [(n, s) for n, s in standings if s in (Standing.EXPIRED, Standing.CLEARED)]
 
     declaration = scope = integrity = interaction = None
     declaration_v = scope_v = integrity_v = interaction_v = None
@@ -264,9 +283,11 @@ def check_handoff(
         components.append(ComponentFact(name=component.name, sha256=sha256, operational=component.operational, against_scope=against))
 
     evidence = None
+    voucher: tuple[str, str] | None = None  # who vouched for the successor, with which key
     successor_notices: list[CompromiseNotice] = []
     if integrity is not None and integrity_v is not None:
         signer = principal(integrity.signer, "successor_integrity.signer")
+        voucher = (signer, integrity_v.key_id)
         trusted = {principal(t, "trusted_attesters") for t in trusted_attesters}
         attested_by = (
             Attester.SUCCESSOR if signer == successor_principal else Attester.TRUSTED_ATTESTER if signer in trusted else Attester.OTHER
@@ -294,6 +315,19 @@ def check_handoff(
         successor_integrity_id=integrity_v.statement_id if integrity_v is not None else None,
         interaction_id=interaction_v.statement_id if interaction_v is not None else None,
     )
+    lifted = {
+        (n.notice_id, str(s))
+        for n, s in ended
+        if notice_covers(n, session, receipt.session_id, session_keys)
+        or notice_covers(n, successor_principal, None, ())
+        or (voucher is not None and notice_covers(n, voucher[0], None, {voucher[1]}))
+    }
     return CheckedHandoff(
-        handoff=handoff, facts=facts, declaration=declaration, scope=scope, successor_integrity=integrity, interaction=interaction
+        handoff=handoff,
+        facts=facts,
+        declaration=declaration,
+        scope=scope,
+        successor_integrity=integrity,
+        interaction=interaction,
+        lifted=tuple(sorted(lifted)),
     )

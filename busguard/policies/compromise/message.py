@@ -183,7 +183,10 @@ class CompromiseNotice(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     """An operator's or detector's word that a session or key is compromised.
 
     Without `session_id` and `subject_key_id` it covers every session and key
-    of `subject`; with one of them, only that session or that key."""
+    of `subject`; with one of them, only that session or that key. With
+    `expires_at` it stops counting from that instant on (lifecycle.py says
+    by which clock); without it, until its issuer clears it (a
+    `compromise-clearance`) or its row's retention ends."""
 
     v: int
     notice_id: _Id
@@ -192,6 +195,7 @@ class CompromiseNotice(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     detected: _Kinds
     compromised_from: _Timestamp
     issued_at: _Timestamp
+    expires_at: _Timestamp | None = None
     session_id: _Id | None = None
     subject_key_id: _KeyId | None = None
     detail: _Detail = ""

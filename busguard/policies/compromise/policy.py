@@ -35,14 +35,16 @@ components (by hash) as annotations, so they are on the audit topic.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Final
 
 import msgspec
 
-from busguard.policies.compromise.checks import KeyLookup, check_handoff, principal, timestamp_ms
+from busguard.policies.compromise.checks import KeyLookup, check_handoff, check_notice_fields, principal
+from busguard.policies.compromise.lifecycle import MAX_NOTICES_PER_ROW as MAX_NOTICES_PER_ROW  # the row bound, for tests
+from busguard.policies.compromise.lifecycle import NoticeEntry, capped, decode_row, encode_row
 from busguard.policies.compromise.message import (
-    CompromiseKind,
     CompromiseNotice,
     MessageCode,
     MessageError,
@@ -71,15 +73,16 @@ from busguard.protocol.reasons import Outcome, Reason
 from busguard.protocol.receipt import signing_input as receipt_signing_input
 from busguard.protocol.records import Notice
 from busguard.protocol.signing import verify_signature
+from busguard.protocol.timestamps import parse_timestamp
 
 KIND_COMPROMISE_NOTICE: Final = "compromise-notice"
 SETTINGS_KEY: Final = "compromise"
 NAMESPACE: Final = "compromise"
 ROUTE_QUARANTINE: Final = "quarantine"
 DEFAULT_NOTICE_RETENTION_MS: Final = 30 * 86_400_000
-#: Notices kept under one row; past it, the ones that matter least drop
-#: first (not about credentials, latest `compromised_from`).
-MAX_NOTICES_PER_ROW: Final = 64
+#: How far after the guard's clock a notice's `expires_at` or a clearance's
+#: `cleared_at` may lie (docs/protocol.md 14.2): one day.
+DEFAULT_EXPIRY_HORIZON_MS: Final = 86_400_000
 #: Annotations a forwarded handoff carries as `busguard-annotation-<name>` headers.
 FORWARD_ANNOTATIONS: Final = ("verdict", "manifest_digest", "caution", "compromise_notices")
 
@@ -104,7 +107,7 @@ _OBJECTIONS: Final[Mapping[VerdictReason, tuple[Outcome, Reason]]] = {
 }
 
 HANDOFF_REASONS: Final = (Reason.HANDOFF_MALFORMED, Reason.HANDOFF_UNAUTHENTIC, *(r for _, r in _OBJECTIONS.values()))
-NOTICE_REASONS: Final = (Reason.NOTICE_MALFORMED, Reason.NOTICE_UNAUTHENTIC)
+NOTICE_REASONS: Final = (Reason.NOTICE_MALFORMED, Reason.NOTICE_UNAUTHENTIC, Reason.NOTICE_EXPIRY_TOO_FAR, Reason.NOTICE_ALREADY_CLEARED)
 
 
 class CompromiseSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -116,6 +119,10 @@ class CompromiseSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
     trusted_attesters: tuple[str, ...] = ()
     trusted_notice_issuers: tuple[str, ...] = ()
     notice_retention_ms: Annotated[int, msgspec.Meta(ge=1)] = DEFAULT_NOTICE_RETENTION_MS
+    #: Bounds `expires_at` and `cleared_at` after the guard's clock, so an
+    #: end always falls inside the row's retention (config_checks: the
+    #: horizon plus admission.max_age_ms fits in notice_retention_ms).
+    notice_expiry_horizon_ms: Annotated[int, msgspec.Meta(ge=1)] = DEFAULT_EXPIRY_HORIZON_MS
 
 
 def settings_of(context: PolicyContext) -> CompromiseSettings:
@@ -164,12 +171,13 @@ def notice_row(notice: CompromiseNotice) -> PolicyKey:
     return agent_row(subject)
 
 
-_rows_decoder: Final = msgspec.json.Decoder(tuple[CompromiseNotice, ...])
-
-
-def _notices_at(view: PolicyView, row: PolicyKey) -> tuple[CompromiseNotice, ...]:
+def entries_at(view: PolicyView, row: PolicyKey) -> tuple[NoticeEntry, ...]:
     raw = view.get(row)
-    return () if raw is None else _rows_decoder.decode(raw)  # written by NoticePolicy only, after its checks
+    return () if raw is None else decode_row(raw)  # written by the notice and clearance policies only, after their checks
+
+
+def covers_label(subject_session: str | None, subject_key: str | None) -> str:
+    return "session" if subject_session is not None else "key" if subject_key is not None else "agent"
 
 
 def _objection(reason: Reason, error: MessageError) -> PolicyOutcome:
@@ -182,7 +190,9 @@ def _objection(reason: Reason, error: MessageError) -> PolicyOutcome:
 class ParsedNotice(msgspec.Struct, frozen=True, kw_only=True):
     notice: CompromiseNotice
     row: PolicyKey
+    sha256: str  # of the exact notice bytes: what a clearance names
     retention_ms: int
+    horizon_ms: int
 
 
 class NoticePolicy:
@@ -194,11 +204,7 @@ class NoticePolicy:
         try:
             notice = decode_strict(envelope.payload, CompromiseNotice, "notice")
             issuer = principal(notice.issuer, "notice.issuer")
-            principal(notice.subject, "notice.subject")
-            timestamp_ms(notice.compromised_from, "notice.compromised_from")
-            timestamp_ms(notice.issued_at, "notice.issued_at")
-            if notice.session_id is not None and notice.subject_key_id is not None:
-                raise MessageError(MessageCode.MALFORMED_FIELD, "notice", "at most one of session_id and subject_key_id may be given")
+            check_notice_fields(notice)
         except MessageError as exc:
             return Objection(Outcome.REJECT, Reason.NOTICE_MALFORMED, f"{exc.code}: {exc.where}: {exc.detail}")
         # On the topic the receipt's signature (verified by admission, with the
@@ -218,29 +224,44 @@ class NoticePolicy:
                 Reason.NOTICE_UNAUTHENTIC,
                 f"{MessageCode.WRONG_SIGNER}: notice.issuer: the receipt is signed by {envelope.receipt.sender!r}, not the issuer",
             )
-        return ParsedNotice(notice=notice, row=notice_row(notice), retention_ms=settings.notice_retention_ms)
+        return ParsedNotice(
+            notice=notice,
+            row=notice_row(notice),
+            sha256=hashlib.sha256(envelope.payload).hexdigest(),
+            retention_ms=settings.notice_retention_ms,
+            horizon_ms=settings.notice_expiry_horizon_ms,
+        )
 
     def keys(self, parsed: ParsedNotice) -> Iterable[PolicyKey]:
         return (parsed.row,)
 
     def decide(self, parsed: ParsedNotice, view: PolicyView, now_ms: int) -> PolicyOutcome:
         notice = parsed.notice
-        kept = {n.notice_id: n for n in _notices_at(view, parsed.row)}
-        kept[notice.notice_id] = notice
-        ordered = sorted(
-            kept.values(),
-            key=lambda n: (CompromiseKind.COMPROMISED_CREDENTIALS not in n.detected, timestamp_ms(n.compromised_from, "row"), n.notice_id),
-        )[:MAX_NOTICES_PER_ROW]
-        ordered.sort(key=lambda n: n.notice_id)
-        write = PolicyWrite(parsed.row, msgspec.json.encode(tuple(ordered)), ttl_ms=parsed.retention_ms)
-        covers = "session" if notice.session_id is not None else "key" if notice.subject_key_id is not None else "agent"
+        mark = {"notice_id": notice.notice_id}
+        if notice.expires_at is not None and parse_timestamp(notice.expires_at) > now_ms + parsed.horizon_ms:
+            detail = f"notice.expires_at: {notice.expires_at!r} is more than {parsed.horizon_ms} ms after the guard's clock"
+            return PolicyOutcome(objection=Objection(Outcome.REJECT, Reason.NOTICE_EXPIRY_TOO_FAR, detail), annotations=mark)
+        kept = {e.notice.notice_id: e for e in entries_at(view, parsed.row)}
+        prior = kept.get(notice.notice_id)
+        if prior is not None and prior.cleared_at is not None:
+            # A cleared id stays cleared: re-sending the notice (or replaying it
+            # once its nonce is forgotten) does not bring it back; a new
+            # compromise takes a new notice id.
+            detail = f"notice {notice.notice_id!r} was cleared by {prior.cleared_by} from {prior.cleared_at}; a new notice needs a new id"
+            return PolicyOutcome(objection=Objection(Outcome.REJECT, Reason.NOTICE_ALREADY_CLEARED, detail), annotations=mark)
+        kept[notice.notice_id] = NoticeEntry(notice=notice, sha256=parsed.sha256)
+        ordered = capped(kept.values(), now_ms)
+        write = PolicyWrite(parsed.row, encode_row(ordered), ttl_ms=parsed.retention_ms)
         annotations = {
-            "notice_id": notice.notice_id,
+            **mark,
             "subject": notice.subject,
-            "covers": covers,
+            "covers": covers_label(notice.session_id, notice.subject_key_id),
             "compromised_from": notice.compromised_from,
             "notices_on_row": str(len(ordered)),
+            "notice_sha256": parsed.sha256,
         }
+        if notice.expires_at is not None:
+            annotations["expires_at"] = notice.expires_at
         return PolicyOutcome(writes=(write,), annotations=annotations)
 
 
@@ -310,7 +331,7 @@ class HandoffPolicy:
 
     def decide(self, parsed: ParsedHandoff, view: PolicyView, now_ms: int) -> PolicyOutcome:
         envelope, settings = parsed.envelope, parsed.settings
-        notices = [n for row in parsed.rows for n in _notices_at(view, row)]
+        notices = [e for row in parsed.rows for e in entries_at(view, row)]
         try:
             checked = check_handoff(
                 receipt=envelope.receipt,
@@ -325,7 +346,9 @@ class HandoffPolicy:
         except MessageError as exc:
             return _objection(Reason.HANDOFF_UNAUTHENTIC if exc.code in _AUTHENTICITY else Reason.HANDOFF_MALFORMED, exc)
         verdict = evaluate_handoff(checked.facts, settings)
-        return outcome_for(verdict, parsed.handoff, envelope.receipt.task_id, checked.facts.notices)
+        outcome = outcome_for(verdict, parsed.handoff, envelope.receipt.task_id, checked.facts.notices)
+        lifecycle = lifecycle_annotations(checked.facts.successor_notices, checked.lifted)
+        return msgspec.structs.replace(outcome, annotations={**(outcome.annotations or {}), **lifecycle}) if lifecycle else outcome
 
 
 def evaluate_handoff(facts: HandoffFacts, settings: CompromiseSettings) -> Verdict:
@@ -348,6 +371,18 @@ def annotations_for(verdict: Verdict, notices: Sequence[str]) -> dict[str, str]:
         out["compromise_notices"] = ",".join(notices)
     if verdict.caution:
         out["caution"] = "double_compromise"
+    return out
+
+
+def lifecycle_annotations(successor_notices: Sequence[str], lifted: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """For the audit: the notices that put the successor under notice, and
+    the covering notices that had ended for this handoff (JSON arrays: ids,
+    and `[id, "expired" | "cleared"]`); each absent when empty."""
+    out = {}
+    if successor_notices:
+        out["successor_notices"] = msgspec.json.encode(list(successor_notices)).decode()
+    if lifted:
+        out["lifted_notices"] = msgspec.json.encode([list(x) for x in lifted]).decode()
     return out
 
 

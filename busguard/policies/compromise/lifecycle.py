@@ -1,0 +1,155 @@
+"""A compromise notice's lifecycle: when it counts, its clearance, its row.
+
+Pure (no store, no clock of its own): the policies in policy.py and
+clearance.py read and write rows through the seam and call these.
+
+A notice counts for a decision (a handoff, or a clearance by an issuer the
+notice covers) at two instants: the receipt's `issued_at` and the guard's
+clock. Whoever holds a compromised key chooses `issued_at` (freshness bounds
+it to `[now - max_age_ms, now + max_future_ms]`, not more), so no choice of
+it may take a decision out from under a notice:
+
+- a notice has *begun* when `compromised_from` <= the LATER of the two: a
+  receipt backdated to before the compromise is still caught by the clock;
+- it has *ended* (expired, or cleared) only when the EARLIER of the two is
+  at or past `expires_at` / the clearance's `cleared_at`: a receipt dated
+  forward past the end is still caught by the clock, and one backdated to
+  before the end is still under the notice.
+
+So a notice is in force on the whole span between the two instants if it
+overlaps that span anywhere; an attacker gains nothing by moving `issued_at`.
+
+A clearance is stored on the notice's row entry (`cleared_at`, `cleared_by`):
+a handoff decided before the clearance was admitted read the row without it,
+so "decided after the clearance" is the guard's decision order (the batch
+order within a batch), and the instant test above then applies to
+`cleared_at`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from typing import Annotated, Final
+
+import msgspec
+
+from busguard.policies.compromise.message import (
+    MAX_DETAIL_CHARS,
+    MAX_ID_CHARS,
+    MAX_TIMESTAMP_CHARS,
+    CompromiseKind,
+    CompromiseNotice,
+)
+from busguard.protocol.receipt import MAX_AGENT_ID_CHARS, MAX_KEY_ID_CHARS
+from busguard.protocol.timestamps import parse_timestamp
+
+KIND_COMPROMISE_CLEARANCE: Final = "compromise-clearance"
+#: Notices kept under one row; past it, the ones that matter least drop
+#: first: cleared, then expired, then not about credentials, then latest `compromised_from`.
+MAX_NOTICES_PER_ROW: Final = 64
+
+_Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_CHARS)]
+_AgentId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_AGENT_ID_CHARS)]
+_KeyId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_KEY_ID_CHARS)]
+_Timestamp = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TIMESTAMP_CHARS)]
+_Detail = Annotated[str, msgspec.Meta(max_length=MAX_DETAIL_CHARS)]
+_Sha256Hex = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+
+
+class CompromiseClearance(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """An issuer's word that its notice no longer holds, from `cleared_at` on.
+
+    It names the notice three ways: the row it is kept under (`subject` and
+    at most one of `session_id`, `subject_key_id`, exactly as in the notice),
+    its `notice_id`, and `notice_sha256`, the SHA-256 of the notice's exact
+    bytes (its receipt's `payload_hash`). The hash is what stops a clearance
+    written for one notice from lifting another that happens to share its id
+    and row (a re-issued notice, or another deployment's). It travels only as
+    the value of a `compromise-clearance` receipt signed by the issuer."""
+
+    v: int
+    notice_id: _Id
+    notice_sha256: _Sha256Hex
+    issuer: _AgentId
+    subject: _AgentId
+    cleared_at: _Timestamp
+    session_id: _Id | None = None
+    subject_key_id: _KeyId | None = None
+    detail: _Detail = ""
+
+
+class NoticeEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One notice as its row keeps it. `sha256` is the notice's bytes' hash
+    (empty for a notice kept before clearances existed: such a notice cannot
+    be cleared and lasts its retention); `cleared_at` / `cleared_by` (the
+    clearance's receipt id) are set once, by the first admitted clearance."""
+
+    notice: CompromiseNotice
+    sha256: str = ""
+    cleared_at: str | None = None
+    cleared_by: str | None = None
+
+
+class Standing(enum.StrEnum):
+    """A notice for one decision: not begun, in force, or ended (and how)."""
+
+    NOT_YET = "not_yet"
+    IN_FORCE = "in_force"
+    EXPIRED = "expired"
+    CLEARED = "cleared"
+
+
+def standing(entry: NoticeEntry, receipt_ms: int, now_ms: int) -> Standing:
+    """The notice for a decision whose receipt says `receipt_ms`, decided at
+    the guard's `now_ms` (module docstring: the later instant for the start,
+    the earlier for either end). A cleared notice is reported as cleared
+    even when it has also expired: the clearance is the issuer's word."""
+    late, early = max(receipt_ms, now_ms), min(receipt_ms, now_ms)
+    notice = entry.notice
+    if parse_timestamp(notice.compromised_from) > late:
+        return Standing.NOT_YET
+    if entry.cleared_at is not None and early >= parse_timestamp(entry.cleared_at):
+        return Standing.CLEARED
+    if notice.expires_at is not None and early >= parse_timestamp(notice.expires_at):
+        return Standing.EXPIRED
+    return Standing.IN_FORCE
+
+
+def as_entry(notice: CompromiseNotice | NoticeEntry) -> NoticeEntry:
+    return notice if isinstance(notice, NoticeEntry) else NoticeEntry(notice=notice)
+
+
+# ------------------------------------------------------------------ the row
+
+_row_decoder: Final = msgspec.json.Decoder(tuple[NoticeEntry, ...])
+_legacy_decoder: Final = msgspec.json.Decoder(tuple[CompromiseNotice, ...])
+
+
+def decode_row(raw: bytes) -> tuple[NoticeEntry, ...]:
+    """A row as written by the notice or clearance policy, after their checks.
+
+    Rows written before clearances existed hold bare notices; they read as
+    entries without a hash or clearance."""
+    try:
+        return _row_decoder.decode(raw)
+    except msgspec.ValidationError:
+        return tuple(NoticeEntry(notice=n) for n in _legacy_decoder.decode(raw))
+
+
+def encode_row(entries: Iterable[NoticeEntry]) -> bytes:
+    return msgspec.json.encode(tuple(sorted(entries, key=lambda e: e.notice.notice_id)))
+
+
+def capped(entries: Iterable[NoticeEntry], now_ms: int) -> list[NoticeEntry]:
+    """At most MAX_NOTICES_PER_ROW entries, dropping first the ones that
+    matter least: cleared, then expired at `now_ms`, then those not listing
+    `compromised_credentials`, then the latest `compromised_from`."""
+
+    def weight(e: NoticeEntry) -> tuple[bool, bool, bool, int, str]:
+        n = e.notice
+        expired = n.expires_at is not None and parse_timestamp(n.expires_at) <= now_ms
+        credentials = CompromiseKind.COMPROMISED_CREDENTIALS in n.detected
+        return (e.cleared_at is not None, expired, not credentials, parse_timestamp(n.compromised_from), n.notice_id)
+
+    return sorted(entries, key=weight)[:MAX_NOTICES_PER_ROW]
