@@ -1,7 +1,8 @@
 """A compromise notice's lifecycle: when it counts, its clearance, its row.
 
-Pure (no store, no clock of its own): the policies in policy.py and
-clearance.py read and write rows through the seam and call these.
+Pure (no store, no clock of its own): the policy in policy.py reads and
+writes rows through the seam and calls these. A clearance statement is not
+built yet; the row entry keeps a slot for one (`cleared_at`, `cleared_by`).
 
 A notice counts for a decision (a handoff, or a clearance by an issuer the
 notice covers) at two instants: the receipt's `issued_at` and the guard's
@@ -30,53 +31,19 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from typing import Annotated, Final
+from typing import Final
 
 import msgspec
 
 from busguard.policies.compromise.message import (
-    MAX_DETAIL_CHARS,
-    MAX_ID_CHARS,
-    MAX_TIMESTAMP_CHARS,
     CompromiseKind,
     CompromiseNotice,
 )
-from busguard.protocol.receipt import MAX_AGENT_ID_CHARS, MAX_KEY_ID_CHARS
 from busguard.protocol.timestamps import parse_timestamp
 
-KIND_COMPROMISE_CLEARANCE: Final = "compromise-clearance"
 #: Notices kept under one row; past it, the ones that matter least drop
 #: first: cleared, then expired, then not about credentials, then latest `compromised_from`.
 MAX_NOTICES_PER_ROW: Final = 64
-
-_Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_CHARS)]
-_AgentId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_AGENT_ID_CHARS)]
-_KeyId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_KEY_ID_CHARS)]
-_Timestamp = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TIMESTAMP_CHARS)]
-_Detail = Annotated[str, msgspec.Meta(max_length=MAX_DETAIL_CHARS)]
-_Sha256Hex = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
-
-
-class CompromiseClearance(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
-    """An issuer's word that its notice no longer holds, from `cleared_at` on.
-
-    It names the notice three ways: the row it is kept under (`subject` and
-    at most one of `session_id`, `subject_key_id`, exactly as in the notice),
-    its `notice_id`, and `notice_sha256`, the SHA-256 of the notice's exact
-    bytes (its receipt's `payload_hash`). The hash is what stops a clearance
-    written for one notice from lifting another that happens to share its id
-    and row (a re-issued notice, or another deployment's). It travels only as
-    the value of a `compromise-clearance` receipt signed by the issuer."""
-
-    v: int
-    notice_id: _Id
-    notice_sha256: _Sha256Hex
-    issuer: _AgentId
-    subject: _AgentId
-    cleared_at: _Timestamp
-    session_id: _Id | None = None
-    subject_key_id: _KeyId | None = None
-    detail: _Detail = ""
 
 
 class NoticeEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
