@@ -12,6 +12,14 @@ example kind in examples/quota_kind.
 >>> [str(d.reason) for d in h.feed(record, record)]
 ['admitted', 'exact_duplicate']
 
+`Harness.forward` goes one step further, to what busguard would publish
+downstream for an admitted record (its value and headers, sealed by the
+test guard `GUARD`), for agents' tests that open forwards:
+
+>>> value, headers = Harness().forward(record)
+>>> [name for name, _ in headers]
+['busguard-receipt', 'busguard-signature', 'busguard-decision-id', 'busguard-attestation', 'busguard-seal']
+
 The keys are derived from the agent's name (`seed`): test keys only.
 """
 
@@ -23,12 +31,15 @@ from collections.abc import Sequence
 
 from busguard.admission.batch import Input, admit_batch
 from busguard.admission.types import AdmissionPolicy
+from busguard.config import TopicsConfig
+from busguard.protocol.attestation import attest, decision_bytes, seal
 from busguard.protocol.envelope import HEADER_SIGNATURE
 from busguard.protocol.identity import agent_id_for_key, canonical_principal
 from busguard.protocol.records import Coordinates, Decision
 from busguard.protocol.registry import KeyRegistry, KeyWindow
-from busguard.protocol.signing import public_key_from_seed
+from busguard.protocol.signing import Signer, public_key_from_seed
 from busguard.protocol.timestamps import parse_timestamp
+from busguard.runtime.outputs import Sealed, outputs_for
 from busguard.sdk.sender import Sender, SignedRecord
 from busguard.state.memory import MemoryStore
 from busguard.state.store import StateStore
@@ -82,6 +93,22 @@ class Harness:
 
     def one(self, record: SignedRecord, offset: int | None = None) -> Decision:
         return self.feed(record, offset=offset)[0]
+
+    def forward(self, record: SignedRecord, offset: int | None = None) -> tuple[bytes, list[tuple[str, bytes]]]:
+        """The downstream record busguard would publish for `record`, sealed
+        per record by `GUARD` (whose public key is `GUARD_PUBLIC_KEY`); a
+        record that is not admitted raises ValueError."""
+        d = self.one(record, offset)
+        if d.outcome != "forward":
+            raise ValueError(f"not forwarded: {d.reason}")
+        body = decision_bytes(d)
+        att = attest(d, body, agent("guard"))
+        sealed = Sealed(d, body, att, seal(Signer(seed("guard")), att))
+        primary = outputs_for(sealed, None, record.value, record.headers, "agents.out", TopicsConfig(), 1 << 20)[0]
+        return primary.value or b"", list(primary.headers)
+
+
+GUARD_PUBLIC_KEY = public_key_from_seed(seed("guard"))
 
 
 def forged(record: SignedRecord, donor: SignedRecord) -> tuple[bytes, list[tuple[str, bytes]]]:

@@ -8,9 +8,17 @@ id done and hands back the connection, so the agent's own effect (a row in
 the same database) and the done-mark commit atomically, or neither does.
 A re-delivered or re-emitted forward (same decision id) is then refused.
 
-Where the guarantee ends: an effect outside that transaction (an HTTP call,
-a Kafka send) cannot commit with it. For those, pass `idempotency_token`
-of the decision id to the other system, which must deduplicate on it.
+Replies (an ack, the next handoff) are Kafka sends and cannot commit with
+the effect, so they are *staged*: `tx.stage(topic, key, value, headers)`
+stores the signed bytes in the same transaction (the outbox), and the
+agent sends them after the commit and then drops them (`outbox`, `sent`).
+A crash between the commit and the send re-sends the very same bytes,
+which busguard admits once and records as an `exact_duplicate`, never as
+a second witness (the seed-000 incident was a second, re-signed ack).
+
+Where the guarantee ends: any other effect outside that transaction (an
+HTTP call) cannot commit with it. For those, pass `idempotency_token` of
+the decision id to the other system, which must deduplicate on it.
 
     >>> done = SqliteDoneSet(":memory:")
     >>> with done.claim("d-1") as tx:
@@ -26,25 +34,35 @@ of the decision id to the other system, which must deduplicate on it.
 
 Bound: one row per decision id handled (about 100 bytes); `forget_before`
 drops rows older than a time the caller picks (after the guard's retention
-of re-emissions, docs/protocol.md 12, nothing re-delivers them).
+of re-emissions, docs/protocol.md 12, nothing re-delivers them). The
+outbox holds at most `MAX_STAGED` replies per claim, and only until sent.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Generic, NamedTuple, Protocol, TypeVar
+
+import msgspec
 
 if TYPE_CHECKING:  # imported when a done-set opens: the pure core (busguard/__init__) loads no sqlite3
     import sqlite3
 
 IDEMPOTENCY_CONTEXT: Final = b"busguard/sdk/idempotency/v1\x00"
 MAX_DECISION_ID: Final = 256
+MAX_STAGED: Final = 16
 
-_SCHEMA: Final = "CREATE TABLE IF NOT EXISTS busguard_done (decision_id TEXT PRIMARY KEY, done_at_ms INTEGER NOT NULL) WITHOUT ROWID"
+_SCHEMA: Final = (
+    "CREATE TABLE IF NOT EXISTS busguard_done (decision_id TEXT PRIMARY KEY, done_at_ms INTEGER NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS busguard_outbox (id INTEGER PRIMARY KEY AUTOINCREMENT, decision_id TEXT NOT NULL,"
+    " topic TEXT NOT NULL, key BLOB, value BLOB NOT NULL, headers BLOB NOT NULL)",
+)
+_headers_codec: Final = msgspec.msgpack.Encoder()
+_headers_decoder: Final = msgspec.msgpack.Decoder(list[tuple[str, bytes]])
 
 
 def idempotency_token(decision_id: str) -> str:
@@ -53,15 +71,53 @@ def idempotency_token(decision_id: str) -> str:
     return hashlib.sha256(IDEMPOTENCY_CONTEXT + decision_id.encode()).hexdigest()
 
 
-class Claim:
-    """One open transaction: `claimed` is False when the id was already done
-    (then do nothing); `connection` is where the agent writes its effect."""
+C = TypeVar("C")
 
-    def __init__(self, connection: sqlite3.Connection, decision_id: str, claimed: bool) -> None:
+
+def check_decision_id(decision_id: str) -> None:
+    if not decision_id or len(decision_id) > MAX_DECISION_ID:
+        raise ValueError(f"decision_id: {len(decision_id)} characters; allowed 1..{MAX_DECISION_ID}")
+
+
+class Claim(Generic[C]):
+    """One open transaction: `claimed` is False when the id was already done
+    (then do nothing); `connection` is where the agent writes its effect
+    (a `sqlite3.Connection`, or a `psycopg.Connection` for the PostgreSQL
+    done-set)."""
+
+    def __init__(self, connection: C, decision_id: str, claimed: bool) -> None:
         self.connection = connection
         self.decision_id = decision_id
         self.claimed = claimed
         self.token = idempotency_token(decision_id)
+        self.staged: list[Staged] = []
+
+    def stage(self, topic: str, key: bytes | None, value: bytes, headers: Sequence[tuple[str, bytes]]) -> None:
+        """Keep a reply to send once this transaction commits (the outbox)."""
+        if not self.claimed:
+            raise ValueError(f"decision {self.decision_id!r} was already done: nothing to reply")
+        if len(self.staged) >= MAX_STAGED:
+            raise ValueError(f"more than {MAX_STAGED} replies staged for one decision")
+        self.staged.append(Staged(0, self.decision_id, topic, key, value, list(headers)))
+
+
+class Staged(NamedTuple):
+    """A reply in the outbox; `id` orders the outbox (0 until stored)."""
+
+    id: int
+    decision_id: str
+    topic: str
+    key: bytes | None
+    value: bytes
+    headers: list[tuple[str, bytes]]
+
+
+def encode_headers(headers: Sequence[tuple[str, bytes]]) -> bytes:
+    return _headers_codec.encode(list(headers))
+
+
+def decode_headers(raw: bytes) -> list[tuple[str, bytes]]:
+    return _headers_decoder.decode(raw)
 
 
 class SqliteDoneSet:
@@ -74,25 +130,39 @@ class SqliteDoneSet:
         self.connection = sqlite3.connect(str(path), isolation_level=None)
         self.connection.execute("PRAGMA journal_mode=WAL")
         self.connection.execute("PRAGMA synchronous=FULL")
-        self.connection.execute(_SCHEMA)
+        for statement in _SCHEMA:
+            self.connection.execute(statement)
 
     @contextmanager
-    def claim(self, decision_id: str, *, now_ms: int | None = None) -> Iterator[Claim]:
+    def claim(self, decision_id: str, *, now_ms: int | None = None) -> Iterator[Claim[sqlite3.Connection]]:
         """Mark `decision_id` done inside one IMMEDIATE transaction that
         commits when the block exits normally and rolls back (mark and
         effect) when it raises."""
-        if not decision_id or len(decision_id) > MAX_DECISION_ID:
-            raise ValueError(f"decision_id: {len(decision_id)} characters; allowed 1..{MAX_DECISION_ID}")
+        check_decision_id(decision_id)
         at = now_ms if now_ms is not None else time.time_ns() // 1_000_000
         conn = self.connection
         conn.execute("BEGIN IMMEDIATE")
         try:
             cur = conn.execute("INSERT OR IGNORE INTO busguard_done (decision_id, done_at_ms) VALUES (?, ?)", (decision_id, at))
-            yield Claim(conn, decision_id, cur.rowcount == 1)
+            tx = Claim(conn, decision_id, cur.rowcount == 1)
+            yield tx
+            conn.executemany(
+                "INSERT INTO busguard_outbox (decision_id, topic, key, value, headers) VALUES (?, ?, ?, ?, ?)",
+                [(s.decision_id, s.topic, s.key, s.value, encode_headers(s.headers)) for s in tx.staged],
+            )
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
+
+    def outbox(self) -> list[Staged]:
+        """The committed replies not yet sent, oldest first."""
+        rows = self.connection.execute("SELECT id, decision_id, topic, key, value, headers FROM busguard_outbox ORDER BY id").fetchall()
+        return [Staged(i, d, t, k, v, decode_headers(h)) for i, d, t, k, v, h in rows]
+
+    def sent(self, staged: Staged) -> None:
+        """Drop a reply the broker acknowledged."""
+        self.connection.execute("DELETE FROM busguard_outbox WHERE id = ?", (staged.id,))
 
     def is_done(self, decision_id: str) -> bool:
         row = self.connection.execute("SELECT 1 FROM busguard_done WHERE decision_id = ?", (decision_id,)).fetchone()
@@ -104,3 +174,15 @@ class SqliteDoneSet:
 
     def close(self) -> None:
         self.connection.close()
+
+
+class DoneSet(Protocol[C]):
+    """What the act-once loop needs of a done-set (SQLite or PostgreSQL)."""
+
+    def claim(self, decision_id: str, *, now_ms: int | None = None) -> AbstractContextManager[Claim[C]]: ...
+
+    def is_done(self, decision_id: str) -> bool: ...
+
+    def outbox(self) -> list[Staged]: ...
+
+    def sent(self, staged: Staged) -> None: ...

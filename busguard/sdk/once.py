@@ -1,0 +1,152 @@
+"""Act on each admitted task exactly once: the receiving agent's loop.
+
+Why: busguard proves each task was admitted once, but an agent that acts,
+then crashes before it records having acted (seed 000), acts again when the
+record is re-delivered, and a reply re-signed after the crash is a second
+witness. `ActOnce` runs the one order that survives a crash at any instant:
+
+1. send what an earlier run committed but did not send (the outbox, the
+   exact bytes it signed then: busguard records a re-send as an
+   `exact_duplicate`);
+2. fetch a batch through the `AdmittingConsumer` (refusals are logged);
+3. for each delivery, in order, claim its decision id in the done-set and,
+   only when the claim is new, run the agent's effect in the same
+   transaction; the effect's replies are signed and staged in that
+   transaction too; the block's exit commits mark, effect and replies;
+4. send the staged replies, dropping each from the outbox once acknowledged;
+5. commit the batch's offsets.
+
+A crash before 3 commits re-delivers the record and nothing happened; after
+3 and before 5, the record is re-delivered and skipped (its id is done)
+and the replies go out in 1. A re-emitted forward (the guard's crash
+recovery republishes byte-identical records with the same decision id) is
+skipped the same way. An effect outside the done-set's database (`external`)
+runs before the mark with `idempotency_token(decision_id)`: it may run again
+after a crash, and the other system must deduplicate on the token.
+
+    >>> import asyncio
+    >>> from busguard.sdk.consumer import AdmittingConsumer, Fetched
+    >>> from busguard.sdk.doneset import SqliteDoneSet
+    >>> from busguard.testing import GUARD_PUBLIC_KEY, Harness, agent, sender
+    >>> rec = sender("planner").sign(kind="handoff", task_id="t-1", receiver=agent("executor"), payload=b"{}")
+    >>> value, headers = Harness().forward(rec)
+    >>> class Wire:  # an AIOKafkaConsumer's getmany/commit, delivering the forward twice
+    ...     async def getmany(self, timeout_ms, max_records):
+    ...         return {0: [Fetched("agents.out", 0, 0, value, headers), Fetched("agents.out", 0, 1, value, headers)]}
+    ...     async def commit(self, offsets): pass
+    >>> done = SqliteDoneSet(":memory:")
+    >>> done.connection.execute("CREATE TABLE work (task TEXT)")  # doctest: +ELLIPSIS
+    <sqlite3.Cursor object at ...>
+    >>> def effect(d, tx):
+    ...     tx.connection.execute("INSERT INTO work VALUES (?)", (d.receipt.task_id,))
+    >>> loop = ActOnce(AdmittingConsumer(Wire(), guard_public_key=GUARD_PUBLIC_KEY, agent_id=agent("executor")), done, effect=effect)
+    >>> asyncio.run(loop.step())
+    Step(acted=1, skipped=1, refused=0, replies_sent=0)
+    >>> done.connection.execute("SELECT task FROM work").fetchall()
+    [('t-1',)]
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, NamedTuple
+
+from busguard.sdk.consumer import AdmittingConsumer, Delivery
+from busguard.sdk.doneset import Claim, DoneSet, idempotency_token
+from busguard.sdk.producer import SigningProducer
+
+__all__ = ["ActOnce", "Effect", "External", "Reply", "Step"]
+
+
+class Reply(NamedTuple):
+    """A record the effect wants sent once it has committed (an ack, the next handoff)."""
+
+    topic: str
+    kind: str
+    task_id: str
+    receiver: str
+    payload: bytes
+
+
+class Step(NamedTuple):
+    acted: int
+    skipped: int
+    refused: int
+    replies_sent: int
+
+
+#: An effect written through the claim's connection; it may return replies.
+Effect = Callable[[Delivery, Claim[Any]], Iterable[Reply] | None]
+#: An effect outside the done-set's database, given the idempotency token.
+External = Callable[[Delivery, str], Awaitable[None]]
+
+
+class ActOnce:
+    def __init__(
+        self,
+        inbox: AdmittingConsumer,
+        done: DoneSet[Any],
+        *,
+        effect: Effect | None = None,
+        external: External | None = None,
+        producer: SigningProducer | None = None,
+    ) -> None:
+        if (effect is None) == (external is None):
+            raise TypeError("pass exactly one of effect= (in the done-set's transaction) or external= (idempotency token)")
+        self.inbox = inbox
+        self.done = done
+        self.effect = effect
+        self.external = external
+        self.producer = producer
+
+    async def step(self, timeout_ms: int = 1000) -> Step:
+        """One turn of the loop (the module docstring's five steps)."""
+        sent = await self.flush()
+        batch = await self.inbox.getmany(timeout_ms)
+        acted = skipped = 0
+        for d in batch.deliveries:
+            if await self._handle(d):
+                acted += 1
+            else:
+                skipped += 1
+        sent += await self.flush()
+        await self.inbox.commit(batch)
+        return Step(acted, skipped, len(batch.refusals), sent)
+
+    async def run(self, stop: asyncio.Event, timeout_ms: int = 500) -> None:
+        """Step until `stop` is set (checked between batches)."""
+        while not stop.is_set():
+            await self.step(timeout_ms)
+
+    async def flush(self) -> int:
+        """Send the outbox in order, dropping each reply once acknowledged."""
+        pending = self.done.outbox()
+        if pending and self.producer is None:
+            raise RuntimeError("replies are staged but ActOnce has no producer to send them")
+        for staged in pending:
+            assert self.producer is not None
+            await self.producer.producer.send_and_wait(staged.topic, value=staged.value, key=staged.key, headers=staged.headers)
+            self.done.sent(staged)
+        return len(pending)
+
+    async def _handle(self, d: Delivery) -> bool:
+        if self.external is not None:
+            if self.done.is_done(d.decision_id):
+                return False
+            await self.external(d, idempotency_token(d.decision_id))
+            with self.done.claim(d.decision_id) as tx:
+                return tx.claimed
+        assert self.effect is not None
+        with self.done.claim(d.decision_id) as tx:
+            if not tx.claimed:
+                return False
+            for reply in self.effect(d, tx) or ():
+                self._stage(tx, reply)
+        return True
+
+    def _stage(self, tx: Claim[Any], reply: Reply) -> None:
+        if self.producer is None:
+            raise RuntimeError("the effect returned a reply but ActOnce has no producer to sign it")
+        rec = self.producer.sender.sign(kind=reply.kind, task_id=reply.task_id, receiver=reply.receiver, payload=reply.payload)
+        tx.stage(reply.topic, self.producer.key, rec.value, rec.headers)

@@ -1,0 +1,101 @@
+"""Issue 22: the admitting consumer decides every record, never raising for its contents. No Kafka."""
+
+from __future__ import annotations
+
+import msgspec
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from busguard.protocol.attestation import HEADER_ANNOTATION_PREFIX
+from busguard.protocol.keyfile import new_identity
+from busguard.sdk import AdmittingConsumer, Delivery, Fetched
+from busguard.sdk.consumer import MAX_DETAIL
+from busguard.testing import GUARD_PUBLIC_KEY, Harness, agent, sender
+
+EXECUTOR = agent("executor")
+
+
+def _forward(task: str = "t-1", receiver: str = EXECUTOR, h: Harness | None = None) -> tuple[bytes, list[tuple[str, bytes]]]:
+    rec = sender("planner").sign(kind="handoff", task_id=task, receiver=receiver, payload=b'{"do":"' + task.encode() + b'"}')
+    return (h or Harness()).forward(rec)
+
+
+def _inbox(**kw: object) -> AdmittingConsumer:
+    return AdmittingConsumer(None, guard_public_key=GUARD_PUBLIC_KEY, agent_id=EXECUTOR, **kw)  # type: ignore[arg-type]
+
+
+def test_a_forward_for_me_is_delivered_with_its_receipt_payload_and_decision_id() -> None:
+    value, headers = _forward()
+    (d,) = _inbox().admit([Fetched("out", 3, 41, value, headers)]).deliveries
+    assert (d.topic, d.partition, d.offset, d.receipt.task_id, d.payload) == ("out", 3, 41, "t-1", value)
+    assert d.decision_id == dict(headers)["busguard-decision-id"].decode() == d.attestation.decision_id
+    assert d.view is None and d.annotations == {}
+
+
+def test_each_failure_is_a_refusal_with_its_reason_and_the_batch_goes_on() -> None:
+    h = Harness("planner", "executor", "auditor")
+    good_v, good_h = _forward("t-1", h=h)
+    other_v, other_h = _forward("t-2", agent("auditor"), h=h)
+    wrong_key = AdmittingConsumer(None, guard_public_key=new_identity().public_key, agent_id=EXECUTOR)
+    records = [
+        Fetched("out", 0, 0, b"tampered" + good_v, good_h),  # the payload the guard did not admit
+        Fetched("out", 0, 1, other_v, other_h),  # admitted, for someone else
+        Fetched("out", 0, 2, b"junk", [("busguard-attestation", b"\xff" * 10)]),
+        Fetched("out", 0, 3, None, []),
+        Fetched("out", 1, 9, good_v, good_h),
+    ]
+    batch = _inbox().admit(records)
+    assert [(r.offset, r.reason) for r in batch.refusals] == [(0, "unattested"), (1, "not_for_me"), (2, "unattested"), (3, "unattested")]
+    assert [d.offset for d in batch.deliveries] == [9]
+    assert batch.positions == {("out", 0): 4, ("out", 1): 10}
+    assert [r.reason for r in wrong_key.admit(records[4:]).refusals] == ["unattested"]
+
+
+def test_a_readers_view_is_attached_and_its_refusal_is_unreadable() -> None:
+    value, headers = _forward()
+
+    def read(d: Delivery) -> object:
+        return msgspec.json.decode(d.payload)
+
+    (d,) = _inbox(readers={"handoff": read}).admit([Fetched("out", 0, 0, value, headers)]).deliveries
+    assert d.view == {"do": "t-1"}
+
+    def refuse(d: Delivery) -> object:
+        raise ValueError("x" * 1000)
+
+    (r,) = _inbox(readers={"handoff": refuse}).admit([Fetched("out", 0, 0, value, headers)]).refusals
+    assert r.reason == "unreadable" and r.detail.startswith("handoff: x") and len(r.detail) == MAX_DETAIL
+
+
+def test_annotation_headers_are_handed_back_by_name() -> None:
+    value, headers = _forward()
+    headers = [*headers[:2], (HEADER_ANNOTATION_PREFIX + "verification", b"recomputed"), *headers[2:]]
+    (d,) = _inbox().admit([Fetched("out", 0, 0, value, headers)]).deliveries
+    assert d.annotations == {"verification": "recomputed"}
+
+
+_header = st.tuples(
+    st.sampled_from(["busguard-attestation", "busguard-seal", "busguard-receipt", "busguard-decision-id", "busguard-tree-head", "x"]),
+    st.binary(max_size=64),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(records=st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=64)), st.lists(_header, max_size=6)), max_size=8))
+def test_any_bytes_get_exactly_one_outcome_each(records: list[tuple[bytes | None, list[tuple[str, bytes]]]]) -> None:
+    value, headers = _forward()
+    mixed = [*records, (value, headers)]
+    batch = _inbox().admit([Fetched("t", 0, i, v, h) for i, (v, h) in enumerate(mixed)])
+    assert len(batch.deliveries) + len(batch.refusals) == len(mixed)
+    assert [d.offset for d in batch.deliveries] == [len(records)]
+
+
+def test_the_guards_key_and_the_batch_bound_are_checked_up_front() -> None:
+    for bad in ({"guard_public_key": b"short"}, {"max_records": 0}):
+        kw: dict[str, object] = {"guard_public_key": GUARD_PUBLIC_KEY, "agent_id": EXECUTOR, **bad}
+        try:
+            AdmittingConsumer(None, **kw)  # type: ignore[arg-type]
+        except ValueError as exc:
+            assert str(exc).split(":")[0] in bad
+        else:
+            raise AssertionError(f"accepted {bad}")
