@@ -178,13 +178,9 @@ class AdmittingConsumer:
             receipt = decode_receipt(next(v for k, v in headers if k == HEADER_RECEIPT))
         except (AttestationError, ReceiptError) as exc:
             return _refuse(r, UNATTESTED, str(exc))
-        try:
-            to = canonical_principal(receipt.receiver)
-        except ValueError:
-            to = None
-        if to != self._me:
+        if receipt.receiver != self.agent_id and _principal(receipt.receiver) != self._me:
             return _refuse(r, NOT_FOR_ME, f"addressed to {receipt.receiver[:128]!r}, not to {self.agent_id[:128]!r}")
-        annotations = {k[_PREFIX_LEN:]: v.decode("utf-8", "replace") for k, v in headers if k.startswith(HEADER_ANNOTATION_PREFIX)}
+        annotations = {k[_PREFIX_LEN:]: v.decode("utf-8", "replace") for k, v in headers if k[:_PREFIX_LEN] == HEADER_ANNOTATION_PREFIX}
         delivery = Delivery(
             topic=r.topic,
             partition=r.partition,
@@ -202,6 +198,13 @@ class AdmittingConsumer:
             return msgspec.structs.replace(delivery, view=reader(delivery))
         except ValueError as exc:
             return _refuse(r, UNREADABLE, f"{receipt.kind}: {exc}")
+
+
+def _principal(agent_id: str) -> str | None:
+    try:
+        return canonical_principal(agent_id)
+    except ValueError:
+        return None
 
 
 def _refuse(r: Fetched | Any, reason: str, detail: str) -> Refusal:

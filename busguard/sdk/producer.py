@@ -1,8 +1,9 @@
 """A signing producer: every record sent carries a receipt signed by the agent.
 
 Why: each agent used to wrap its own producer, sign by hand and pick a key.
-`SigningProducer` wraps an `AIOKafkaProducer` (anything with an async
-`send_and_wait(topic, value=, key=, headers=, partition=)`), signs with the
+`SigningProducer` wraps an `AIOKafkaProducer` (anything with async
+`send_and_wait(topic, value=, key=, headers=, partition=)` and, for
+`submit`, `send` with the same arguments), signs with the
 agent's `Sender`, and sets the record key to the sender's agent id
 (docs/protocol.md 2: one sender, one partition, in order). It refuses a
 `Sender` without a session unless `legacy_receipts=True`, because a
@@ -15,14 +16,23 @@ resend is a provable retransmission.
     ...     sent = []
     ...     async def send_and_wait(self, topic, *, value, key, headers, partition=None):
     ...         self.sent.append((topic, key))
+    ...     async def send(self, topic, *, value, key, headers, partition=None):
+    ...         self.sent.append((topic, key))
+    ...         return asyncio.sleep(0)  # aiokafka returns the delivery future
     >>> p = SigningProducer(Wire(), Sender(hashlib.sha256(b"doc").digest()), legacy_receipts=True)
     >>> rec = asyncio.run(p.send("agents.handoffs", kind="handoff", task_id="t-1", receiver="executor", payload=b"{}"))
     >>> rec.receipt.task_id, p.last_sent is rec
     ('t-1', True)
+    >>> async def burst():
+    ...     acks = [(await p.submit("agents.handoffs", kind="handoff", task_id=t, receiver="executor", payload=b"{}"))[1] for t in ("t-2", "t-3")]
+    ...     await asyncio.gather(*acks)
+    >>> asyncio.run(burst()); len(Wire.sent)
+    3
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
 from busguard.sdk.sender import Sender, SignedRecord
@@ -55,3 +65,23 @@ class SigningProducer:
         await self.producer.send_and_wait(topic, value=rec.value, key=self.key, headers=rec.headers, partition=partition)
         self.last_sent = rec
         return rec
+
+    async def submit(
+        self,
+        topic: str,
+        *,
+        kind: str,
+        task_id: str,
+        receiver: str,
+        payload: bytes,
+        partition: int | None = None,
+        extra_headers: list[tuple[str, bytes]] | None = None,
+    ) -> tuple[SignedRecord, Awaitable[Any]]:
+        """Sign one record and hand it to the producer's current batch
+        without waiting: returns what was sent and the broker's
+        acknowledgment to await (aiokafka's `send`), so a burst of handoffs
+        shares produce requests."""
+        rec = self.sender.sign(kind=kind, task_id=task_id, receiver=receiver, payload=payload, extra_headers=extra_headers)
+        ack = await self.producer.send(topic, value=rec.value, key=self.key, headers=rec.headers, partition=partition)
+        self.last_sent = rec
+        return rec, ack
