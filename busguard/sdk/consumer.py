@@ -37,7 +37,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
 import msgspec
-import structlog
 
 from busguard.protocol.attestation import (
     HEADER_ANNOTATION_PREFIX,
@@ -59,8 +58,6 @@ _PREFIX_LEN: Final = len(HEADER_ANNOTATION_PREFIX)
 UNATTESTED: Final = "unattested"
 NOT_FOR_ME: Final = "not_for_me"
 UNREADABLE: Final = "unreadable"
-
-_log = structlog.get_logger("busguard.sdk.consumer")
 
 
 class Fetched(NamedTuple):
@@ -145,8 +142,12 @@ class AdmittingConsumer:
         """Fetch up to `max_records` records (waiting up to `timeout_ms`) and decide each."""
         fetched = await self.consumer.getmany(timeout_ms=timeout_ms, max_records=self.max_records)
         batch = self.admit(r for records in fetched.values() for r in records)
-        for refusal in batch.refusals:
-            _log.warning("record_refused", **msgspec.structs.asdict(refusal))
+        if batch.refusals:
+            import structlog  # it loads asyncio; the pure core imports this module through busguard's facade
+
+            log = structlog.get_logger("busguard.sdk.consumer")
+            for refusal in batch.refusals:
+                log.warning("record_refused", **msgspec.structs.asdict(refusal))
         return batch
 
     async def commit(self, batch: Batch) -> None:

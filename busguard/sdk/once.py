@@ -48,13 +48,15 @@ after a crash, and the other system must deduplicate on the token.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from busguard.sdk.consumer import AdmittingConsumer, Delivery
 from busguard.sdk.doneset import Claim, DoneSet, idempotency_token
 from busguard.sdk.producer import SigningProducer
+
+if TYPE_CHECKING:  # the pure core imports busguard.sdk through the facade, and loads no asyncio
+    import asyncio
 
 __all__ = ["ActOnce", "Effect", "External", "Reply", "Step"]
 
