@@ -44,8 +44,8 @@ from busguard.protocol.registry import KeyRegistry, KeyWindow  # noqa: E402
 from busguard.protocol.signing import generate_keypair  # noqa: E402
 from busguard.runtime.tuning import tune_gc  # noqa: E402
 from busguard.sdk.sender import Sender  # noqa: E402
-from busguard.state.memory import MemoryStore  # noqa: E402
-from busguard.state.sqlite import SqliteStore  # noqa: E402
+from busguard.state.memory.store import MemoryStore  # noqa: E402
+from busguard.state.sqlite.store import SqliteStore  # noqa: E402
 
 
 class CoreOnly:

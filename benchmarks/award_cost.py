@@ -175,7 +175,7 @@ def in_store(repeats: int) -> dict[str, object]:
     from busguard.admission.batch import Input, admit_checked, check_batch
     from busguard.admission.types import AdmissionPolicy
     from busguard.protocol.records import Coordinates
-    from busguard.state.sqlite import SqliteStore
+    from busguard.state.sqlite.store import SqliteStore
     from tests.unit.harness import registry, sender
 
     names = ("awarder", "bidder-b")

@@ -181,7 +181,7 @@ from busguard.runtime.topics import create_topics  # noqa: E402
 from busguard.sdk.sender import Sender  # noqa: E402
 from busguard.state.keys import KeySet  # noqa: E402
 from busguard.state.snapshot import Snapshot  # noqa: E402
-from busguard.state.sqlite import SqliteStore  # noqa: E402
+from busguard.state.sqlite.store import SqliteStore  # noqa: E402
 from busguard.state.writes import BatchWrites, NonceRecord  # noqa: E402
 
 BENCH = REPO / "benchmarks"
@@ -858,7 +858,7 @@ def fill_store(path: Path, created_ms: int, n: int, chunk: int = 20_000, spread:
     spread evenly over the guard's nonce retention and the task retention
     ahead instead, as in a store that has run at a steady rate for a whole
     lifetime (the newest rows then share their expiry buckets with the
-    guard's new ones, state/buckets.py)."""
+    guard's new ones, state/sqlite/buckets.py)."""
     t0 = time.perf_counter()
     store = SqliteStore(
         path, now_ms=created_ms, synchronous="NORMAL", genesis=True, nonce_retention_ms=LONG_MAX_AGE_MS + 60_000

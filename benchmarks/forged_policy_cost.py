@@ -37,7 +37,7 @@ from busguard.admission.batch import Input, admit_batch  # noqa: E402
 from busguard.admission.types import AdmissionPolicy  # noqa: E402
 from busguard.policies.taint.replay import KIND, MAX_NODES, encode_request  # noqa: E402
 from busguard.protocol.records import Coordinates, Decision  # noqa: E402
-from busguard.state.memory import MemoryStore  # noqa: E402
+from busguard.state.memory.store import MemoryStore  # noqa: E402
 from tests.unit.harness import NOW, agent, forged, registry, sender  # noqa: E402
 from tests.unit.taint_build import chain_trace  # noqa: E402
 

@@ -23,7 +23,7 @@ from busguard.protocol.identity import canonical_principal
 from busguard.protocol.keyfile import new_identity
 from busguard.protocol.records import Coordinates
 from busguard.protocol.registry import KeyRegistry, KeyWindow
-from busguard.state.memory import MemoryStore
+from busguard.state.memory.store import MemoryStore
 
 
 def main(n: int) -> None:

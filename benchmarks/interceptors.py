@@ -61,7 +61,7 @@ from busguard.protocol.signing import public_key_from_seed  # noqa: E402
 from busguard.runtime.guard import Guard  # noqa: E402
 from busguard.runtime.watched import WatchedFile  # noqa: E402
 from busguard.sdk import AdmittingConsumer, Sender, SigningProducer, open_admitted  # noqa: E402
-from busguard.state.sqlite import SqliteStore  # noqa: E402
+from busguard.state.sqlite.store import SqliteStore  # noqa: E402
 from busguard.testing import agent, seed  # noqa: E402
 
 PAYLOAD = b'{"op":"transform","input":"s3://bucket/in.parquet","params":{"mode":"fast"}}' * 4

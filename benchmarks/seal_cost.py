@@ -40,7 +40,7 @@ from busguard.runtime.guard import Guard  # noqa: E402
 from busguard.runtime.outputs import Output, record_size  # noqa: E402
 from busguard.runtime.watched import WatchedFile  # noqa: E402
 from busguard.sdk.sender import Sender  # noqa: E402
-from busguard.state.sqlite import SqliteStore  # noqa: E402
+from busguard.state.sqlite.store import SqliteStore  # noqa: E402
 from tests.unit.harness import Rec  # noqa: E402
 
 PROOF = ("busguard-decision-id", "busguard-attestation", "busguard-seal", "busguard-tree-head", "busguard-head-seal", "busguard-inclusion")

@@ -62,11 +62,11 @@ from busguard.protocol.records import Coordinates  # noqa: E402
 from busguard.protocol.registry import KeyRegistry, KeyWindow  # noqa: E402
 from busguard.protocol.signing import public_key_from_seed  # noqa: E402
 from busguard.sdk.sender import Sender  # noqa: E402
-from busguard.state import pgsql  # noqa: E402
 from busguard.state.keys import KeySet  # noqa: E402
-from busguard.state.postgres import PostgresStore  # noqa: E402
+from busguard.state.postgres import db as pgsql  # noqa: E402
+from busguard.state.postgres.store import PostgresStore  # noqa: E402
 from busguard.state.snapshot import Snapshot  # noqa: E402
-from busguard.state.sqlite import SqliteStore  # noqa: E402
+from busguard.state.sqlite.store import SqliteStore  # noqa: E402
 from busguard.state.store import BatchFn  # noqa: E402
 from busguard.state.writes import BatchWrites  # noqa: E402
 from tests.pgkit import EmbeddedPostgres  # noqa: E402

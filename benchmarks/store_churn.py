@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from busguard.protocol.records import Coordinates, Decision, TaskEntry  # noqa: E402
 from busguard.state.keys import KeySet  # noqa: E402
 from busguard.state.snapshot import Snapshot  # noqa: E402
-from busguard.state.sqlite import SqliteStore  # noqa: E402
+from busguard.state.sqlite.store import SqliteStore  # noqa: E402
 from busguard.state.writes import BatchWrites, NonceRecord  # noqa: E402
 
 

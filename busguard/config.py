@@ -128,7 +128,7 @@ class StateConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     schema: str = "busguard"
     #: How long a batch waits for an unreachable database before the guard stops.
     retry_s: Annotated[float, msgspec.Meta(gt=0, le=86_400)] = 120.0
-    #: PostgreSQL: the most advisory locks a batch holds on policy rows (state/pglocks.py).
+    #: PostgreSQL: the most advisory locks a batch holds on policy rows (state/postgres/locks.py).
     max_policy_locks: Annotated[int, msgspec.Meta(ge=2, le=4096)] = 64
 
 

@@ -216,7 +216,7 @@ def _validate_state(cfg: Config, f: str) -> None:
     st = cfg.state
     if st.backend != "postgres":
         return
-    from busguard.state.pgsql import redact
+    from busguard.state.redact import redact
 
     if not st.dsn.strip():
         raise ConfigError(

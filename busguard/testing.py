@@ -41,7 +41,7 @@ from busguard.protocol.signing import Signer, public_key_from_seed
 from busguard.protocol.timestamps import parse_timestamp
 from busguard.runtime.outputs import Sealed, outputs_for
 from busguard.sdk.sender import Sender, SignedRecord
-from busguard.state.memory import MemoryStore
+from busguard.state.backends import StoreOptions, open_store
 from busguard.state.store import StateStore
 
 NOW = parse_timestamp("2026-11-29T12:00:00.000Z")
@@ -75,7 +75,7 @@ class Harness:
         store_created: int = NOW - 3_600_000,
     ) -> None:
         self.policy = policy or AdmissionPolicy()
-        self.store: StateStore = store if store is not None else MemoryStore(created_at=store_created)
+        self.store: StateStore = store if store is not None else open_store("memory", None, StoreOptions(now_ms=store_created))
         self.registry = reg or registry(*(names or ("planner", "executor")))
         self.now = now
         self.offsets = itertools.count()

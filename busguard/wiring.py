@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import structlog
 
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from busguard.runtime.guard import Guard
     from busguard.runtime.ops import Metrics
     from busguard.runtime.watched import WatchedFile
+    from busguard.state.backends import Backend
     from busguard.state.store import StateStore
 
 log = structlog.get_logger("busguard.wiring")
@@ -87,15 +88,18 @@ def reconciler_keys(cfg: Config) -> ReconcilerKeys:
     return ReconcilerKeys(identity, guard_public_key)
 
 
+def state_backend(cfg: Config) -> tuple[Backend, Any]:
+    """The configured backend and its own options, built from `[state]`."""
+    from busguard.state.backends import backend
+
+    chosen = backend(cfg.state.backend)
+    return chosen, chosen.options(cfg.state, cfg.path, cfg.reconcile.state_path)
+
+
 def state_location(cfg: Config) -> str | None:
     """Where the guard's state lives, fit for logs: a DSN's password redacted."""
-    if cfg.state.backend == "sqlite":
-        return str(cfg.path(cfg.state.path))
-    if cfg.state.backend == "postgres":
-        from busguard.state.pgsql import redact
-
-        return f"{redact(cfg.state.dsn)} schema {cfg.state.schema}"
-    return None
+    chosen, options = state_backend(cfg)
+    return chosen.location(options)
 
 
 def open_guard_store(cfg: Config, at_ms: int, *, genesis: bool = False) -> StateStore:
@@ -104,25 +108,19 @@ def open_guard_store(cfg: Config, at_ms: int, *, genesis: bool = False) -> State
     `genesis` is what `busguard state init` declares: a deployment with no
     history, trusted from its first record. Otherwise a store that did not
     exist is created fenced (it may be a lost one) and that is logged."""
-    from busguard.state.backends import StoreOptions, open_store
+    from busguard.state.backends import StoreOptions
 
     a, st = cfg.admission, cfg.state
-    options = StoreOptions(
+    chosen, options = state_backend(cfg)
+    common = StoreOptions(
         now_ms=at_ms,
-        path=cfg.path(st.path),
-        synchronous=st.synchronous.upper(),
         task_retention_ms=a.task_retention_ms,
         decision_retention_ms=a.decision_retention_ms,
         nonce_retention_ms=a.nonce_retention_ms,
         genesis=genesis,
-        dsn=st.dsn,
-        schema=st.schema,
-        retry_s=st.retry_s,
-        max_policy_locks=st.max_policy_locks,
-        checkpoint_every_s=1.0,  # SQLite: no batch's commit pays for a checkpoint (state/sqlitedb.py)
     )
     try:
-        store = reachable(cfg, "state.path", lambda: open_store(st.backend, options))
+        store = reachable(cfg, chosen.where, lambda: chosen.open(options, common))
     except ImportError as exc:  # the backend's driver is an optional extra
         raise ConfigError(
             cfg.source, "state.backend", st.backend, f"its driver installed: pip install 'busguard[{st.backend}]' ({exc})"
@@ -150,7 +148,8 @@ def reachable(cfg: Config, path_field: str, opener: Callable[[], T]) -> T:
     refusal of an existing store, not an outage: it passes through."""
     import sqlite3
 
-    from busguard.state.pgsql import StateUnavailable, redact
+    from busguard.state.redact import redact
+    from busguard.state.store import StateUnavailable
 
     try:
         return opener()
@@ -178,43 +177,41 @@ def init_state(cfg: Config, at_ms: int) -> Path:
     because the operator says this deployment has no history. Refuses a path
     (or PostgreSQL schema) that already holds a store (that would throw its
     fence away)."""
-    if cfg.state.backend == "postgres":
-        try:
-            open_guard_store(cfg, at_ms, genesis=True).close()
-        except FileExistsError:
-            raise ConfigError(
-                cfg.source, "state.schema", cfg.state.schema, "a schema with no state store yet: `state init` only creates new ones"
-            ) from None
-        return Path(state_location(cfg) or "")
-    if cfg.state.backend != "sqlite":
+    chosen, options = state_backend(cfg)
+    if not chosen.durable:
         raise ConfigError(
             cfg.source,
             "state.backend",
             cfg.state.backend,
-            '"sqlite" or "postgres": a memory store is lost at every restart, so it always warms',
+            f"one of the durable backends ({', '.join(durable_backends())}): a {chosen.name} store is lost at every restart, so it always warms",
         )
-    path = cfg.path(cfg.state.path)
     try:
         open_guard_store(cfg, at_ms, genesis=True).close()
     except FileExistsError:
         raise ConfigError(
-            cfg.source, "state.path", str(path), "a path with no state store yet: `state init` only creates new ones"
+            cfg.source,
+            chosen.where,
+            chosen.place(options),
+            f"a {chosen.where.rpartition('.')[2]} with no state store yet: `state init` only creates new ones",
         ) from None
-    return path
+    return Path(chosen.location(options) or "")
+
+
+def durable_backends() -> list[str]:
+    from busguard.state.backends import BACKENDS, backend
+
+    return [name for name in BACKENDS if backend(name).durable]
 
 
 def open_reconcile_store(cfg: Config) -> ReconcileState:
     """The reconciler's store on the guard's backend: PostgreSQL (same DSN and
-    schema) or the SQLite file `reconcile.state_path`."""
-    from busguard.reconcile.store import ReconcileStore
+    schema), or the SQLite file `reconcile.state_path` for the others."""
+    from busguard.reconcile.policy import EscalationState
+    from busguard.runtime.outputs import Output
 
-    if cfg.state.backend == "postgres":
-        from busguard.reconcile.store import PgReconcileStore
-
-        return reachable(cfg, "state.dsn", lambda: PgReconcileStore(cfg.state.dsn, schema=cfg.state.schema, retry_s=cfg.state.retry_s))
-    return reachable(
-        cfg, "reconcile.state_path", lambda: ReconcileStore(cfg.path(cfg.reconcile.state_path), synchronous=cfg.state.synchronous.upper())
-    )
+    chosen, options = state_backend(cfg)
+    where = "reconcile.state_path" if chosen.name != "postgres" else "state.dsn"
+    return reachable(cfg, where, lambda: chosen.open_reconcile(options, output=Output, state=EscalationState))
 
 
 def build_guard(

@@ -70,36 +70,27 @@ def cmd_state_show(args: argparse.Namespace) -> int:
     import time
 
     from busguard.admission.fence import fence_ends
-    from busguard.state.postgres import PostgresStore, store_exists
-    from busguard.state.sqlite import SqliteStore
-    from busguard.state.store import StateStore
+    from busguard.state.backends import StoreOptions
+    from busguard.wiring import state_backend
 
     cfg = load_config(args.config)
-    path: object = cfg.path(cfg.state.path)
-    store: StateStore
-    if cfg.state.backend == "postgres":
-        st = cfg.state
-        # Opening would create a (fenced) store where there is none: look first.
-        if not store_exists(st.dsn, schema=st.schema, retry_s=st.retry_s):
-            raise ConfigError(
-                cfg.source,
-                "state.schema",
-                state_location(cfg),
-                "a schema holding a state store; there is none (`busguard run` creates a fenced one, `busguard state init` a genesis one)",
-            )
-        store = PostgresStore(st.dsn, now_ms=time.time_ns() // 1_000_000, schema=st.schema, retry_s=st.retry_s)
-    elif cfg.state.backend != "sqlite" or not cfg.path(cfg.state.path).exists():
-        raise ConfigError(cfg.source, "state.path", str(path), "an existing SQLite or PostgreSQL state store (see `busguard state init`)")
-    else:
-        a = cfg.admission  # the lifetimes size the buckets of a schema 3 file this open upgrades
-        store = SqliteStore(
-            cfg.path(cfg.state.path),
-            now_ms=time.time_ns() // 1_000_000,
-            synchronous=cfg.state.synchronous.upper(),
-            task_retention_ms=a.task_retention_ms,
-            decision_retention_ms=a.decision_retention_ms,
-            nonce_retention_ms=a.nonce_retention_ms,
+    chosen, options = state_backend(cfg)
+    # Opening would create a (fenced) store where there is none: look first.
+    if not chosen.durable or not chosen.exists(options):
+        raise ConfigError(
+            cfg.source,
+            chosen.where,
+            state_location(cfg) or cfg.state.backend,
+            "an existing state store; there is none (`busguard run` creates a fenced one, `busguard state init` a genesis one)",
         )
+    a = cfg.admission  # the lifetimes size the buckets of a SQLite schema 3 file this open upgrades
+    common = StoreOptions(
+        now_ms=time.time_ns() // 1_000_000,
+        task_retention_ms=a.task_retention_ms,
+        decision_retention_ms=a.decision_retention_ms,
+        nonce_retention_ms=a.nonce_retention_ms,
+    )
+    store = chosen.open(options, common)
     try:
         ends = fence_ends(store.trusted_from, cfg.admission.max_age_ms, cfg.admission.max_future_ms)
         print(f"{store.location()}: origin {store.origin}, created_at_ms {store.created_at}")

@@ -59,7 +59,8 @@ def _serve(service: Guard | Reconciler, topics: list[str], cfg: Config, close: C
         _install_stop(service.request_stop)
         await service.run()
 
-    from busguard.state.pgsql import StateUnavailable, redact
+    from busguard.state.redact import redact
+    from busguard.state.store import StateUnavailable
 
     try:
         asyncio.run(main())

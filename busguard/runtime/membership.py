@@ -113,12 +113,12 @@ def _pg_claim(cfg: Config, instance: str, group_id: str, role: str, wait_s: floa
     import psycopg
     from psycopg.conninfo import make_conninfo
 
-    from busguard.state.pgsql import redact, scrub
+    from busguard.state.redact import redact, scrub
 
     st = cfg.state
     objid = int.from_bytes(hashlib.blake2b(f"{st.schema}\0{group_id}\0{instance}".encode(), digest_size=4).digest(), "big", signed=True)
     name = f"busguard {role} {instance}"[:63]
-    # As a state store opening waits (state/pgsql.py): up to state.retry_s, then one line.
+    # As a state store opening waits (state/postgres/db.py): up to state.retry_s, then one line.
     given_up = time.monotonic() + st.retry_s
     delay = 0.05
     while True:

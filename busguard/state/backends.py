@@ -1,91 +1,79 @@
 """The one place a state backend is chosen by name (`[state] backend`).
 
-Adding a backend is its module plus one entry in `BACKENDS` (and the name in
-`busguard.config.StateConfig.backend`); nothing else names a backend class.
-Openers import their module lazily, so a deployment loads only its own
-backend's driver.
+A backend is a package `busguard/state/<name>/` whose `backend.py` defines
+`BACKEND`, an object of the `Backend` protocol below, and one line in
+`BACKENDS` here (plus its name in `busguard.config.StateConfig.backend`).
+Everything outside `state/` opens, inspects and names stores through the
+functions of this module, never through a backend's own modules
+(tests/unit/test_layers.py enforces it). Backend modules are imported when
+first chosen, so a deployment loads only its own backend's driver.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Final
+from typing import Any, Final, Protocol, TypeVar
 
 import msgspec
 
+from busguard.state.reconcile import ReconcileStateStore
 from busguard.state.store import StateStore
 
+Out = TypeVar("Out")
+S = TypeVar("S")
 
-class StoreOptions(msgspec.Struct, frozen=True, kw_only=True):
-    """What every backend is opened with; a backend ignores what it has no use for."""
-
-    now_ms: int
-    path: Path | None = None
-    synchronous: str = "FULL"
-    task_retention_ms: int = 7 * 86_400_000
-    decision_retention_ms: int = 7 * 86_400_000
-    #: SQLite: sizes the nonce buckets (state/buckets.py)
-    nonce_retention_ms: int = 600_000
-    genesis: bool = False
-    dsn: str = ""
-    schema: str = "busguard"
-    retry_s: float = 120.0
-    #: PostgreSQL: the most advisory locks a batch holds on policy rows
-    max_policy_locks: int = 64
-    #: SQLite: checkpoint on a thread of its own this often (None: on the commits)
-    checkpoint_every_s: float | None = None
-
-
-def _memory(o: StoreOptions) -> StateStore:
-    from busguard.state.memory import MemoryStore
-
-    return MemoryStore(o.now_ms, genesis=o.genesis, task_retention_ms=o.task_retention_ms, decision_retention_ms=o.decision_retention_ms)
-
-
-def _sqlite(o: StoreOptions) -> StateStore:
-    from busguard.state.sqlite import SqliteStore
-
-    if o.path is None:
-        raise ValueError("the sqlite backend needs a path ([state] path)")
-    return SqliteStore(
-        o.path,
-        now_ms=o.now_ms,
-        synchronous=o.synchronous,
-        task_retention_ms=o.task_retention_ms,
-        decision_retention_ms=o.decision_retention_ms,
-        nonce_retention_ms=o.nonce_retention_ms,
-        genesis=o.genesis,
-        checkpoint_every_s=o.checkpoint_every_s,
-    )
-
-
-def _postgres(o: StoreOptions) -> StateStore:
-    from busguard.state.postgres import PostgresStore
-
-    if not o.dsn:
-        raise ValueError("the postgres backend needs a DSN ([state] dsn)")
-    return PostgresStore(
-        o.dsn,
-        now_ms=o.now_ms,
-        schema=o.schema,
-        task_retention_ms=o.task_retention_ms,
-        decision_retention_ms=o.decision_retention_ms,
-        retry_s=o.retry_s,
-        genesis=o.genesis,
-        max_policy_locks=o.max_policy_locks,
-    )
-
-
-BACKENDS: Final[Mapping[str, Callable[[StoreOptions], StateStore]]] = {
-    "memory": _memory,
-    "sqlite": _sqlite,
-    "postgres": _postgres,
+#: name -> the module holding its BACKEND
+BACKENDS: Final[Mapping[str, str]] = {
+    "memory": "busguard.state.memory.backend",
+    "sqlite": "busguard.state.sqlite.backend",
+    "postgres": "busguard.state.postgres.backend",
 }
 
 
-def open_store(backend: str, options: StoreOptions) -> StateStore:
-    opener = BACKENDS.get(backend)
-    if opener is None:
-        raise ValueError(f"unknown state backend {backend!r}; allowed: {', '.join(sorted(BACKENDS))}")
-    return opener(options)
+class StoreOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """What every backend's guard store is opened with, whatever the backend."""
+
+    now_ms: int
+    task_retention_ms: int = 7 * 86_400_000
+    decision_retention_ms: int = 7 * 86_400_000
+    nonce_retention_ms: int = 600_000
+    genesis: bool = False
+
+
+class Backend(Protocol):
+    """A state backend. `Options` is its own settings struct, built by
+    `options()` from the `[state]` section (any object with the attributes
+    the backend reads) and `resolve` (a config-relative path to a Path)."""
+
+    name: str
+    #: survives a restart: `busguard state init` may declare it genesis
+    durable: bool
+    #: the config field an error about where the store is should name, and
+    #: `place(options)` its value (a path, a schema)
+    where: str
+
+    def options(self, state: Any, resolve: Callable[[str], Path], reconcile_path: str) -> Any: ...
+
+    def open(self, options: Any, common: StoreOptions) -> StateStore: ...
+
+    def exists(self, options: Any) -> bool: ...
+
+    def location(self, options: Any) -> str | None: ...
+
+    def place(self, options: Any) -> str: ...
+
+    def open_reconcile(self, options: Any, *, output: type[Out], state: type[S]) -> ReconcileStateStore[Out, S]: ...
+
+
+def backend(name: str) -> Backend:
+    module = BACKENDS.get(name)
+    if module is None:
+        raise ValueError(f"unknown state backend {name!r}; allowed: {', '.join(sorted(BACKENDS))}")
+    found: Backend = importlib.import_module(module).BACKEND
+    return found
+
+
+def open_store(name: str, options: Any, common: StoreOptions) -> StateStore:
+    return backend(name).open(options, common)

@@ -2,7 +2,7 @@
 
 Built once per record (on admission's Candidate) and used as they are by the
 batch's key set, its overlay and the stores, so they are plain tuples: cheap
-to hash, and a backend can turn each into one text key (state/sqlitedb.key).
+to hash, and a backend can turn each into one text key (state/sqlite/db.py, key).
 """
 
 from __future__ import annotations

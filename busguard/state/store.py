@@ -87,3 +87,15 @@ class StateStore(BatchStore, Protocol):
 def rearmed(trusted_from: int | None, now_ms: int) -> int:
     """The trusted-from time after a re-arm: now, never earlier than it was."""
     return now_ms if trusted_from is None else max(trusted_from, now_ms)
+
+
+class StateUnavailable(RuntimeError):
+    """The database stayed unreachable for the whole retry budget.
+
+    `what` is the operation that gave up, `error` the driver's last word on
+    it (first line, password scrubbed): what a one-line error names."""
+
+    def __init__(self, message: str, *, what: str, error: str) -> None:
+        super().__init__(message)
+        self.what = what
+        self.error = error

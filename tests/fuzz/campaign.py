@@ -51,7 +51,7 @@ from busguard.runtime.tolerant_fetch import RAW_KEYS, consumer_options
 from busguard.runtime.undecodable import Undecodable, next_offset
 from busguard.runtime.watched import WatchedFile
 from busguard.sdk.sender import Sender
-from busguard.state.memory import MemoryStore
+from busguard.state.memory.store import MemoryStore
 
 from .batches import CODECS, batch, bomb_batch, bomb_inflated_size, claimed_span, fix_crc, record, snappy_length_lie, with_base_offset
 

@@ -190,9 +190,13 @@ async def test_two_workers_share_the_load_and_resolve_each_escalation_once(
     # both workers resolved some of them
     assert '"event": "resolution"' in a.log.read_text() and '"event": "resolution"' in b.log.read_text()  # type: ignore[union-attr]
     if backend == "postgres":  # both workers kept their state in the shared database
-        from busguard.reconcile.store import PgReconcileStore
+        from busguard.reconcile.policy import EscalationState
+        from busguard.runtime.outputs import Output
+        from busguard.state.postgres.reconcile import PostgresReconcileStore
 
-        shared = PgReconcileStore(request.getfixturevalue("postgres").dsn, schema=request.getfixturevalue("pg_schema"))
+        shared = PostgresReconcileStore(
+            request.getfixturevalue("postgres").dsn, output=Output, state=EscalationState, schema=request.getfixturevalue("pg_schema")
+        )
         assert len(list(shared.escalations())) == 40
         shared.close()
     del got

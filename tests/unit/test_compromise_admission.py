@@ -43,7 +43,7 @@ from busguard.protocol.signing import public_key_from_seed
 from busguard.protocol.timestamps import format_timestamp
 from busguard.sdk.scope import verify_forwarded
 from busguard.sdk.sender import Sender, SignedRecord
-from busguard.state.memory import MemoryStore
+from busguard.state.memory.store import MemoryStore
 from tests.unit import compromise_kit as kit
 from tests.unit.compromise_kit import AUDIT, LOG, MEMORY, NOW, OPERATOR, PLAN, SESSION, SUCCESSOR
 from tests.unit.harness import Harness

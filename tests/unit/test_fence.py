@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from busguard.admission.fence import Behind, behind, fence_ends, fenced
 from busguard.admission.types import AdmissionPolicy
 from busguard.protocol.records import Decision
-from busguard.state.memory import MemoryStore
-from busguard.state.sqlite import SqliteStore
+from busguard.state.memory.store import MemoryStore
+from busguard.state.sqlite.store import SqliteStore
 from busguard.state.store import StateStore, rearmed
 
 from .harness import NOW, Harness, Rec, agent, schema_1_file, sender
@@ -230,7 +230,7 @@ def test_sqlite_genesis_refuses_an_existing_store(tmp_path: Path) -> None:
 
 
 def test_sqlite_schema_1_is_upgraded_fenced_from_its_creation_with_watermarks_from_its_decisions(tmp_path: Path) -> None:
-    from busguard.state.sqlitedb import key
+    from busguard.state.sqlite.db import key
 
     db = tmp_path / "v1.db"
     schema_1_file(db, NOW - 9, [(key(*k), b"\x00", 0) for k in (("in:x", 0, 5), ("in:x", 0, 12), ("in:x", 3, 1), ("b", 10, 100))])

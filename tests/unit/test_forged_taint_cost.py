@@ -25,7 +25,7 @@ from busguard.policies.taint import replay
 from busguard.protocol.reasons import Reason
 from busguard.protocol.records import Coordinates, Decision
 from busguard.sdk.sender import SignedRecord
-from busguard.state.memory import MemoryStore
+from busguard.state.memory.store import MemoryStore
 from tests.unit.harness import NOW, agent, forged, registry, sender
 from tests.unit.taint_build import chain_trace, incident
 

@@ -20,8 +20,8 @@ from busguard.protocol.treehead import HEADER_TREE_HEAD, decode_head, head_diges
 from busguard.runtime.guard import Guard
 from busguard.runtime.outputs import Output
 from busguard.runtime.watched import WatchedFile
-from busguard.state.memory import MemoryStore
-from busguard.state.sqlite import SqliteStore
+from busguard.state.memory.store import MemoryStore
+from busguard.state.sqlite.store import SqliteStore
 from busguard.state.store import StateStore
 
 from .harness import NOW, Rec, agent, sender

@@ -39,6 +39,9 @@ LAYERS: dict[str, int] = {
 #: (backends are opened by name, in state/backends.py, by the shell).
 STATE_CONTRACT = ("busguard.state.keys", "busguard.state.snapshot", "busguard.state.writes", "busguard.state.store")
 CORE = ("busguard.protocol", "busguard.admission", "busguard.policies", *STATE_CONTRACT, "busguard.state.codecs")
+#: A backend's own modules (busguard/state/<backend>/): only state/ imports them;
+#: everything else goes through state/backends.py (docs/design.md, "Adding a state backend").
+BACKEND_PACKAGES = tuple(f"busguard.state.{p.name}" for p in sorted((PACKAGE / "state").iterdir()) if (p / "backend.py").exists())
 #: The SDK is embedded by agents: it may use the wire contract and the
 #: policies' wire codecs, nothing of the guard.
 SDK_MAY_IMPORT = ("busguard.errors", "busguard.protocol", "busguard.policies", "busguard.sdk")
@@ -89,10 +92,19 @@ def violations(path: Path, text: str | None = None) -> list[str]:
             problems.append(f"{where} (layer {layer(target)} above layer {layer(source)})")
         elif _within(source, "busguard.sdk") and not any(_within(target, p) for p in SDK_MAY_IMPORT):
             problems.append(f"{where} (the SDK may import only {', '.join(SDK_MAY_IMPORT)})")
+        elif not _within(source, "busguard.state") and any(_within(target, b) for b in BACKEND_PACKAGES):
+            problems.append(f"{where} (a backend's modules are reached through busguard.state.backends only)")
         elif any(_within(source, p) for p in ("busguard.admission", "busguard.policies")) and _within(target, "busguard.state"):
             if not any(_within(target, p) for p in STATE_CONTRACT):
                 problems.append(f"{where} (the core may use the state contract only: {', '.join(STATE_CONTRACT)})")
     return problems
+
+
+def test_every_backend_is_a_package_with_the_same_files() -> None:
+    assert BACKEND_PACKAGES == ("busguard.state.memory", "busguard.state.postgres", "busguard.state.sqlite")
+    for name in BACKEND_PACKAGES:
+        files = {p.name for p in (PACKAGE / "state" / name.rpartition(".")[2]).glob("*.py")}
+        assert {"__init__.py", "backend.py", "store.py"} <= files, name
 
 
 def test_every_module_has_a_layer() -> None:
@@ -110,10 +122,12 @@ def test_nothing_imports_upward(path: Path) -> None:
     [
         ("protocol/receipt.py", "from busguard.runtime import loop"),
         ("protocol/records.py", "    from busguard.admission.types import AdmissionPolicy"),  # inside a function
-        ("state/sqlite.py", "from busguard.admission.batch import BatchState"),
-        ("admission/batch.py", "from busguard.state.memory import MemoryStore"),
+        ("state/sqlite/store.py", "from busguard.admission.batch import BatchState"),
+        ("admission/batch.py", "from busguard.state.memory.store import MemoryStore"),
         ("sdk/sender.py", "import busguard.state.keys"),
         ("protocol/envelope.py", "from ..reconcile import policy"),
+        ("wiring.py", "    from busguard.state.sqlite.store import SqliteStore"),
+        ("commands/admin.py", "from busguard.state.postgres import db"),
     ],
 )
 def test_the_checker_sees_a_broken_rule(module: str, added: str) -> None:

@@ -26,8 +26,8 @@ from busguard.protocol.reasons import Outcome, Reason
 from busguard.protocol.records import Coordinates, Decision
 from busguard.sdk.sender import SignedRecord
 from busguard.state.keys import KeySet, PolicyKey
-from busguard.state.memory import MemoryStore
-from busguard.state.postgres import PostgresStore
+from busguard.state.memory.store import MemoryStore
+from busguard.state.postgres.store import PostgresStore
 from busguard.state.snapshot import Snapshot
 from busguard.state.writes import BatchWrites
 from tests.pgkit import EmbeddedPostgres
@@ -176,9 +176,9 @@ def test_copies_of_an_authentic_record_are_parsed_once_per_batch_and_refused_by_
 def test_forged_records_take_no_advisory_lock_on_postgres(
     monkeypatch: pytest.MonkeyPatch, postgres: EmbeddedPostgres, pg_schema: str
 ) -> None:
-    """PostgreSQL locks each policy key a batch loads (state/postgres.py): 30
+    """PostgreSQL locks each policy key a batch loads (state/postgres/store.py): 30
     forged records naming 30 slots take no lock; the one authentic record
-    its one, under the schema's shared lock (state/pglocks.py). Counted
+    its one, under the schema's shared lock (state/postgres/locks.py). Counted
     inside the batch's transaction, from another session."""
     monkeypatch.setitem(KINDS, "probe", msgspec.structs.replace(PROBE, policy=CountingProbe()))
     s = sender("planner")

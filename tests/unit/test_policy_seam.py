@@ -13,7 +13,7 @@ from busguard.policies import KINDS, KindSpec, kind_names, single_witness
 from busguard.policies.seam import PolicyContext, PolicyInput, PolicyOutcome, PolicyView
 from busguard.protocol.reasons import Outcome, Reason
 from busguard.protocol.records import Notice
-from busguard.state.sqlite import SqliteStore
+from busguard.state.sqlite.store import SqliteStore
 from tests.unit.harness import NOW, Harness, agent, sender
 from tests.unit.probe_policy import PROBE
 

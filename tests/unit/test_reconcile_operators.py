@@ -159,9 +159,11 @@ def _reconciler(tmp_path: Path, sealing_seed: bytes, ops: Operators):  # type: i
     from busguard.config import Config, TopicsConfig
     from busguard.protocol.identity import agent_id_for_key
     from busguard.protocol.keyfile import Identity
-    from busguard.reconcile.store import ReconcileStore
+    from busguard.reconcile.policy import EscalationState
     from busguard.reconcile.worker import Reconciler
+    from busguard.runtime.outputs import Output
     from busguard.runtime.watched import WatchedFile
+    from busguard.state.sqlite.reconcile import SqliteReconcileStore
 
     (tmp_path / "operators.toml").write_text(f'[[operator]]\nname = "alice"\npublic_key = "{_mk(ALICE)}"\n')
     cfg = Config(topics=TopicsConfig(reconciliation="t.rec", audit="t.audit", dead_letter="t.dlq", replies="t.replies"))
@@ -170,7 +172,7 @@ def _reconciler(tmp_path: Path, sealing_seed: bytes, ops: Operators):  # type: i
         cfg,
         identity=Identity(seed=sealing_seed, public_key=pk, agent_id=agent_id_for_key(pk)),
         guard_public_key=public_key_from_seed(GUARD),
-        store=ReconcileStore(tmp_path / "reconcile.db"),
+        store=SqliteReconcileStore(tmp_path / "reconcile.db", output=Output, state=EscalationState),
         operators=WatchedFile(tmp_path / "operators.toml", Operators.load, what="operators file"),
         clock_ms=lambda: 7,
     )

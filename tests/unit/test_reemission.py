@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from busguard.admission.batch import Input, admit_batch
 from busguard.protocol.reasons import Outcome, Reason
 from busguard.protocol.records import Coordinates, Decision, headers_encoding, record_sha256
-from busguard.state.memory import MemoryStore
-from busguard.state.sqlite import SqliteStore
-from busguard.state.sqlitedb import transaction
+from busguard.state.memory.store import MemoryStore
+from busguard.state.sqlite.db import transaction
+from busguard.state.sqlite.store import SqliteStore
 from busguard.state.store import StateStore
 
 from .harness import NOW, Harness, agent, sender

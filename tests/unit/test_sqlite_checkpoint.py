@@ -1,4 +1,4 @@
-"""Checkpoints off the commit path (state/sqlitedb.py `Checkpointer`): the
+"""Checkpoints off the commit path (state/sqlite/db.py `Checkpointer`): the
 guard's store moves WAL frames into the database file on a thread of its
 own, so no batch's commit stalls on a checkpoint; the writer's own
 auto-checkpoint stays on only as a backstop."""
@@ -12,8 +12,8 @@ from pathlib import Path
 
 from busguard.state.keys import KeySet
 from busguard.state.snapshot import Snapshot
-from busguard.state.sqlite import SqliteStore
-from busguard.state.sqlitedb import BACKSTOP_PAGES, Checkpointer
+from busguard.state.sqlite.db import BACKSTOP_PAGES, Checkpointer
+from busguard.state.sqlite.store import SqliteStore
 from busguard.state.writes import BatchWrites, NonceRecord
 
 NOW = 1_800_000_000_000
@@ -38,7 +38,7 @@ def _nonces_in_main_file(db_file: Path, tmp: Path) -> int:
     shutil.copyfile(db_file, alone)
     with sqlite3.connect(alone) as db:
         tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table' AND name GLOB 'nonces_*'")]
-        # no table: not even the schema has left the WAL; several: one per expiry bucket (state/buckets.py)
+        # no table: not even the schema has left the WAL; several: one per expiry bucket (state/sqlite/buckets.py)
         return sum(int(db.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) for t in tables)
 
 

@@ -13,18 +13,18 @@ from busguard.state.keys import KeySet
 from busguard.state.snapshot import Snapshot
 from busguard.state.store import StateStore
 from busguard.state.writes import BatchWrites, PolicyRecord
+from tests.backends import TEST_OPTIONS
 
 NOW = 1_700_000_000_000
 
 
 @pytest.fixture(params=sorted(BACKENDS))
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> StateStore:
-    pg = (
-        {"dsn": request.getfixturevalue("postgres").dsn, "schema": request.getfixturevalue("pg_schema")}
-        if request.param == "postgres"
-        else {}
-    )
-    return open_store(request.param, StoreOptions(now_ms=NOW, path=tmp_path / "state.db", genesis=True, **pg))
+    return open_store(request.param, TEST_OPTIONS[request.param](request, tmp_path), StoreOptions(now_ms=NOW, genesis=True))
+
+
+def test_every_registered_backend_has_a_test_hook() -> None:
+    assert sorted(TEST_OPTIONS) == sorted(BACKENDS)
 
 
 def _read(store: StateStore, keys: KeySet, now_ms: int) -> Snapshot:
@@ -65,4 +65,4 @@ def test_watermarks_come_from_the_written_decisions_and_only_move_forward(store:
 
 def test_an_unknown_backend_names_the_allowed_ones() -> None:
     with pytest.raises(ValueError, match="allowed: memory, postgres, sqlite"):
-        open_store("oracle", StoreOptions(now_ms=NOW))
+        open_store("oracle", None, StoreOptions(now_ms=NOW))

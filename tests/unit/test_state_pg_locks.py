@@ -1,6 +1,6 @@
 """Issue 19 item 9: advisory locks per batch are bounded, whatever the batch holds.
 
-The scheme (state/pglocks.py) as a pure rule, then against a real server
+The scheme (state/postgres/locks.py) as a pure rule, then against a real server
 (tests/pgkit.py): the locks a batch's transaction holds are counted from a
 second connection while that transaction is open, for plain key sets and for
 500 session handoffs with distinct receivers, sessions and vouchers (forged
@@ -23,10 +23,11 @@ from hypothesis import strategies as st
 from busguard.admission.types import AdmissionPolicy
 from busguard.policies.compromise.policy import CompromiseSettings
 from busguard.sdk.sender import Sender, SignedRecord
-from busguard.state import pglocks, pgsql
 from busguard.state.keys import KeySet, PolicyKey
-from busguard.state.pglocks import Held, plan
-from busguard.state.postgres import PostgresStore
+from busguard.state.postgres import db as pgsql
+from busguard.state.postgres import locks as pglocks
+from busguard.state.postgres.locks import Held, plan
+from busguard.state.postgres.store import PostgresStore
 from busguard.state.snapshot import Snapshot
 from busguard.state.store import BatchFn
 from busguard.state.writes import BatchWrites, PolicyRecord
@@ -175,7 +176,7 @@ def test_rows_written_unread_stay_within_the_bound(
         before_commit.append(held_locks(postgres.dsn, counted.pid))
         original(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr("busguard.state.postgres.pgsql.write_seals", observe)
+    monkeypatch.setattr("busguard.state.postgres.store.pgsql.write_seals", observe)
     read, unread = _keys(10, "read"), _keys(200, "unread")
     writes = BatchWrites(policy={p: PolicyRecord(p, b"v", NOW + 60_000) for p in read | unread})
     counted.run_batch(KeySet(policy=read), NOW, lambda snap: writes)

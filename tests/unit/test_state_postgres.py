@@ -5,7 +5,7 @@ The race tests come in two forms. The deterministic ones interleave two
 guards exactly where a lost race would hurt: guard B commits between guard
 A's reads and A's writes (a proxy runs B inside A's decision function). The
 process test releases two processes with a barrier, many times, and counts
-admissions. Without the conditional writes of state/postgres.py (replace
+admissions. Without the conditional writes of state/postgres/store.py (replace
 `pgsql.returned` by a plain execute) the deterministic tests admit twice,
 and so, in most runs, does the process test."""
 
@@ -29,10 +29,10 @@ import structlog
 
 from busguard.admission.types import AdmissionPolicy
 from busguard.sdk.sender import SignedRecord
-from busguard.state import pgsql
 from busguard.state.keys import KeySet
-from busguard.state.pgsql import StateUnavailable, redact
-from busguard.state.postgres import PostgresStore
+from busguard.state.postgres import db as pgsql
+from busguard.state.postgres.db import StateUnavailable, redact
+from busguard.state.postgres.store import PostgresStore
 from busguard.state.snapshot import Snapshot
 from busguard.state.store import BatchFn
 from busguard.state.writes import BatchWrites
@@ -261,7 +261,7 @@ CHILD = textwrap.dedent(
     import sys
     sys.path.insert(0, {repo!r})
     from tests.unit.harness import Harness, sender, agent, NOW
-    from busguard.state.postgres import PostgresStore
+    from busguard.state.postgres.store import PostgresStore
     h = Harness(store=PostgresStore({dsn!r}, now_ms=NOW - 3_600_000, schema={schema!r}))
     s = sender("planner")
     i = 0
@@ -377,16 +377,16 @@ def test_a_reconnect_to_an_intact_store_does_not_rearm(open_store: Callable[...,
 
 def test_reconciler_store_rereads_processed_inputs_and_versions_escalations(postgres: EmbeddedPostgres, pg_schema: str) -> None:
     from busguard.reconcile.policy import EscalationState
-    from busguard.reconcile.store import PgReconcileStore as PostgresReconcileStore
     from busguard.runtime.outputs import Output
+    from busguard.state.postgres.reconcile import PostgresReconcileStore
 
     h = Harness()
     first, second = _handoff("t"), _handoff("t")
     h.one(first)
     d = h.one(second)
     assert d.outcome == "escalate"
-    a = PostgresReconcileStore(postgres.dsn, schema=pg_schema)
-    b = PostgresReconcileStore(postgres.dsn, schema=pg_schema)
+    a = PostgresReconcileStore(postgres.dsn, output=Output, state=EscalationState, schema=pg_schema)
+    b = PostgresReconcileStore(postgres.dsn, output=Output, state=EscalationState, schema=pg_schema)
     out = [Output("t.audit", b"k", b"v", [("h", b"1")], 5)]
     src = ("agents.in", 0, 1)
     calls = []
@@ -426,7 +426,7 @@ def test_a_connection_cut_mid_transaction_is_retried_whole(open_store: Callable[
 
 
 def test_scrub_removes_the_password_from_driver_messages() -> None:
-    from busguard.state.pgsql import scrub
+    from busguard.state.postgres.db import scrub
 
     dsn = "postgresql://guard:pa55-word@db:5432/bus"
     assert scrub('connection to "db" failed for guard (pa55-word)', dsn) == 'connection to "db" failed for guard (***)'

@@ -10,12 +10,12 @@ import pytest
 
 from busguard.protocol.records import Coordinates, Decision
 from busguard.state.keys import KeySet, SourceKey
-from busguard.state.memory import MemoryStore
-from busguard.state.pgsql import StateUnavailable
-from busguard.state.postgres import PostgresStore
+from busguard.state.memory.store import MemoryStore
+from busguard.state.postgres.db import StateUnavailable
+from busguard.state.postgres.store import PostgresStore
 from busguard.state.snapshot import Snapshot, StoredHead
 from busguard.state.snapshot import spans_of as ranges
-from busguard.state.sqlite import SqliteStore
+from busguard.state.sqlite.store import SqliteStore
 from busguard.state.store import StateStore
 from busguard.state.writes import BatchWrites
 

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from busguard.cli import main
-from busguard.state.postgres import PostgresStore, store_exists
+from busguard.state.postgres.store import PostgresStore, store_exists
 from tests.pgkit import EmbeddedPostgres
 
 ROUTE = '[[routes]]\nname = "handoffs"\ninputs = ["agents.handoffs"]\ndownstream = "agents.handoffs.admitted"\n'

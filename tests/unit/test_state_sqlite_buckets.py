@@ -1,4 +1,4 @@
-"""SQLite's time-bucketed nonces and tasks (schema 4, state/buckets.py). What
+"""SQLite's time-bucketed nonces and tasks (schema 4, state/sqlite/buckets.py). What
 must hold with the layout: a key reads back as its newest write whichever
 buckets its writes fell in (and as absent once expired, by the batch's clock
 or by an expiry pass's); tasks stay insert-only; expiry drops passed tables
@@ -17,13 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from busguard.protocol.records import Coordinates, TaskEntry
-from busguard.state.buckets import BUCKETS_PER_LIFETIME, width_for
 from busguard.state.codecs import encode
 from busguard.state.keys import KeySet, NonceKey, TaskKey
-from busguard.state.memory import MemoryStore
+from busguard.state.memory.store import MemoryStore
 from busguard.state.snapshot import Snapshot
-from busguard.state.sqlite import SCHEMA_VERSION, SqliteStore
-from busguard.state.sqlitedb import key
+from busguard.state.sqlite.buckets import BUCKETS_PER_LIFETIME, width_for
+from busguard.state.sqlite.db import key
+from busguard.state.sqlite.store import SCHEMA_VERSION, SqliteStore
 from busguard.state.store import StateStore
 from busguard.state.writes import BatchWrites, NonceRecord
 

@@ -22,10 +22,10 @@ from busguard.admission.batch import Input, admit_batch
 from busguard.protocol.records import Coordinates, Decision
 from busguard.state.codecs import encode
 from busguard.state.keys import KeySet, SourceKey
-from busguard.state.memory import MemoryStore
+from busguard.state.memory.store import MemoryStore
 from busguard.state.snapshot import Snapshot
-from busguard.state.sqlite import RUN_SPAN, SCHEMA_VERSION, SqliteStore
-from busguard.state.sqlitedb import key
+from busguard.state.sqlite.db import key
+from busguard.state.sqlite.store import RUN_SPAN, SCHEMA_VERSION, SqliteStore
 from busguard.state.store import StateStore
 from busguard.state.writes import BatchWrites, NonceRecord
 
@@ -442,7 +442,7 @@ def test_expiry_deletes_in_short_transactions_and_counts_every_entry(store: Sqli
     """A backlog is expired a chunk per write transaction, so a guard sharing
     the file waits for one chunk, not for the whole backlog; the count is
     the same as one big delete's, and nothing live goes."""
-    import busguard.state.sqlite as sqlite_store
+    import busguard.state.sqlite.store as sqlite_store
 
     monkeypatch.setattr(sqlite_store, "EXPIRE_CHUNK", 3)
     old, live = NOW - 2 * RETENTION, NOW + 10 * RETENTION
@@ -463,7 +463,7 @@ def test_expiry_deletes_in_short_transactions_and_counts_every_entry(store: Sqli
     commits: list[str] = []
     store._db.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
     assert store.expire(NOW) == 10 + 7
-    # nonces (schema 4, state/buckets.py): their one passed bucket table dropped, then the pass that counts
+    # nonces (schema 4, state/sqlite/buckets.py): their one passed bucket table dropped, then the pass that counts
     # the live tables and records expired_to_ms; runs: 3+3+1; windows, policy and the two seal tables: one
     # empty chunk each
     assert len(commits) == 2 + 3 + 4

@@ -15,26 +15,20 @@ import msgspec
 import pytest
 
 from busguard.admission.types import AdmissionPolicy
-from busguard.state.memory import MemoryStore
-from busguard.state.postgres import PostgresStore
-from busguard.state.sqlite import SqliteStore
+from busguard.state.backends import BACKENDS, StoreOptions, open_store
+from busguard.state.memory.store import MemoryStore
+from busguard.state.sqlite.store import SqliteStore
 from busguard.state.store import StateStore
+from tests.backends import TEST_OPTIONS
 
 from .harness import NOW, Harness, agent, sender
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
+@pytest.fixture(params=sorted(BACKENDS))
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore]:
-    s: StateStore
-    if request.param == "memory":
-        s = MemoryStore(created_at=NOW - 3_600_000)
-    elif request.param == "sqlite":
-        s = SqliteStore(tmp_path / "state.db", now_ms=NOW - 3_600_000)
-    else:
-        pg = request.getfixturevalue("postgres")
-        s = PostgresStore(pg.dsn, now_ms=NOW - 3_600_000, schema=request.getfixturevalue("pg_schema"))
+    s = open_store(request.param, TEST_OPTIONS[request.param](request, tmp_path), StoreOptions(now_ms=NOW - 3_600_000))
     yield s
     s.close()
 
@@ -107,7 +101,7 @@ CHILD = textwrap.dedent(
     import os, sys, time
     sys.path.insert(0, {repo!r})
     from tests.unit.harness import Harness, sender, agent, NOW
-    from busguard.state.sqlite import SqliteStore
+    from busguard.state.sqlite.store import SqliteStore
     h = Harness(store=SqliteStore({db!r}, now_ms=NOW - 3_600_000))
     s = sender("planner")
     i = 0

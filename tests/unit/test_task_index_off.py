@@ -19,7 +19,7 @@ from busguard.audit.lineage import judge
 from busguard.policies import KINDS, KindSpec, task_indexed
 from busguard.policies.seam import Objection, PolicyContext, PolicyInput, PolicyKey, PolicyOutcome, PolicyView, PolicyWrite, policy_key
 from busguard.protocol.reasons import Outcome, Reason
-from busguard.state.sqlite import SqliteStore
+from busguard.state.sqlite.store import SqliteStore
 from tests.unit.harness import NOW, Harness, agent, sender
 from tests.unit.test_audit_lineage import audit_record, codes, feed, harness, ledger
 

@@ -38,7 +38,7 @@ from busguard.runtime.tolerant_fetch import (
     consumer_options,
     preserved,
 )
-from busguard.state.memory import MemoryStore
+from busguard.state.memory.store import MemoryStore
 from tests.fuzz.batches import CODECS, batch, claimed_span, fix_crc, record, with_base_offset
 
 from .harness import NOW, registry

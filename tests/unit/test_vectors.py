@@ -29,7 +29,7 @@ from busguard.protocol.receipt import receipt_id, signing_input
 from busguard.protocol.records import Coordinates, Decision
 from busguard.protocol.registry import KeyRegistry, _RegistryFile
 from busguard.protocol.timestamps import parse_timestamp
-from busguard.state.memory import MemoryStore
+from busguard.state.memory.store import MemoryStore
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors"
 FILES = ("valid.json", "invalid.json", "sequences.json")

@@ -29,7 +29,7 @@ _CHUNK: Final = 300  # keys per IN (...) lookup; far below SQLite's variable lim
 #: Pages of WAL after which a writer checkpoints on its own commit even with a
 #: Checkpointer running: the backstop if that thread cannot keep up (~400 MiB).
 BACKSTOP_PAGES: Final = 100_000
-log = structlog.get_logger("busguard.state.sqlite")
+log = structlog.get_logger("busguard.state.sqlite.store")
 
 
 def connect(path: str | Path, *, synchronous: str = "FULL", busy_timeout_ms: int = 30_000) -> sqlite3.Connection:

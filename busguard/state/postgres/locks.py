@@ -1,7 +1,7 @@
 """Advisory locks on policy rows: at most `cap` per batch, whatever it holds.
 
 Why policy rows are locked at all (the rest of the store needs no lock:
-state/postgres.py). A policy may read a row it does not write and overwrite
+state/postgres/store.py). A policy may read a row it does not write and overwrite
 rows whatever they held, so conditional writes cannot catch a lost race on
 them; a batch locks the policy rows it reads before reading them, and
 another batch touching one of them waits until it commits (two-phase
@@ -37,7 +37,7 @@ read (no built-in policy does) locks it when it writes, after the rest: a
 row lock while it stays within `cap`, else the exclusive schema lock on top
 of its shared one. Those late locks can deadlock with another batch's;
 PostgreSQL detects it and the batch is retried like a conflict
-(state/pgsql.py). A batch with no policy keys takes no lock.
+(state/postgres/db.py). A batch with no policy keys takes no lock.
 
 What the bound costs: a batch past the threshold serialises against every
 other batch with policy rows in its schema, for the length of its

@@ -5,7 +5,7 @@ The contract: a batch reads what each input already
 produced and the escalations it touches, decides, and writes, in one
 transaction; a batch re-delivered after a crash is re-emitted from what was
 recorded instead of being resolved again. Atomic across reconcilers on
-several hosts the way the guard's store is (state/postgres.py): READ
+several hosts the way the guard's store is (state/postgres/store.py): READ
 COMMITTED, and every write conditional on the row being what the batch read
 (an input position inserted only if still absent; an escalation inserted if
 still absent, or updated only if its version is still the one read). A write
@@ -26,9 +26,9 @@ import msgspec
 
 from busguard.state.codecs import encode as _encode
 from busguard.state.keys import SourceKey
-from busguard.state.pgsql import Session, init_lock_id, returned
+from busguard.state.postgres.db import Session, init_lock_id, returned
 from busguard.state.reconcile import Processed, ReconcileFn
-from busguard.state.sqlitedb import key as text_key
+from busguard.state.sqlite.db import key as text_key
 
 if TYPE_CHECKING:
     import psycopg

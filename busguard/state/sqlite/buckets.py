@@ -29,7 +29,7 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
-from busguard.state.sqlitedb import select_in
+from busguard.state.sqlite.db import select_in
 
 #: buckets per lifetime; the bound on live tables per kind is this + 1
 BUCKETS_PER_LIFETIME: Final = 4

@@ -3,7 +3,7 @@
 The same contract as the SQLite store (the `StateStore` protocol, state/store.py): a batch loads the rows
 for its keys, decides, and writes, in one transaction; rows are the same
 msgpack-encoded Structs, so a decision read back re-encodes to the bytes
-first emitted. SQL and connection handling live in state/pgsql.py.
+first emitted. SQL and connection handling live in state/postgres/db.py.
 
 Why two guards can never both pass one check (the isolation argument).
 
@@ -43,7 +43,7 @@ batch takes transaction-scoped advisory locks covering the policy keys it
 reads, before reading them, and another batch touching one of those keys
 waits until it commits: two-phase locking for policy rows, conditional
 writes for the rest. How many locks that is does not depend on the input:
-at most `max_policy_locks` per batch (state/pglocks.py has the scheme and
+at most `max_policy_locks` per batch (state/postgres/locks.py has the scheme and
 the argument), and only records whose signature verified have policy keys
 at all (admission/batch.py `check_batch`: a forged record adds no key).
 
@@ -92,12 +92,13 @@ from typing import TYPE_CHECKING, Any, Final
 import structlog
 
 from busguard.protocol.records import Coordinates, Decision, TaskEntry
-from busguard.state import pglocks, pgsql
 from busguard.state.codecs import bitmap_bytes, bitmap_int, decision_decoder, encode, task_decoder
 from busguard.state.keys import KeySet, Partition, source_key
-from busguard.state.pgsql import Session, returned
+from busguard.state.postgres import db as pgsql
+from busguard.state.postgres import locks as pglocks
+from busguard.state.postgres.db import Session, returned
 from busguard.state.snapshot import Snapshot, WindowState
-from busguard.state.sqlitedb import key as text_key
+from busguard.state.sqlite.db import key as text_key
 from busguard.state.store import BatchFn, rearmed
 from busguard.state.writes import BatchWrites
 
@@ -106,14 +107,14 @@ if TYPE_CHECKING:
 
     Cursor = psycopg.Cursor[tuple[Any, ...]]
 
-log = structlog.get_logger("busguard.state.postgres")
+log = structlog.get_logger("busguard.state.postgres.store")
 
 GENESIS: Final = "genesis"
 CREATED: Final = "created"
 
 
 def key(*parts: object) -> bytes:
-    """sqlitedb's text key in UTF-8: bytea, since it may hold NUL (text cannot)."""
+    """state/sqlite/db.py's text key in UTF-8: bytea, since it may hold NUL (text cannot)."""
     return text_key(*parts).encode()
 
 

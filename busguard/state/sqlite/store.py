@@ -17,7 +17,7 @@ Layout (schema version 4; every key is `key(parts…)`):
     windows(k=principal,session_id) -> top, bitmap, exp
     tasks_<lo>_<hi>(k=kind,task_id) -> body, exp first admission per task (insert-only); one table per expiry bucket
 
-Nonces and tasks are time-bucketed (state/buckets.py has the why and the
+Nonces and tasks are time-bucketed (state/sqlite/buckets.py has the why and the
 bound): a row lives in the table whose [lo, hi) holds its expiry, nothing
 indexes `exp`, and `expire` drops a table once `hi` has passed. Rows of a
 live table that have expired stay until then, and read as absent from the
@@ -80,11 +80,11 @@ from typing import Any, Final
 
 from busguard.protocol.records import Coordinates, Decision, TaskEntry
 from busguard.state import sealrows
-from busguard.state.buckets import KINDS, Catalog, width_for
 from busguard.state.codecs import bitmap_bytes, bitmap_int, encode, run_decoder, task_decoder
 from busguard.state.keys import KeySet, Partition, SourceKey
 from busguard.state.snapshot import Snapshot, WindowState, spans_of
-from busguard.state.sqlitedb import BACKSTOP_PAGES, Checkpointer, connect, key, reading, select_in, transaction
+from busguard.state.sqlite.buckets import KINDS, Catalog, width_for
+from busguard.state.sqlite.db import BACKSTOP_PAGES, Checkpointer, connect, key, reading, select_in, transaction
 from busguard.state.store import BatchFn, rearmed
 from busguard.state.writes import BatchWrites
 
@@ -110,7 +110,7 @@ CREATE INDEX IF NOT EXISTS policy_exp ON policy(exp);
 _TABLES: Final = ("windows", "policy")  # one row per entry, in one table; nonces and tasks are in buckets, decisions counted by run
 #: every table `expire` deletes from, with the column that names a row (WITHOUT ROWID tables have no rowid)
 _EXPIRING: Final = (("decision_runs", "id"), ("windows", "k"), ("policy", "rowid"), *((t, "rowid") for t in sealrows.TABLES))
-EXPIRE_CHUNK: Final = 20_000  # rows per expiry transaction (as on PostgreSQL: state/pgsql.py)
+EXPIRE_CHUNK: Final = 20_000  # rows per expiry transaction (as on PostgreSQL: state/postgres/db.py)
 #: Runs that may hold a position in [lo, hi] of one partition (see the module docstring).
 _RUNS_IN: Final = "FROM decision_runs WHERE topic=? AND part=? AND last>=? AND last<? AND first<=?"
 
@@ -137,14 +137,14 @@ class SqliteStore:
         long-lived store) moves checkpoints off the commits onto a
         `Checkpointer` thread; None keeps SQLite's auto-checkpoint.
         `nonce_retention_ms` (admission's) only sizes the nonce buckets
-        (state/buckets.py); each nonce carries its own expiry."""
+        (state/sqlite/buckets.py); each nonce carries its own expiry."""
         self.path = Path(path)
         self.task_retention_ms = task_retention_ms
         self.decision_retention_ms = decision_retention_ms
         self.nonce_retention_ms = nonce_retention_ms
         self._buckets = Catalog()
         self._horizon = 0  # the running batch's: rows with exp <= it read as absent
-        #: per bucketed kind, the table and expiry of every key the batch being run looked up (state/buckets.py)
+        #: per bucketed kind, the table and expiry of every key the batch being run looked up (state/sqlite/buckets.py)
         self._held: dict[str, dict[str, tuple[str, int]]] = {k: {} for k in KINDS}
         self._looked: dict[str, set[str]] = {k: set() for k in KINDS}
         self._db = connect(self.path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms)
@@ -452,7 +452,7 @@ class SqliteStore:
         timeout, "database is locked"). Partial expiry is invisible: every
         read already ignores rows with `exp <= now`.
 
-        Nonces and tasks (state/buckets.py) are not deleted row by row: each
+        Nonces and tasks (state/sqlite/buckets.py) are not deleted row by row: each
         table whose bucket has passed is dropped, one per transaction, and
         the rows still in live tables that expire by `now_ms` are counted
         and left; `expired_to_ms` in meta records the pass, and from then
@@ -529,7 +529,7 @@ def _offset(item: tuple[int, Decision]) -> int:
 
 
 def _source_of(k: str) -> tuple[str, int, int]:
-    """Inverse of `key(topic, partition, offset)` (sqlitedb.key)."""
+    """Inverse of `key(topic, partition, offset)` (state/sqlite/db.py key)."""
     n, _, rest = k.partition(":")
     topic, rest = rest[: int(n)], rest[int(n) + 1 :]
     m, _, rest = rest.partition(":")

@@ -1,6 +1,6 @@
 """PostgreSQL plumbing for the state stores: one connection, retries, redaction.
 
-Kept apart from the store contract (state/postgres.py) the way sqlitedb.py is
+Kept apart from the store contract (state/postgres/store.py) the way state/sqlite/db.py is
 kept apart from sqlite.py, so the contract glue can change without touching
 the SQL session handling.
 
@@ -25,84 +25,30 @@ an error, and `StateUnavailable` messages go through it too.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import structlog
+
+from busguard.state.redact import redact, scrub
+from busguard.state.store import StateUnavailable
 
 if TYPE_CHECKING:
     import psycopg
 
     from busguard.state.snapshot import Snapshot, StoredHead
 
-log = structlog.get_logger("busguard.state.postgres")
+log = structlog.get_logger("busguard.state.postgres.store")
 
 T = TypeVar("T")
 
 MAX_CONFLICT_RETRIES: Final = 100
-_KV_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
-_URI_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
-
-
-class StateUnavailable(RuntimeError):
-    """The database stayed unreachable for the whole retry budget.
-
-    `what` is the operation that gave up, `error` the driver's last word on
-    it (first line, password scrubbed): what a one-line error names."""
-
-    def __init__(self, message: str, *, what: str, error: str) -> None:
-        super().__init__(message)
-        self.what = what
-        self.error = error
 
 
 class Conflict(Exception):
     """A conditional write lost a race: rerun the transaction on fresh reads."""
-
-
-def redact(dsn: str) -> str:
-    """`dsn` with any password replaced by `***` (URI and key=value forms)."""
-    if "://" in dsn:
-        try:
-            parts = urlsplit(dsn)
-        except ValueError:
-            return "<unparseable DSN>"
-        netloc = parts.netloc
-        if "@" in netloc:
-            userinfo, _, hostport = netloc.rpartition("@")
-            if ":" in userinfo:
-                userinfo = userinfo.split(":", 1)[0] + ":***"
-            netloc = f"{userinfo}@{hostport}"
-        text = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-        return _URI_QUERY_PASSWORD.sub(r"\1***", text)
-    return _KV_PASSWORD.sub(r"\1***", dsn)
-
-
-def _password(dsn: str) -> str | None:
-    from psycopg.conninfo import conninfo_to_dict
-
-    try:
-        value = conninfo_to_dict(dsn).get("password")
-    except Exception:
-        return None
-    return None if value is None else str(value)
-
-
-_URI_USERINFO = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
-
-
-def scrub(text: str, dsn: str) -> str:
-    """`text` (a driver message) with the DSN's password removed wherever it
-    appears: the literal secret, and anything shaped like one."""
-    secret = _password(dsn)
-    if secret:
-        text = text.replace(secret, "***")
-    text = _URI_USERINFO.sub(r"\1***@", text)
-    return _URI_QUERY_PASSWORD.sub(r"\1***", _KV_PASSWORD.sub(r"\1***", text))
 
 
 def _transient(exc: BaseException) -> bool:
@@ -159,7 +105,7 @@ class Session:
 
         conninfo = self.dsn if self.options is None else make_conninfo(self.dsn, options=self.options)
         conn = psycopg.connect(conninfo, connect_timeout=self.connect_timeout_s, application_name=self.application_name, autocommit=False)
-        # READ COMMITTED is what the conflict checks in state/postgres.py are
+        # READ COMMITTED is what the conflict checks in state/postgres/store.py are
         # written for; set it explicitly so a server default cannot change it.
         conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
         return conn
@@ -221,14 +167,14 @@ class Session:
             self._drop()
 
 
-# --- the guard store's schema and statements (state/postgres.py) -------------
+# --- the guard store's schema and statements (state/postgres/store.py) -------------
 #
-# Every key is one bytea column, sqlitedb.key() in UTF-8 (bytea, since its
+# Every key is one bytea column, state/sqlite/db.py key() in UTF-8 (bytea, since its
 # separator and a task id may hold NUL, which text cannot), so a batch's lookups
 # are `k = ANY(%s)` index scans, one statement per table. Conditional writes
 # (`ON CONFLICT … DO UPDATE … WHERE … RETURNING k`) are how a transaction
 # learns that another guard wrote a row after it read it: the rows it meant
-# to write come back, or it raises Conflict (state/postgres.py explains why
+# to write come back, or it raises Conflict (state/postgres/store.py explains why
 # that is enough). Arrays go in binary (`%b`): sent as text, a batch's bytea
 # rows cost twice the bytes and the hex decoding, measured 1.7x slower.
 
@@ -268,7 +214,7 @@ LOAD_WINDOWS: Final = "SELECT k, top, bitmap, ver FROM windows WHERE k = ANY(%b:
 LOAD_TASKS: Final = "SELECT body FROM tasks WHERE k = ANY(%b::bytea[]) AND exp > %s"
 LOAD_POLICY: Final = "SELECT k, body FROM policy WHERE k = ANY(%b::bytea[]) AND exp > %s"
 # Policy rows are read-modify-write and locked, not conditionally written:
-# state/pglocks.py.
+# state/postgres/locks.py.
 
 # Statements run in this table order with keys sorted, so two transactions
 # that both wait on each other's uncommitted rows cannot happen (no deadlock).
