@@ -1,8 +1,8 @@
 """A compromise notice's lifecycle: when it counts, its clearance, its row.
 
-Pure (no store, no clock of its own): the policy in policy.py reads and
-writes rows through the seam and calls these. A clearance statement is not
-built yet; the row entry keeps a slot for one (`cleared_at`, `cleared_by`).
+Pure (no store, no clock of its own): the policies in policy.py (the
+notice, the handoff) and clearance.py (the clearance) read and write rows
+through the seam and call these.
 
 A notice counts for a decision (a handoff, or a clearance by an issuer the
 notice covers) at two instants: the receipt's `issued_at` and the guard's
@@ -47,13 +47,22 @@ MAX_NOTICES_PER_ROW: Final = 64
 
 
 class NoticeEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """One notice as its row keeps it. `sha256` is the notice's bytes' hash
-    (empty for a notice kept before clearances existed: such a notice cannot
-    be cleared and lasts its retention); `cleared_at` / `cleared_by` (the
-    clearance's receipt id) are set once, by the first admitted clearance."""
+    """One notice as its row keeps it.
+
+    `sha256` is the notice's bytes' hash and `issuer_key_id` the issuer's key
+    that signed its receipt: a clearance must name the one and be signed by
+    the other. `row_expires_ms` is when the row expires, as the notice
+    policy last wrote it (every entry of a row carries the same value): a
+    clearance rewrites the row with exactly the time left, so clearing never
+    makes a row live longer. A notice kept before clearances existed has none
+    of the three: it cannot be cleared and lasts its retention. `cleared_at` /
+    `cleared_by` (the clearance's receipt id) are set once, by the first
+    admitted clearance."""
 
     notice: CompromiseNotice
     sha256: str = ""
+    issuer_key_id: str | None = None
+    row_expires_ms: int | None = None
     cleared_at: str | None = None
     cleared_by: str | None = None
 

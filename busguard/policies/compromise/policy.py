@@ -162,13 +162,17 @@ def key_row(subject: str, key_id: str) -> PolicyKey:
     return _row("key", subject, key_id)
 
 
-def notice_row(notice: CompromiseNotice) -> PolicyKey:
-    subject = canonical_principal(notice.subject)
-    if notice.session_id is not None:
-        return session_row(subject, notice.session_id)
-    if notice.subject_key_id is not None:
-        return key_row(subject, notice.subject_key_id)
+def row_for(subject: str, session_id: str | None, subject_key_id: str | None) -> PolicyKey:
+    """The one row a notice (or its clearance) about canonical `subject` names."""
+    if session_id is not None:
+        return session_row(subject, session_id)
+    if subject_key_id is not None:
+        return key_row(subject, subject_key_id)
     return agent_row(subject)
+
+
+def notice_row(notice: CompromiseNotice) -> PolicyKey:
+    return row_for(canonical_principal(notice.subject), notice.session_id, notice.subject_key_id)
 
 
 def entries_at(view: PolicyView, row: PolicyKey) -> tuple[NoticeEntry, ...]:
@@ -191,6 +195,7 @@ class ParsedNotice(msgspec.Struct, frozen=True, kw_only=True):
     notice: CompromiseNotice
     row: PolicyKey
     sha256: str  # of the exact notice bytes: what a clearance names
+    issuer_key_id: str | None  # the issuer's key that signed the receipt: the one a clearance must be signed with
     retention_ms: int
     horizon_ms: int
 
@@ -228,6 +233,7 @@ class NoticePolicy:
             notice=notice,
             row=notice_row(notice),
             sha256=hashlib.sha256(envelope.payload).hexdigest(),
+            issuer_key_id=signing_key_id(envelope, context.keys, sender, context.now_ms),
             retention_ms=settings.notice_retention_ms,
             horizon_ms=settings.notice_expiry_horizon_ms,
         )
@@ -249,8 +255,9 @@ class NoticePolicy:
             # compromise takes a new notice id.
             detail = f"notice {notice.notice_id!r} was cleared by {prior.cleared_by} from {prior.cleared_at}; a new notice needs a new id"
             return PolicyOutcome(objection=Objection(Outcome.REJECT, Reason.NOTICE_ALREADY_CLEARED, detail), annotations=mark)
-        kept[notice.notice_id] = NoticeEntry(notice=notice, sha256=parsed.sha256)
-        ordered = capped(kept.values(), now_ms)
+        kept[notice.notice_id] = NoticeEntry(notice=notice, sha256=parsed.sha256, issuer_key_id=parsed.issuer_key_id)
+        expires = now_ms + parsed.retention_ms
+        ordered = [msgspec.structs.replace(e, row_expires_ms=expires) for e in capped(kept.values(), now_ms)]
         write = PolicyWrite(parsed.row, encode_row(ordered), ttl_ms=parsed.retention_ms)
         annotations = {
             **mark,
@@ -277,8 +284,9 @@ class ParsedHandoff(msgspec.Struct, frozen=True, kw_only=True):
     keys: KeyLookup
 
 
-def _sender_key_id(envelope: Envelope, registry: KeySource, session: str, now_ms: int) -> str | None:
-    """Which of the session's keys signed the receipt (a key-scoped notice may name it)."""
+def signing_key_id(envelope: Envelope, registry: KeySource, session: str, now_ms: int) -> str | None:
+    """Which of the sender's keys signed the receipt (a key-scoped notice may
+    name it; a clearance must be signed by the key that signed its notice)."""
     if envelope.receipt.key_id is not None:
         return envelope.receipt.key_id
     usable = registry.lookup(session, None, now_ms).keys
@@ -321,7 +329,7 @@ class HandoffPolicy:
             envelope=envelope,
             handoff=handoff,
             rows=tuple(dict.fromkeys(rows)),
-            sender_key_id=_sender_key_id(envelope, registry, session, now),
+            sender_key_id=signing_key_id(envelope, registry, session, now),
             settings=settings_of(context),
             keys=key_lookup(registry, now),
         )
