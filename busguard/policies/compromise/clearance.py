@@ -27,7 +27,10 @@ Why each refusal (docs/protocol.md 14.4 gives the order):
 - the first admitted clearance wins; another is `notice_already_cleared`,
   and so is the notice re-sent (policy.py), so a cleared id stays cleared;
 - `cleared_at` at most `notice_expiry_horizon_ms` after the guard's clock,
-  like `expires_at`, so the end falls inside the row's retention.
+  like `expires_at`: a clearance may schedule an end no further ahead than
+  a notice could. (The row's retention still bounds the notice's life: a
+  row that expires before `cleared_at` ends the notice there, as it would
+  without a clearance.)
 
 When it counts: the clearance is stored on the notice's row entry
 (`cleared_at`, `cleared_by` = the clearance's receipt id), so a handoff
