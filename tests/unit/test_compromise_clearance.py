@@ -386,3 +386,30 @@ def test_a_refused_clearance_writes_nothing_and_reads_at_most_four_rows() -> Non
     parsed = policy.parse(policy_input(open_envelope(rec.value, rec.headers)), context)
     assert not isinstance(parsed, Objection)
     assert len(set(policy.keys(parsed))) == len(list(policy.keys(parsed))) == 4
+
+
+def test_a_notice_id_held_by_one_issuer_and_key_cannot_be_taken_over_and_then_cleared() -> None:
+    """Re-sending a notice replaces its entry, so a re-send by another
+    issuer, or by another key of the issuer, would carry the right to clear
+    it: both are refused, and the original entry (and its key) stays."""
+    names = (SESSION, kit.SUCCESSOR, kit.ATTESTER, kit.STRANGER)
+    windows = {canonical_principal(n): (KeyWindow(key_id=kit.SESSION_KEY, public_key=public_key_from_seed(kit.seed(n))),) for n in names}
+    second = hashlib.sha256(b"operator second key").digest()
+    windows[canonical_principal(OPERATOR)] = (
+        KeyWindow(key_id=kit.SESSION_KEY, public_key=public_key_from_seed(kit.seed(OPERATOR))),
+        KeyWindow(key_id="k2", public_key=public_key_from_seed(second)),
+    )
+    h = Harness(reg=KeyRegistry(windows), policy=two_issuers().policy)
+    n = kit.notice("n-1")
+    h.one(notice_record(n))
+    takeover = msgspec.structs.replace(n, issuer=AUDITOR)
+    d = h.one(
+        sender(AUDITOR).sign(kind="compromise-notice", task_id="t-other", receiver="busguard", payload=encode(takeover), nonce=nonce())
+    )
+    assert (d.outcome, d.reason) == (Outcome.REJECT, Reason.NOTICE_UNAUTHENTIC) and d.detail.startswith("wrong_issuer: ")
+    s2 = Sender(second, agent_id=OPERATOR, key_id="k2", clock_ms=lambda: NOW)
+    d2 = h.one(s2.sign(kind="compromise-notice", task_id="t-k2", receiver="busguard", payload=encode(n), nonce=nonce()))
+    assert (d2.outcome, d2.reason) == (Outcome.REJECT, Reason.NOTICE_UNAUTHENTIC) and d2.detail.startswith("wrong_key: ")
+    assert h.one(clear(n, key_id="k2", seed=second)).reason == Reason.CLEARANCE_UNAUTHENTIC
+    assert under(h.one(plan_handoff("h-1")))
+    assert h.one(resend(n)).reason == Reason.ADMITTED  # the holder itself may re-send it

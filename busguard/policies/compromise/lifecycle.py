@@ -39,6 +39,8 @@ from busguard.policies.compromise.message import (
     CompromiseKind,
     CompromiseNotice,
 )
+from busguard.policies.seam import PolicyKey, PolicyView, policy_key
+from busguard.protocol.identity import canonical_principal
 from busguard.protocol.timestamps import parse_timestamp
 
 #: Notices kept under one row; past it, the ones that matter least drop
@@ -97,6 +99,48 @@ def as_entry(notice: CompromiseNotice | NoticeEntry) -> NoticeEntry:
 
 
 # ------------------------------------------------------------------ the row
+
+NAMESPACE: Final = "compromise"
+
+
+def _row(*parts: str) -> PolicyKey:
+    return policy_key(NAMESPACE, *parts)
+
+
+def agent_row(subject: str) -> PolicyKey:
+    return _row("agent", subject)
+
+
+def session_row(subject: str, session_id: str) -> PolicyKey:
+    return _row("session", subject, session_id)
+
+
+def key_row(subject: str, key_id: str) -> PolicyKey:
+    return _row("key", subject, key_id)
+
+
+def row_for(subject: str, session_id: str | None, subject_key_id: str | None) -> PolicyKey:
+    """The one row a notice (or its clearance) about canonical `subject` names."""
+    if session_id is not None:
+        return session_row(subject, session_id)
+    if subject_key_id is not None:
+        return key_row(subject, subject_key_id)
+    return agent_row(subject)
+
+
+def notice_row(notice: CompromiseNotice) -> PolicyKey:
+    return row_for(canonical_principal(notice.subject), notice.session_id, notice.subject_key_id)
+
+
+def entries_at(view: PolicyView, row: PolicyKey) -> tuple[NoticeEntry, ...]:
+    """The entries a row holds (none when absent or expired)."""
+    raw = view.get(row)
+    return () if raw is None else decode_row(raw)  # written by the notice and clearance policies only, after their checks
+
+
+def covers_label(subject_session: str | None, subject_key: str | None) -> str:
+    return "session" if subject_session is not None else "key" if subject_key is not None else "agent"
+
 
 _row_decoder: Final = msgspec.json.Decoder(tuple[NoticeEntry, ...])
 _legacy_decoder: Final = msgspec.json.Decoder(tuple[CompromiseNotice, ...])

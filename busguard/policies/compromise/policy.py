@@ -43,7 +43,15 @@ import msgspec
 
 from busguard.policies.compromise.checks import KeyLookup, check_handoff, check_notice_fields, principal
 from busguard.policies.compromise.lifecycle import MAX_NOTICES_PER_ROW as MAX_NOTICES_PER_ROW  # the row bound, for tests
-from busguard.policies.compromise.lifecycle import NoticeEntry, capped, decode_row, encode_row
+from busguard.policies.compromise.lifecycle import NAMESPACE as NAMESPACE
+from busguard.policies.compromise.lifecycle import NoticeEntry, capped, encode_row
+from busguard.policies.compromise.lifecycle import agent_row as agent_row
+from busguard.policies.compromise.lifecycle import covers_label as covers_label
+from busguard.policies.compromise.lifecycle import entries_at as entries_at
+from busguard.policies.compromise.lifecycle import key_row as key_row
+from busguard.policies.compromise.lifecycle import notice_row as notice_row
+from busguard.policies.compromise.lifecycle import row_for as row_for
+from busguard.policies.compromise.lifecycle import session_row as session_row
 from busguard.policies.compromise.message import (
     CompromiseNotice,
     MessageCode,
@@ -65,7 +73,6 @@ from busguard.policies.seam import (
     PolicyOutcome,
     PolicyView,
     PolicyWrite,
-    policy_key,
 )
 from busguard.protocol.envelope import Envelope
 from busguard.protocol.identity import canonical_principal
@@ -77,7 +84,6 @@ from busguard.protocol.timestamps import parse_timestamp
 
 KIND_COMPROMISE_NOTICE: Final = "compromise-notice"
 SETTINGS_KEY: Final = "compromise"
-NAMESPACE: Final = "compromise"
 ROUTE_QUARANTINE: Final = "quarantine"
 DEFAULT_NOTICE_RETENTION_MS: Final = 30 * 86_400_000
 #: How far after the guard's clock a notice's `expires_at` or a clearance's
@@ -141,47 +147,6 @@ def key_lookup(registry: KeySource, now_ms: int) -> KeyLookup:
         return tuple((k.key_id, k.public_key) for k in registry.lookup(p, key_id, now_ms).keys)
 
     return lookup
-
-
-# ------------------------------------------------------------------ the rows
-
-
-def _row(*parts: str) -> PolicyKey:
-    return policy_key(NAMESPACE, *parts)
-
-
-def agent_row(subject: str) -> PolicyKey:
-    return _row("agent", subject)
-
-
-def session_row(subject: str, session_id: str) -> PolicyKey:
-    return _row("session", subject, session_id)
-
-
-def key_row(subject: str, key_id: str) -> PolicyKey:
-    return _row("key", subject, key_id)
-
-
-def row_for(subject: str, session_id: str | None, subject_key_id: str | None) -> PolicyKey:
-    """The one row a notice (or its clearance) about canonical `subject` names."""
-    if session_id is not None:
-        return session_row(subject, session_id)
-    if subject_key_id is not None:
-        return key_row(subject, subject_key_id)
-    return agent_row(subject)
-
-
-def notice_row(notice: CompromiseNotice) -> PolicyKey:
-    return row_for(canonical_principal(notice.subject), notice.session_id, notice.subject_key_id)
-
-
-def entries_at(view: PolicyView, row: PolicyKey) -> tuple[NoticeEntry, ...]:
-    raw = view.get(row)
-    return () if raw is None else decode_row(raw)  # written by the notice and clearance policies only, after their checks
-
-
-def covers_label(subject_session: str | None, subject_key: str | None) -> str:
-    return "session" if subject_session is not None else "key" if subject_key is not None else "agent"
 
 
 def _objection(reason: Reason, error: MessageError) -> PolicyOutcome:
@@ -255,6 +220,25 @@ class NoticePolicy:
             # compromise takes a new notice id.
             detail = f"notice {notice.notice_id!r} was cleared by {prior.cleared_by} from {prior.cleared_at}; a new notice needs a new id"
             return PolicyOutcome(objection=Objection(Outcome.REJECT, Reason.NOTICE_ALREADY_CLEARED, detail), annotations=mark)
+        if (
+            prior is not None
+            and prior.issuer_key_id is not None
+            and (
+                canonical_principal(prior.notice.issuer) != canonical_principal(notice.issuer)
+                or prior.issuer_key_id != parsed.issuer_key_id
+            )
+        ):
+            # Replacing the entry would hand its clearance to whoever replaced
+            # it: another issuer, or another (perhaps stolen) key of this one.
+            code = (
+                MessageCode.WRONG_KEY
+                if canonical_principal(prior.notice.issuer) == canonical_principal(notice.issuer)
+                else MessageCode.WRONG_ISSUER
+            )
+            detail = (
+                f"{code}: notice.notice_id: {notice.notice_id!r} is held on its row by {prior.notice.issuer!r} key {prior.issuer_key_id!r}"
+            )
+            return PolicyOutcome(objection=Objection(Outcome.REJECT, Reason.NOTICE_UNAUTHENTIC, detail), annotations=mark)
         kept[notice.notice_id] = NoticeEntry(notice=notice, sha256=parsed.sha256, issuer_key_id=parsed.issuer_key_id)
         expires = now_ms + parsed.retention_ms
         ordered = [msgspec.structs.replace(e, row_expires_ms=expires) for e in capped(kept.values(), now_ms)]
