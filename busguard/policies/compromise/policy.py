@@ -13,6 +13,9 @@ the subject agent as a whole, one of its sessions, or one of its keys
 (`agent_row`, `session_row`, `key_row`). A later handoff names every row
 that could cover its session, its successor or whoever vouched for the
 successor, and `checks.check_handoff` decides which notices are in force.
+The issuer may lift a notice with a `compromise-clearance` (clearance.py),
+kept on the notice's row entry; so a notice id held on a row stays its
+issuer's and key's (a re-send by anyone else would carry the right to clear it).
 
 TTL (`notice_retention_ms`, default 30 days, at least the admission's
 `session_retention_ms`): a notice marks compromise "from a time on", with no

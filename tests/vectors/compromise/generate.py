@@ -198,8 +198,18 @@ def scenarios() -> list[dict[str, Any]]:
         step(7, OPERATOR, C, "c-far", clearance(n2, NOW_MS + HORIZON_MS + 1), "reject", "clearance_too_far"),
         step(8, OPERATOR, C, "c-bad", clearance(n2, NOW_MS).replace('"v":1,', '"v":1,"extra":true,'), "reject", "clearance_malformed"),
         step(9, AUDITOR, N, "n-op", against_operator, "forward", "admitted", annotations=admitted_notice(against_operator, 1)),
-        step(10, OPERATOR, C, "c-under", clearance(n2, NOW_MS), "reject", "clearance_issuer_under_notice"),
-        step(11, SESSION, H, "h-3", handoff(), "reject", "undeclared_operational_state", annotations_include={"compromise_notices": "n-2"}),
+        step(
+            10,
+            AUDITOR,
+            N,
+            "n-2-takeover",
+            n2.replace(agent(OPERATOR), agent(AUDITOR), 1),
+            "reject",
+            "notice_unauthentic",
+            detail_starts="wrong_issuer: ",
+        ),
+        step(11, OPERATOR, C, "c-under", clearance(n2, NOW_MS), "reject", "clearance_issuer_under_notice"),
+        step(12, SESSION, H, "h-3", handoff(), "reject", "undeclared_operational_state", annotations_include={"compromise_notices": "n-2"}),
     ]
     return [
         {"name": "expiry", "steps": expiry},
