@@ -109,7 +109,11 @@ class NoticeReport(msgspec.Struct, kw_only=True, omit_defaults=True):
     covers: str | None  # agent, session, key
     compromised_from: str | None
     expires_at: str | None = None
+    status: str = ""  # cleared, expired or active, as of the log's last decision (busguard.audit.notices)
+    cleared_at: str | None = None  # the admitted clearance's cleared_at
+    cleared_by: str | None = None  # the admitted clearance's receipt id
     counted_by: list[str] = []  # handoff task ids that counted it (session or successor), in log order
+    counted_before_clearance: list[str] = []  # those of counted_by decided before the clearance, in log order
     lifted_for: list[str] = []  # "<task id>: expired|cleared": handoffs it covered but no longer counted for
 
 

@@ -126,7 +126,7 @@ def render_table(report: AuditReport) -> str:
     if report.notices:
         lines += ["", f"compromise notices ({len(report.notices)}):"]
         lines += _table(
-            ["NOTICE", "SUBJECT", "COVERS", "FROM", "EXPIRES", "COUNTED BY", "LIFTED FOR"],
+            ["NOTICE", "SUBJECT", "COVERS", "FROM", "EXPIRES", "STATUS", "COUNTED BY", "LIFTED FOR"],
             [
                 [
                     _clip(n.notice_id, MAX_TASK_ID),
@@ -134,6 +134,7 @@ def render_table(report: AuditReport) -> str:
                     n.covers or "-",
                     n.compromised_from or "-",
                     n.expires_at or "-",
+                    n.status if n.cleared_at is None else f"{n.status} from {n.cleared_at}",
                     ", ".join(n.counted_by) or "-",
                     ", ".join(n.lifted_for) or "-",
                 ]

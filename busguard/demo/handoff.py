@@ -13,7 +13,9 @@ the guarded outcome:
      only as the session's signed interaction rule allows: forwarded with a
      caution flag, kept on the quarantine topic, or escalated;
   3. handoff paralysis: with nothing verified nothing moves, but a session
-     that cannot verify its successor still moves its verified-clean state.
+     that cannot verify its successor still moves its verified-clean state;
+  4. the notice lifted: the operator signs a clearance of its notice
+     (issue 22), and the session's next handoff is a standard one again.
 
 The successor's side is shown too: every forward is checked with the SDK
 (the guard's attestation, then each component against the signed scope),
@@ -34,6 +36,7 @@ import msgspec
 
 from busguard.config import Config, load_config
 from busguard.devconfig import Topics, embedded_config
+from busguard.policies.compromise.clearance import KIND_COMPROMISE_CLEARANCE, clearance_for
 from busguard.policies.compromise.message import (
     KIND_SESSION_HANDOFF,
     Component,
@@ -98,6 +101,7 @@ class Scenario:
         self.p = parties
         self.now = int(time.time() * 1000)
         self.seq = 0
+        self.notices: dict[str, bytes] = {}  # notice id -> its exact value, which a clearance names by hash
 
     def statement(self, by: str, value: CompromiseDeclaration | StateScope | SuccessorIntegrity | CompromiseInteraction) -> SignedStatement:
         return sign_statement(self.p[by].signer, value)
@@ -167,8 +171,20 @@ class Scenario:
             session_id=session_id,
             detail="detector: prompt injection in the retrieved context",
         )
+        self.notices[nid] = value = encode(notice)
         return self.p[OPERATOR].sender.sign(
-            kind=KIND_COMPROMISE_NOTICE, task_id=nid, receiver="busguard", payload=encode(notice), nonce=f"demo-notice-{nid}-0001"
+            kind=KIND_COMPROMISE_NOTICE, task_id=nid, receiver="busguard", payload=value, nonce=f"demo-notice-{nid}-0001"
+        )
+
+    def clearance(self, nid: str) -> SignedRecord:
+        """The operator lifts its notice: a clearance naming the notice's exact bytes, signed like the notice."""
+        clearance = clearance_for(self.notices[nid], format_timestamp(self.now - 1_000), detail="detector: context rebuilt from source")
+        return self.p[OPERATOR].sender.sign(
+            kind=KIND_COMPROMISE_CLEARANCE,
+            task_id=f"clear-{nid}",
+            receiver="busguard",
+            payload=encode(clearance),
+            nonce=f"demo-clear-{nid}-0001",
         )
 
     def steps(self) -> list[Step]:
@@ -229,6 +245,13 @@ class Scenario:
                 self.handoff("h-3b", [P, M], declared=True, scope=[P], successor=None, rule=PR),
                 ("downstream", "double_compromise_caution"),
                 check_scope=True,
+            ),
+            Step("4 lifted", "clearance: operator lifts its notice on s-2", self.clearance("notice-1"), ("downstream", "admitted")),
+            Step(
+                "4 lifted",
+                "after the clearance: s-2 hands off its plan",
+                self.handoff("h-4", [P, L], session_id="s-2"),
+                ("downstream", "clean"),
             ),
         ]
 

@@ -25,6 +25,7 @@ import msgspec
 from busguard.policies import plugins
 from busguard.policies.award import policy as award
 from busguard.policies.award import wire as award_wire
+from busguard.policies.compromise import clearance as compromise_clearance
 from busguard.policies.compromise import policy as compromise
 from busguard.policies.seam import AnyPolicy, Objection
 from busguard.policies.taint import replay as taint_replay
@@ -126,6 +127,14 @@ _SPECS: Final = (
         policy=compromise.NOTICE_POLICY,
         namespaces=("compromise",),
         reasons=compromise.NOTICE_REASONS,
+        settings=compromise.CompromiseSettings,
+        settings_section=compromise.SETTINGS_KEY,
+    ),
+    KindSpec(
+        kind=compromise_clearance.KIND_COMPROMISE_CLEARANCE,
+        policy=compromise_clearance.CLEARANCE_POLICY,
+        namespaces=("compromise",),
+        reasons=compromise_clearance.CLEARANCE_REASONS,
         settings=compromise.CompromiseSettings,
         settings_section=compromise.SETTINGS_KEY,
     ),

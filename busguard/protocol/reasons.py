@@ -96,6 +96,12 @@ class Reason(enum.StrEnum):
     NOTICE_UNAUTHENTIC = "notice_unauthentic"
     NOTICE_EXPIRY_TOO_FAR = "notice_expiry_too_far"
     NOTICE_ALREADY_CLEARED = "notice_already_cleared"
+    CLEARANCE_MALFORMED = "clearance_malformed"
+    CLEARANCE_UNAUTHENTIC = "clearance_unauthentic"
+    CLEARANCE_TOO_FAR = "clearance_too_far"
+    CLEARANCE_UNKNOWN_NOTICE = "clearance_unknown_notice"
+    CLEARANCE_NOTICE_MISMATCH = "clearance_notice_mismatch"
+    CLEARANCE_ISSUER_UNDER_NOTICE = "clearance_issuer_under_notice"
 
 
 class Outcome(enum.StrEnum):

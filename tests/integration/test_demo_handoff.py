@@ -22,6 +22,8 @@ EXPECTED = {
     "successor compromised, rule escalate": ("reconciliation", "double_compromise_escalate"),
     "FAILURE: nothing verified, nothing can move": ("dead-letter", "nothing_transferable"),
     "prevented: successor unverifiable, scoped plan moves": ("downstream", "double_compromise_caution"),
+    "clearance: operator lifts its notice on s-2": ("downstream", "admitted"),
+    "after the clearance: s-2 hands off its plan": ("downstream", "clean"),
 }
 
 

@@ -132,9 +132,10 @@ def test_every_reason_code_in_the_vectors_is_real() -> None:
 #: taint_trace_too_large needs a trace of 100 000+ nodes (megabytes): tested
 #: with the bound lowered (tests/unit/test_taint_replay.py).
 NOT_A_WIRE_VECTOR = {Reason.OUTPUT_TOO_LARGE.value, Reason.TAINT_TRACE_TOO_LARGE.value}
-#: Seed 004's codes (session-handoff, compromise-notice) have no wire vectors
-#: yet: covered by tests/unit/test_compromise_admission.py.
-COMPROMISE_REASONS = {r.value for kind in ("session-handoff", "compromise-notice") for r in KINDS[kind].reasons}
+#: Seed 004's session-handoff verdict codes have no wire vectors yet: covered
+#: by tests/unit/test_compromise_admission.py. The notice and clearance codes
+#: are in compromise/compromise.json (tests/unit/test_compromise_vectors.py).
+COMPROMISE_REASONS = {r.value for r in KINDS["session-handoff"].reasons}
 
 
 def test_vectors_cover_every_reason_a_record_can_earn() -> None:
@@ -147,6 +148,7 @@ def test_vectors_cover_every_reason_a_record_can_earn() -> None:
         st["expect"]["reason"] for s in _load("cnet/cnet.json")["scenarios"] for st in s["steps"]
     }  # the cnet.* kinds (protocol.md 15)
     reasons |= {v["expect"]["reason"] for v in _load("taint_replay.json")["vectors"]}  # kind payloads (protocol.md 13)
+    reasons |= {st["expect"]["reason"] for s in _load("compromise/compromise.json")["scenarios"] for st in s["steps"]}  # protocol.md 14
     assert {r.value for r in Reason} - reasons - COMPROMISE_REASONS == NOT_A_WIRE_VECTOR
 
 

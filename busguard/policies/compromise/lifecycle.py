@@ -1,8 +1,8 @@
 """A compromise notice's lifecycle: when it counts, its clearance, its row.
 
-Pure (no store, no clock of its own): the policy in policy.py reads and
-writes rows through the seam and calls these. A clearance statement is not
-built yet; the row entry keeps a slot for one (`cleared_at`, `cleared_by`).
+Pure (no store, no clock of its own): the policies in policy.py (the
+notice, the handoff) and clearance.py (the clearance) read and write rows
+through the seam and call these.
 
 A notice counts for a decision (a handoff, or a clearance by an issuer the
 notice covers) at two instants: the receipt's `issued_at` and the guard's
@@ -39,6 +39,8 @@ from busguard.policies.compromise.message import (
     CompromiseKind,
     CompromiseNotice,
 )
+from busguard.policies.seam import PolicyKey, PolicyView, policy_key
+from busguard.protocol.identity import canonical_principal
 from busguard.protocol.timestamps import parse_timestamp
 
 #: Notices kept under one row; past it, the ones that matter least drop
@@ -47,13 +49,22 @@ MAX_NOTICES_PER_ROW: Final = 64
 
 
 class NoticeEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """One notice as its row keeps it. `sha256` is the notice's bytes' hash
-    (empty for a notice kept before clearances existed: such a notice cannot
-    be cleared and lasts its retention); `cleared_at` / `cleared_by` (the
-    clearance's receipt id) are set once, by the first admitted clearance."""
+    """One notice as its row keeps it.
+
+    `sha256` is the notice's bytes' hash and `issuer_key_id` the issuer's key
+    that signed its receipt: a clearance must name the one and be signed by
+    the other. `row_expires_ms` is when the row expires, as the notice
+    policy last wrote it (every entry of a row carries the same value): a
+    clearance rewrites the row with exactly the time left, so clearing never
+    makes a row live longer. A notice kept before clearances existed has none
+    of the three: it cannot be cleared and lasts its retention. `cleared_at` /
+    `cleared_by` (the clearance's receipt id) are set once, by the first
+    admitted clearance."""
 
     notice: CompromiseNotice
     sha256: str = ""
+    issuer_key_id: str | None = None
+    row_expires_ms: int | None = None
     cleared_at: str | None = None
     cleared_by: str | None = None
 
@@ -88,6 +99,48 @@ def as_entry(notice: CompromiseNotice | NoticeEntry) -> NoticeEntry:
 
 
 # ------------------------------------------------------------------ the row
+
+NAMESPACE: Final = "compromise"
+
+
+def _row(*parts: str) -> PolicyKey:
+    return policy_key(NAMESPACE, *parts)
+
+
+def agent_row(subject: str) -> PolicyKey:
+    return _row("agent", subject)
+
+
+def session_row(subject: str, session_id: str) -> PolicyKey:
+    return _row("session", subject, session_id)
+
+
+def key_row(subject: str, key_id: str) -> PolicyKey:
+    return _row("key", subject, key_id)
+
+
+def row_for(subject: str, session_id: str | None, subject_key_id: str | None) -> PolicyKey:
+    """The one row a notice (or its clearance) about canonical `subject` names."""
+    if session_id is not None:
+        return session_row(subject, session_id)
+    if subject_key_id is not None:
+        return key_row(subject, subject_key_id)
+    return agent_row(subject)
+
+
+def notice_row(notice: CompromiseNotice) -> PolicyKey:
+    return row_for(canonical_principal(notice.subject), notice.session_id, notice.subject_key_id)
+
+
+def entries_at(view: PolicyView, row: PolicyKey) -> tuple[NoticeEntry, ...]:
+    """The entries a row holds (none when absent or expired)."""
+    raw = view.get(row)
+    return () if raw is None else decode_row(raw)  # written by the notice and clearance policies only, after their checks
+
+
+def covers_label(subject_session: str | None, subject_key: str | None) -> str:
+    return "session" if subject_session is not None else "key" if subject_key is not None else "agent"
+
 
 _row_decoder: Final = msgspec.json.Decoder(tuple[NoticeEntry, ...])
 _legacy_decoder: Final = msgspec.json.Decoder(tuple[CompromiseNotice, ...])

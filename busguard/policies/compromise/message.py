@@ -1,4 +1,4 @@
-"""The session-handoff payload, its four signed statements, and the compromise notice.
+"""The session-handoff payload, its four signed statements, the compromise notice and its clearance.
 
 A session handoff (seed 004) is an ordinary receipt of kind `session-handoff`
 whose record value is a `SessionHandoff` JSON object; the receipt's
@@ -202,11 +202,30 @@ class CompromiseNotice(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     key_id: _KeyId | None = None
 
 
+class CompromiseClearance(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """An issuer's word that its notice no longer holds, from `cleared_at` on.
+    It names the notice by its row (`subject`, narrowed as the notice is),
+    its id and `notice_sha256`, the hash of its exact bytes, so it cannot
+    lift another notice that shares the id (clearance.py says why each rule)."""
+
+    v: int
+    notice_id: _Id
+    notice_sha256: _Sha256Hex
+    issuer: _AgentId
+    subject: _AgentId
+    cleared_at: _Timestamp
+    session_id: _Id | None = None
+    subject_key_id: _KeyId | None = None
+    detail: _Detail = ""
+
+
 Statement = CompromiseDeclaration | StateScope | SuccessorIntegrity | CompromiseInteraction | CompromiseNotice
 #: The four statements a session handoff carries (each has a `signer`).
 S = TypeVar("S", CompromiseDeclaration, StateScope, SuccessorIntegrity, CompromiseInteraction)
 #: Everything decoded strictly (each has a version `v`).
-W = TypeVar("W", SessionHandoff, CompromiseDeclaration, StateScope, SuccessorIntegrity, CompromiseInteraction, CompromiseNotice)
+W = TypeVar(
+    "W", SessionHandoff, CompromiseDeclaration, StateScope, SuccessorIntegrity, CompromiseInteraction, CompromiseNotice, CompromiseClearance
+)
 
 CONTEXTS: Final[dict[type[msgspec.Struct], bytes]] = {
     CompromiseDeclaration: DECLARATION_CONTEXT,
@@ -243,6 +262,8 @@ class MessageCode(enum.StrEnum):
     WRONG_SIGNER = "wrong_signer"
     WRONG_SUCCESSOR = "wrong_successor"
     UNTRUSTED_ISSUER = "untrusted_issuer"
+    WRONG_ISSUER = "wrong_issuer"
+    WRONG_KEY = "wrong_key"
 
 
 class MessageError(ValueError):

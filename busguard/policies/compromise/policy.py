@@ -13,6 +13,9 @@ the subject agent as a whole, one of its sessions, or one of its keys
 (`agent_row`, `session_row`, `key_row`). A later handoff names every row
 that could cover its session, its successor or whoever vouched for the
 successor, and `checks.check_handoff` decides which notices are in force.
+The issuer may lift a notice with a `compromise-clearance` (clearance.py),
+kept on the notice's row entry; so a notice id held on a row stays its
+issuer's and key's (a re-send by anyone else would carry the right to clear it).
 
 TTL (`notice_retention_ms`, default 30 days, at least the admission's
 `session_retention_ms`): a notice marks compromise "from a time on", with no
@@ -43,7 +46,15 @@ import msgspec
 
 from busguard.policies.compromise.checks import KeyLookup, check_handoff, check_notice_fields, principal
 from busguard.policies.compromise.lifecycle import MAX_NOTICES_PER_ROW as MAX_NOTICES_PER_ROW  # the row bound, for tests
-from busguard.policies.compromise.lifecycle import NoticeEntry, capped, decode_row, encode_row
+from busguard.policies.compromise.lifecycle import NAMESPACE as NAMESPACE
+from busguard.policies.compromise.lifecycle import NoticeEntry, capped, encode_row
+from busguard.policies.compromise.lifecycle import agent_row as agent_row
+from busguard.policies.compromise.lifecycle import covers_label as covers_label
+from busguard.policies.compromise.lifecycle import entries_at as entries_at
+from busguard.policies.compromise.lifecycle import key_row as key_row
+from busguard.policies.compromise.lifecycle import notice_row as notice_row
+from busguard.policies.compromise.lifecycle import row_for as row_for
+from busguard.policies.compromise.lifecycle import session_row as session_row
 from busguard.policies.compromise.message import (
     CompromiseNotice,
     MessageCode,
@@ -65,7 +76,6 @@ from busguard.policies.seam import (
     PolicyOutcome,
     PolicyView,
     PolicyWrite,
-    policy_key,
 )
 from busguard.protocol.envelope import Envelope
 from busguard.protocol.identity import canonical_principal
@@ -77,7 +87,6 @@ from busguard.protocol.timestamps import parse_timestamp
 
 KIND_COMPROMISE_NOTICE: Final = "compromise-notice"
 SETTINGS_KEY: Final = "compromise"
-NAMESPACE: Final = "compromise"
 ROUTE_QUARANTINE: Final = "quarantine"
 DEFAULT_NOTICE_RETENTION_MS: Final = 30 * 86_400_000
 #: How far after the guard's clock a notice's `expires_at` or a clearance's
@@ -143,43 +152,6 @@ def key_lookup(registry: KeySource, now_ms: int) -> KeyLookup:
     return lookup
 
 
-# ------------------------------------------------------------------ the rows
-
-
-def _row(*parts: str) -> PolicyKey:
-    return policy_key(NAMESPACE, *parts)
-
-
-def agent_row(subject: str) -> PolicyKey:
-    return _row("agent", subject)
-
-
-def session_row(subject: str, session_id: str) -> PolicyKey:
-    return _row("session", subject, session_id)
-
-
-def key_row(subject: str, key_id: str) -> PolicyKey:
-    return _row("key", subject, key_id)
-
-
-def notice_row(notice: CompromiseNotice) -> PolicyKey:
-    subject = canonical_principal(notice.subject)
-    if notice.session_id is not None:
-        return session_row(subject, notice.session_id)
-    if notice.subject_key_id is not None:
-        return key_row(subject, notice.subject_key_id)
-    return agent_row(subject)
-
-
-def entries_at(view: PolicyView, row: PolicyKey) -> tuple[NoticeEntry, ...]:
-    raw = view.get(row)
-    return () if raw is None else decode_row(raw)  # written by the notice and clearance policies only, after their checks
-
-
-def covers_label(subject_session: str | None, subject_key: str | None) -> str:
-    return "session" if subject_session is not None else "key" if subject_key is not None else "agent"
-
-
 def _objection(reason: Reason, error: MessageError) -> PolicyOutcome:
     return PolicyOutcome(objection=Objection(Outcome.REJECT, reason, f"{error.code}: {error.where}: {error.detail}"))
 
@@ -191,6 +163,7 @@ class ParsedNotice(msgspec.Struct, frozen=True, kw_only=True):
     notice: CompromiseNotice
     row: PolicyKey
     sha256: str  # of the exact notice bytes: what a clearance names
+    issuer_key_id: str | None  # the issuer's key that signed the receipt: the one a clearance must be signed with
     retention_ms: int
     horizon_ms: int
 
@@ -228,6 +201,7 @@ class NoticePolicy:
             notice=notice,
             row=notice_row(notice),
             sha256=hashlib.sha256(envelope.payload).hexdigest(),
+            issuer_key_id=signing_key_id(envelope, context.keys, sender, context.now_ms),
             retention_ms=settings.notice_retention_ms,
             horizon_ms=settings.notice_expiry_horizon_ms,
         )
@@ -249,8 +223,28 @@ class NoticePolicy:
             # compromise takes a new notice id.
             detail = f"notice {notice.notice_id!r} was cleared by {prior.cleared_by} from {prior.cleared_at}; a new notice needs a new id"
             return PolicyOutcome(objection=Objection(Outcome.REJECT, Reason.NOTICE_ALREADY_CLEARED, detail), annotations=mark)
-        kept[notice.notice_id] = NoticeEntry(notice=notice, sha256=parsed.sha256)
-        ordered = capped(kept.values(), now_ms)
+        if (
+            prior is not None
+            and prior.issuer_key_id is not None
+            and (
+                canonical_principal(prior.notice.issuer) != canonical_principal(notice.issuer)
+                or prior.issuer_key_id != parsed.issuer_key_id
+            )
+        ):
+            # Replacing the entry would hand its clearance to whoever replaced
+            # it: another issuer, or another (perhaps stolen) key of this one.
+            code = (
+                MessageCode.WRONG_KEY
+                if canonical_principal(prior.notice.issuer) == canonical_principal(notice.issuer)
+                else MessageCode.WRONG_ISSUER
+            )
+            detail = (
+                f"{code}: notice.notice_id: {notice.notice_id!r} is held on its row by {prior.notice.issuer!r} key {prior.issuer_key_id!r}"
+            )
+            return PolicyOutcome(objection=Objection(Outcome.REJECT, Reason.NOTICE_UNAUTHENTIC, detail), annotations=mark)
+        kept[notice.notice_id] = NoticeEntry(notice=notice, sha256=parsed.sha256, issuer_key_id=parsed.issuer_key_id)
+        expires = now_ms + parsed.retention_ms
+        ordered = [msgspec.structs.replace(e, row_expires_ms=expires) for e in capped(kept.values(), now_ms)]
         write = PolicyWrite(parsed.row, encode_row(ordered), ttl_ms=parsed.retention_ms)
         annotations = {
             **mark,
@@ -277,8 +271,9 @@ class ParsedHandoff(msgspec.Struct, frozen=True, kw_only=True):
     keys: KeyLookup
 
 
-def _sender_key_id(envelope: Envelope, registry: KeySource, session: str, now_ms: int) -> str | None:
-    """Which of the session's keys signed the receipt (a key-scoped notice may name it)."""
+def signing_key_id(envelope: Envelope, registry: KeySource, session: str, now_ms: int) -> str | None:
+    """Which of the sender's keys signed the receipt (a key-scoped notice may
+    name it; a clearance must be signed by the key that signed its notice)."""
     if envelope.receipt.key_id is not None:
         return envelope.receipt.key_id
     usable = registry.lookup(session, None, now_ms).keys
@@ -321,7 +316,7 @@ class HandoffPolicy:
             envelope=envelope,
             handoff=handoff,
             rows=tuple(dict.fromkeys(rows)),
-            sender_key_id=_sender_key_id(envelope, registry, session, now),
+            sender_key_id=signing_key_id(envelope, registry, session, now),
             settings=settings_of(context),
             keys=key_lookup(registry, now),
         )
