@@ -28,7 +28,7 @@ from busguard.protocol.registry import KeyRegistry, KeyWindow
 from busguard.protocol.signing import public_key_from_seed
 from busguard.protocol.timestamps import format_timestamp
 from busguard.sdk.sender import Sender, SignedRecord
-from busguard.state.memory import MemoryStore
+from busguard.state.memory.store import MemoryStore
 from tests.unit import compromise_kit as kit
 from tests.unit.compromise_kit import NOW, OPERATOR, PLAN, SESSION
 from tests.unit.harness import Harness
