@@ -24,7 +24,7 @@ from typing import Any, Final
 
 import msgspec
 
-from busguard.config import Config, load_config
+from busguard.config import Config
 from busguard.demo.deployment import config_text
 from busguard.policies.award.canonicalizers import JcsSha256
 from busguard.policies.award.wire import AwardPayload, BidPayload, CallPayload, ReceiptTemplate, ResultPayload
@@ -150,9 +150,7 @@ def run_award_demo(keep_dir: str | None) -> int:
 
 
 async def _demo(work: Path) -> int:
-    from busguard.demo.run import start_services
-    from busguard.devtools.broker import EmbeddedBroker
-    from busguard.wiring import ensure_topics, guard_topics
+    from busguard.demo.run import demo_deployment, start_services
 
     ids = {n: new_identity() for n in AGENTS}
     guard_id, reconciler_id = new_identity(), new_identity()
@@ -164,13 +162,7 @@ async def _demo(work: Path) -> int:
     )
     (work / "keys.toml").write_text(_registry_text(ids), encoding="utf-8")
     print("busguard demo award: seed 002's contract net (awarder A, bidders B and C) through the guard")
-    broker = EmbeddedBroker(log_dir=work)
-    await broker.astart()
-    try:
-        cfg_path = work / "busguard.toml"
-        cfg_path.write_text(config_text(broker.bootstrap), encoding="utf-8")
-        cfg = load_config(cfg_path, env={})
-        await ensure_topics(cfg, guard_topics(cfg))
+    async with demo_deployment(work, config_text) as (cfg, _):
         services = start_services(cfg)
         try:
             await services.start()
@@ -179,8 +171,6 @@ async def _demo(work: Path) -> int:
             return await _run(cfg, steps, services, guard_id.public_key)
         finally:
             await services.stop()
-    finally:
-        await broker.astop()
 
 
 async def _run(cfg: Config, steps: list[NetStep], services: Any, guard_key: bytes) -> int:

@@ -34,7 +34,6 @@ from typing import Any, Final
 
 import msgspec
 
-from busguard.config import Config, load_config
 from busguard.devconfig import Topics, embedded_config
 from busguard.policies.compromise.clearance import KIND_COMPROMISE_CLEARANCE, clearance_for
 from busguard.policies.compromise.message import (
@@ -309,7 +308,7 @@ async def _run(work: Path) -> int:
     from aiokafka import TopicPartition
 
     from busguard import wiring
-    from busguard.devtools.broker import EmbeddedBroker
+    from busguard.demo.run import demo_deployment
     from busguard.runtime.clients import partitions_of, producer, reader
 
     names = (SESSION, SUCCESSOR, OPERATOR)
@@ -317,13 +316,7 @@ async def _run(work: Path) -> int:
     write_key(work / "guard.key", new_identity())
     (work / "keys.toml").write_text(registry_text(parties), encoding="utf-8")
     print("busguard demo handoff: seed 004's failure modes (compromised session handoffs) and their prevention")
-    broker = EmbeddedBroker(log_dir=work)
-    await broker.astart()
-    try:
-        cfg_path = work / "busguard.toml"
-        cfg_path.write_text(config_text(broker.bootstrap), encoding="utf-8")
-        cfg: Config = load_config(cfg_path, env={})
-        await wiring.ensure_topics(cfg, wiring.guard_topics(cfg))
+    async with demo_deployment(work, config_text) as (cfg, _):
         store = wiring.open_guard_store(cfg, wiring.now_ms(), genesis=True)
         guard = wiring.build_guard(cfg, store, wiring.guard_keys(cfg))
         task = asyncio.create_task(guard.run(), name="busguard-guard")
@@ -368,8 +361,6 @@ async def _run(work: Path) -> int:
 
         guard_key = guard.identity.public_key
         audit = await asyncio.to_thread(run_auditor, cfg, guard_key, guard_key)  # no reconciler ran: nothing it sealed to check
-    finally:
-        await broker.astop()
 
     decisions = {d.receipt_id: d for d in (msgspec.json.decode(r.value, type=Decision) for r in by_topic[cfg.topics.audit])}
     quarantined = {r.key.decode() for r in by_topic[quarantine]}

@@ -8,7 +8,8 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -74,6 +75,26 @@ class Services:
                     print(f"warning: {t.get_name()} ended with {r!r}", file=sys.stderr)
         self.guard_store.close()
         self.reconcile_store.close()
+
+
+@asynccontextmanager
+async def demo_deployment(work: Path, config_text: Callable[[str], str]) -> AsyncIterator[tuple[Config, str]]:
+    """Every demo's deployment: an embedded broker (memory storage, stopped on
+    exit), the demo's config written for it in `work` and loaded, and the
+    topics it names created. Yields the config and the broker's address."""
+    from busguard.devtools.broker import EmbeddedBroker
+    from busguard.wiring import ensure_topics, guard_topics
+
+    broker = EmbeddedBroker(log_dir=work)
+    await broker.astart()
+    try:
+        cfg_path = work / "busguard.toml"
+        cfg_path.write_text(config_text(broker.bootstrap), encoding="utf-8")
+        cfg = load_config(cfg_path, env={})  # the demo's own file; BUSGUARD_* variables must not redirect it
+        await ensure_topics(cfg, guard_topics(cfg))  # the demo's config asks for them (kafka.create_topics)
+        yield cfg, broker.bootstrap
+    finally:
+        await broker.astop()
 
 
 def start_services(cfg: Config) -> Services:
@@ -149,24 +170,15 @@ def run_demo(keep_dir: str | None, *, verbose: bool = False) -> int:
 
 
 async def _demo(work: Path, owned: bool) -> int:
-    from busguard.devtools.broker import EmbeddedBroker
-    from busguard.wiring import ensure_topics, guard_topics
-
     ids = write_deployment(work)
     guard_id, planner, executor, reconciler_id = ids.guard, ids.planner, ids.executor, ids.reconciler
 
     print("busguard demo: the guard and the reconciler on an embedded broker, one scripted scenario")
-    broker = EmbeddedBroker(log_dir=work)
-    await broker.astart()
-    try:
-        cfg_path = work / "busguard.toml"
-        cfg_path.write_text(config_text(broker.bootstrap), encoding="utf-8")
-        cfg = load_config(cfg_path, env={})  # the demo's own file; BUSGUARD_* variables must not redirect it
-        print(f"  broker     tansu at {broker.bootstrap} (memory storage)")
+    async with demo_deployment(work, config_text) as (cfg, bootstrap):
+        print(f"  broker     tansu at {bootstrap} (memory storage)")
         print(f"  work dir   {work}" + ("  (removed at exit; keep it with --dir DIR)" if owned else ""))
         print(f"  guard key  {guard_id.agent_id}")
         print(f"  reconciler {reconciler_id.agent_id}  (its own key: it seals resolutions, never decisions)")
-        await ensure_topics(cfg, guard_topics(cfg))  # the demo's config asks for them (kafka.create_topics)
         services = start_services(cfg)
         stopped = False
         try:
@@ -194,8 +206,6 @@ async def _demo(work: Path, owned: bool) -> int:
         finally:
             if not stopped:
                 await services.stop()
-    finally:
-        await broker.astop()
 
 
 async def _scenario(

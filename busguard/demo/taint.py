@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from busguard.config import Config, load_config
+from busguard.config import Config
 from busguard.demo.deployment import config_text, write_deployment
 from busguard.demo.render import render_audit, run_auditor
-from busguard.demo.run import COLLECT_TIMEOUT_S, run_scenario, start_services
+from busguard.demo.run import COLLECT_TIMEOUT_S, demo_deployment, run_scenario, start_services
 from busguard.demo.tap import Tap
 from busguard.policies.taint.replay import KIND, encode_request
 from busguard.protocol.keyfile import Identity
@@ -111,20 +111,11 @@ def run_taint_demo(keep_dir: str | None, *, verbose: bool = False) -> int:
 
 
 async def _demo(work: Path, owned: bool) -> int:
-    from busguard.devtools.broker import EmbeddedBroker
-    from busguard.wiring import ensure_topics, guard_topics
-
     ids = write_deployment(work)
     print("busguard demo taint: seed 003's incident (read_secret -> summarize -> post_message) through the guard")
-    broker = EmbeddedBroker(log_dir=work)
-    await broker.astart()
-    try:
-        cfg_path = work / "busguard.toml"
-        cfg_path.write_text(taint_config_text(broker.bootstrap), encoding="utf-8")
-        cfg = load_config(cfg_path, env={})
-        print(f"  broker     tansu at {broker.bootstrap} (memory storage)")
+    async with demo_deployment(work, taint_config_text) as (cfg, bootstrap):
+        print(f"  broker     tansu at {bootstrap} (memory storage)")
         print(f"  route      taint: {REQUESTS} -> {PLANS}; refusals to {cfg.topics.dead_letter}")
-        await ensure_topics(cfg, guard_topics(cfg))
         services = start_services(cfg)
         stopped = False
         try:
@@ -162,8 +153,6 @@ async def _demo(work: Path, owned: bool) -> int:
         finally:
             if not stopped:
                 await services.stop()
-    finally:
-        await broker.astop()
 
 
 async def _drive(cfg: Config, requests: list[Request], executor: Identity, guard_key: bytes, failure: object) -> bool:

@@ -33,9 +33,20 @@ resend is a provable retransmission.
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, NotRequired, TypedDict, Unpack
 
 from busguard.sdk.sender import Sender, SignedRecord
+
+
+class Record(TypedDict):
+    """What `send` and `submit` take besides the topic."""
+
+    kind: str
+    task_id: str
+    receiver: str
+    payload: bytes
+    partition: NotRequired[int | None]
+    extra_headers: NotRequired[list[tuple[str, bytes]] | None]
 
 
 class SigningProducer:
@@ -45,43 +56,32 @@ class SigningProducer:
         self.producer = producer
         self.sender = sender
         self.key = sender.agent_id.encode()
-        #: the receipt of the last record sent (its `receipt_id` is what the guard judges)
+        #: the receipt of the last record signed to send (its `receipt_id` is what the guard judges)
         self.last_sent: SignedRecord | None = None
 
-    async def send(
-        self,
-        topic: str,
-        *,
-        kind: str,
-        task_id: str,
-        receiver: str,
-        payload: bytes,
-        partition: int | None = None,
-        extra_headers: list[tuple[str, bytes]] | None = None,
-    ) -> SignedRecord:
+    async def send(self, topic: str, **record: Unpack[Record]) -> SignedRecord:
         """Sign and send one record, waiting for the broker's acknowledgment;
         returns what was sent (value, headers, receipt, receipt id)."""
-        rec = self.sender.sign(kind=kind, task_id=task_id, receiver=receiver, payload=payload, extra_headers=extra_headers)
+        rec, partition = self._sign(record)
         await self.producer.send_and_wait(topic, value=rec.value, key=self.key, headers=rec.headers, partition=partition)
-        self.last_sent = rec
         return rec
 
-    async def submit(
-        self,
-        topic: str,
-        *,
-        kind: str,
-        task_id: str,
-        receiver: str,
-        payload: bytes,
-        partition: int | None = None,
-        extra_headers: list[tuple[str, bytes]] | None = None,
-    ) -> tuple[SignedRecord, Awaitable[Any]]:
+    async def submit(self, topic: str, **record: Unpack[Record]) -> tuple[SignedRecord, Awaitable[Any]]:
         """Sign one record and hand it to the producer's current batch
         without waiting: returns what was sent and the broker's
         acknowledgment to await (aiokafka's `send`), so a burst of handoffs
         shares produce requests."""
-        rec = self.sender.sign(kind=kind, task_id=task_id, receiver=receiver, payload=payload, extra_headers=extra_headers)
+        rec, partition = self._sign(record)
         ack = await self.producer.send(topic, value=rec.value, key=self.key, headers=rec.headers, partition=partition)
-        self.last_sent = rec
         return rec, ack
+
+    def _sign(self, record: Record) -> tuple[SignedRecord, int | None]:
+        rec = self.sender.sign(
+            kind=record["kind"],
+            task_id=record["task_id"],
+            receiver=record["receiver"],
+            payload=record["payload"],
+            extra_headers=record.get("extra_headers"),
+        )
+        self.last_sent = rec
+        return rec, record.get("partition")
