@@ -41,6 +41,7 @@ import msgspec
 
 from busguard.policies.award import rows
 from busguard.policies.award.canonicalizers import BUILTIN
+from busguard.policies.award.codes import AWARD_REASONS, BID_REASONS, CALL_REASONS, RESULT_REASONS
 from busguard.policies.award.limits import DEFAULT_LIMITS, MAX_BIDS, AwardConfig
 from busguard.policies.award.registry import VerificationRegistry
 from busguard.policies.award.rows import AwardedRow, AwardRow, BidRow, CallRow, Legacy
@@ -63,6 +64,8 @@ from busguard.protocol.identity import canonical_principal
 from busguard.protocol.reasons import Outcome, Reason
 from busguard.protocol.records import Notice
 from busguard.protocol.timestamps import parse_timestamp
+
+__all__ = ["AWARD_REASONS", "BID_REASONS", "CALL_REASONS", "POLICY", "RESULT_REASONS", "AwardPolicy"]
 
 NAMESPACE: Final = rows.NAMESPACE
 NAMESPACES: Final = rows.NAMESPACES
@@ -236,7 +239,7 @@ class AwardPolicy:
         legacy_counts[parsed.principal] = mine + 1
         writes += [_write(rows.bidder_key(call, who), rows.Count(n), new, now_ms) for who, n in sorted(legacy_counts.items())]
         writes += [_write(rows.bid_key(call, b.bid), b, new, now_ms) for b in state.legacy]  # a legacy row's bids, migrated once
-        mode = self._mode(bid, row)
+        mode = _mode(self.registry, bid, row)
         notes = {"call": call, "bid": bid_id, "canonicalizer_id": t.canonicalizer_id, "awardable": mode[0] if mode else "no"}
         return PolicyOutcome(writes=tuple(writes), annotations=notes)
 
@@ -332,22 +335,9 @@ class AwardPolicy:
             notices=(Notice(route=REBID_ROUTE, key=parsed.call.encode(), value=notice_encode(notice)),),
         )
 
-    # ---------------------------------------------------------------- modes
-
-    def _mode(self, bid: BidRow, row: CallRow) -> tuple[str, str | None] | None:
-        """The first mode, in verified > delegated > best_effort order, in which
-        this bid could be awarded here, with the verifier for delegated."""
-        if self.registry.recompute(bid.canonicalizer_id) is not None:
-            return "verified", None
-        if bid.verifier_manifest is not None and self.registry.delegation(bid.verifier_manifest, bid.canonicalizer_id) is not None:
-            return "delegated", bid.verifier_manifest
-        if not row.requires_check and self.registry.tolerates_best_effort(row.task_class):
-            return "best_effort", None
-        return None
-
     def _awardable(self, bids: Iterable[BidRow], row: CallRow) -> Iterable[Awardable]:
         for bid in bids:
-            mode = self._mode(bid, row)
+            mode = _mode(self.registry, bid, row)
             if mode is not None:
                 yield Awardable(
                     bid=bid.bid,
@@ -357,6 +347,10 @@ class AwardPolicy:
                     canonicalizer_id=bid.canonicalizer_id,
                     verifier_manifest=mode[1],
                 )
+
+
+def _mode(registry: VerificationRegistry, bid: BidRow, row: CallRow) -> tuple[str, str | None] | None:
+    return registry.mode(bid.canonicalizer_id, bid.verifier_manifest, requires_check=row.requires_check, task_class=row.task_class)
 
 
 def _state(decoded: CallRow | Legacy) -> _Call:
@@ -403,54 +397,3 @@ def _write(key: PolicyKey, value: CallRow | BidRow | rows.Count, call: CallRow, 
 
 
 POLICY: Final = AwardPolicy()
-
-
-#: The reason codes each kind may give (KindSpec.reasons).
-_PARSE = (
-    Reason.UNKNOWN_FIELD,
-    Reason.MISSING_FIELD,
-    Reason.WRONG_TYPE,
-    Reason.MALFORMED_FIELD,
-    Reason.NOT_JSON,
-    Reason.DUPLICATE_KEY,
-    Reason.MALFORMED_AGENT_ID,
-)
-CALL_REASONS: Final = (
-    *_PARSE,
-    Reason.MALFORMED_TIMESTAMP,
-    Reason.AWARD_WRONG_PARTY,
-    Reason.AWARD_CALL_EXISTS,
-    Reason.AWARD_DEADLINE_TOO_FAR,
-)
-BID_REASONS: Final = (
-    *_PARSE,
-    Reason.MALFORMED_TIMESTAMP,
-    Reason.AWARD_UNKNOWN_CALL,
-    Reason.AWARD_CLOSED,
-    Reason.AWARD_DEADLINE_TOO_FAR,
-    Reason.AWARD_BID_EXISTS,
-    Reason.AWARD_BIDDER_LIMIT,
-    Reason.AWARD_TOO_MANY_BIDS,
-)
-AWARD_REASONS: Final = (
-    *_PARSE,
-    Reason.AWARD_UNKNOWN_CALL,
-    Reason.AWARD_WRONG_PARTY,
-    Reason.AWARD_ALREADY_AWARDED,
-    Reason.AWARD_CLOSED,
-    Reason.AWARD_UNKNOWN_BID,
-    Reason.AWARD_UNRANKED_BID,
-    Reason.AWARD_UNRECOMPUTABLE,
-    Reason.AWARD_UNTRUSTED_VERIFIER,
-    Reason.AWARD_BEST_EFFORT_NOT_TOLERATED,
-    Reason.AWARD_CHECK_REQUIRED,
-)
-RESULT_REASONS: Final = (
-    *_PARSE,
-    Reason.AWARD_UNKNOWN_CALL,
-    Reason.AWARD_WRONG_PARTY,
-    Reason.SETTLEMENT_NO_AWARD,
-    Reason.SETTLEMENT_MISMATCH,
-    Reason.SETTLEMENT_UNRECOMPUTABLE,
-    Reason.SETTLEMENT_BAD_ATTESTATION,
-)

@@ -85,7 +85,7 @@ class TrustedVerifier(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class VerificationRegistry(msgspec.Struct, frozen=True, kw_only=True):
-    """The validated registry. Lookups only; the award decision lives elsewhere."""
+    """The validated registry: lookups, and which mode they allow; the award decision lives in policy.py."""
 
     canonicalizers: Mapping[str, Canonicalizer]
     verifiers: Mapping[str, TrustedVerifier]
@@ -108,6 +108,20 @@ class VerificationRegistry(msgspec.Struct, frozen=True, kw_only=True):
 
     def tolerates_best_effort(self, task_class: str) -> bool:
         return task_class in self.best_effort_task_classes
+
+    def mode(
+        self, canonicalizer_id: str, verifier_manifest: str | None, *, requires_check: bool, task_class: str
+    ) -> tuple[str, str | None] | None:
+        """The first mode, in verified > delegated > best_effort order, in
+        which a bid under `canonicalizer_id` (naming `verifier_manifest`) could
+        be awarded here, with the verifier for delegated; None for none."""
+        if self.recompute(canonicalizer_id) is not None:
+            return "verified", None
+        if verifier_manifest is not None and self.delegation(verifier_manifest, canonicalizer_id) is not None:
+            return "delegated", verifier_manifest
+        if not requires_check and self.tolerates_best_effort(task_class):
+            return "best_effort", None
+        return None
 
 
 def load_verification(
