@@ -13,6 +13,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from busguard.policies.compromise.manifest import manifest_input
 from busguard.policies.compromise.message import (
     DECLARATION_CONTEXT,
     CompromiseDeclaration,
@@ -36,7 +37,6 @@ from busguard.policies.compromise.verdict import (
     disposition,
     evaluate,
     gate,
-    manifest_input,
     successor_treatment,
 )
 from busguard.protocol.envelope import b64url_decode_strict

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from busguard.policies.compromise.manifest import manifest_input
 from busguard.policies.compromise.message import (
     Component,
     CompromiseKind,
@@ -37,7 +38,6 @@ from busguard.policies.compromise.verdict import (
     disposition,
     evaluate,
     gate,
-    manifest_input,
     session_state,
     successor_treatment,
 )
