@@ -5,70 +5,9 @@ Several guard processes on one host may share the file: every batch runs in a
 can never both pass a nonce check before either records it. `synchronous` is
 FULL by default: a committed batch survives a power loss, not just `kill -9`.
 
-Rows are msgpack-encoded msgspec Structs, so a decision read back after a
-crash re-encodes to exactly the bytes that were first emitted.
-
-Layout (schema version 4; every key is `key(parts…)`):
-    meta(k, v)                                   created_at_ms, schema, origin, trusted_from_ms, expired_to_ms
-    watermarks(k=topic,partition) -> topic, part, off  highest input offset decided; never expires
-    decision_runs(id, topic, part, first, last, n, exp, body)
-                                                 the decisions of one batch, per input partition
-    nonces_<lo>_<hi>(k=scope,nonce) -> exp       recorded after signatures verify; one table per expiry bucket
-    windows(k=principal,session_id) -> top, bitmap, exp
-    tasks_<lo>_<hi>(k=kind,task_id) -> body, exp first admission per task (insert-only); one table per expiry bucket
-
-Nonces and tasks are time-bucketed (state/sqlite/buckets.py has the why and the
-bound): a row lives in the table whose [lo, hi) holds its expiry, nothing
-indexes `exp`, and `expire` drops a table once `hi` has passed. Rows of a
-live table that have expired stay until then, and read as absent from the
-later of the batch's `now` and `expired_to_ms` (the `now` of the last
-expiry pass, which counted them): exactly what the reads saw when that pass
-deleted them. The one difference from deleting: a row written after a pass
-with an expiry before that pass's `now` (a writer whose clock is behind
-the expiring one's) reads as absent at once rather than until the next pass.
-
-Decisions are stored a run at a time, not a row each (a row per
-record was a third of the state transaction's cost, and every batch looked up
-all its positions only to find nothing). A run holds, for one input
-partition, the decisions one batch wrote that share one expiry (in practice:
-all of that batch's decisions on that partition): `body` is the msgpack array
-of the decisions in offset order, `first`/`last` their lowest and highest
-offsets (`last - first < RUN_SPAN`: a batch whose offsets on a partition
-spread wider is cut into several runs), `n` how many, `exp` when they expire
-(so a run expires with its newest decision, which is every one of them).
-A batch finds its earlier decisions with one range query per partition on
-(topic, part, last): a run holding an offset in [lo, hi] has `last` in
-[lo, hi + RUN_SPAN) and `first <= hi`, so the scan is bounded and, for a
-batch past everything stored (the normal case), empty.
-
-Every position is held by at most one run, expired or not: writing a run
-first takes its positions out of the runs that held them (rewritten, or
-deleted once empty). So a re-decided position (a different record found at
-a decided offset, `busguard_replaced_decisions_total`) reads back as its
-newest decision whatever the order of the runs, `counts()["decisions"]`
-(the sum of `n`) counts each position once, and an older run's expiry can
-never bring a superseded decision back. Reads also take runs in `id` order,
-newest last, so the newest wins even if that ever failed to hold.
-
-`origin` is `genesis` for a store `busguard state init` made (an operator
-declared that no history exists: no fence) and `created` for one `busguard
-run` had to make because the file was missing (it may replace a lost store:
-fenced from its creation). `trusted_from_ms` is the fence time of
-admission/fence.py, absent while a genesis store has never re-armed; it is
-read inside every batch's transaction, so a re-arm by one guard process
-fences every process sharing the file from its next batch. Watermarks are
-written in the batch's own transaction, so they can never claim a decision
-the store does not hold.
-
-Upgrades run in place on open, in the opening transaction. Schema 1 (no
-fence columns, no watermarks): origin `created`, fenced from its creation as
-before, watermarks rebuilt from the decisions it still holds; then as schema
-2. Schema 2 (a `decisions` row per position): every unexpired decision
-becomes a one-decision run with its expiry, bytes unchanged, and the table
-is dropped; they age out as before, and new batches write whole runs.
-Schema 3 (one `nonces` and one `tasks` table, each with an `exp` index):
-every unexpired row moves, bytes unchanged, into its bucket's table, and
-the old tables are dropped.
+The layout, the time buckets, the decision runs and the fences: the
+package's docstring (busguard/state/sqlite/__init__.py); schema upgrades:
+state/sqlite/upgrade.py.
 """
 
 from __future__ import annotations
@@ -83,17 +22,17 @@ from busguard.state import sealrows
 from busguard.state.codecs import bitmap_bytes, bitmap_int, encode, run_decoder, task_decoder
 from busguard.state.keys import KeySet, Partition, SourceKey
 from busguard.state.snapshot import Snapshot, WindowState, spans_of
+from busguard.state.sqlite import upgrade
 from busguard.state.sqlite.buckets import KINDS, Catalog, width_for
 from busguard.state.sqlite.db import BACKSTOP_PAGES, Checkpointer, connect, key, reading, select_in, transaction
+from busguard.state.sqlite.upgrade import CREATED, SCHEMA_VERSION
 from busguard.state.store import BatchFn, rearmed
 from busguard.state.writes import BatchWrites
 
-SCHEMA_VERSION: Final = 4
 #: A run's offsets span less than this (last - first < RUN_SPAN); the range
 #: query relies on it, so changing it is a schema change.
 RUN_SPAN: Final = 4096
 GENESIS: Final = "genesis"
-CREATED: Final = "created"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID;
@@ -167,11 +106,11 @@ class SqliteStore:
                     )
                 else:
                     if meta.get("schema") == "1":
-                        meta = self._upgrade_from_1(db, meta)
+                        meta = upgrade.from_1(db, meta)
                     if meta.get("schema") == "2":
-                        meta = self._upgrade_from_2(db, meta, now_ms)
+                        meta = upgrade.from_2(db, meta, now_ms)
                     if meta.get("schema") == "3":
-                        meta = self._upgrade_from_3(db, meta, now_ms)
+                        meta = upgrade.from_3(db, meta, now_ms, self._buckets, self._width)
                 if meta.get("schema") != str(SCHEMA_VERSION):
                     raise RuntimeError(f"{self.path}: state schema {meta.get('schema')} is not {SCHEMA_VERSION}")
                 self._created_at = int(meta["created_at_ms"])
@@ -183,56 +122,6 @@ class SqliteStore:
         except BaseException:
             self._db.close()
             raise
-
-    @staticmethod
-    def _upgrade_from_1(db: sqlite3.Connection, meta: dict[str, str]) -> dict[str, str]:
-        marks: dict[tuple[str, int], int] = {}
-        for (k,) in db.execute("SELECT k FROM decisions"):
-            topic, partition, offset = _source_of(k)
-            if marks.get((topic, partition), -1) < offset:
-                marks[(topic, partition)] = offset
-        db.executemany("INSERT INTO watermarks VALUES (?,?,?,?)", [(key(t, p), t, p, o) for (t, p), o in marks.items()])
-        meta = {**meta, "schema": "2", "origin": CREATED, "trusted_from_ms": meta["created_at_ms"]}
-        db.executemany("INSERT OR REPLACE INTO meta VALUES(?, ?)", [(k, meta[k]) for k in ("schema", "origin", "trusted_from_ms")])
-        return meta
-
-    @staticmethod
-    def _upgrade_from_2(db: sqlite3.Connection, meta: dict[str, str], now_ms: int) -> dict[str, str]:
-        """Each unexpired decision row becomes a run of one, its bytes kept as
-        they are (a one-element msgpack array around them); expired rows read
-        as absent already and are dropped with the table."""
-        rows = db.execute("SELECT k, body, exp FROM decisions WHERE exp > ?", (now_ms,))
-        while chunk := rows.fetchmany(1000):
-            runs = []
-            for k, body, exp in chunk:
-                topic, partition, offset = _source_of(k)
-                runs.append((topic, partition, offset, offset, 1, exp, b"\x91" + body))
-            db.executemany("INSERT INTO decision_runs(topic, part, first, last, n, exp, body) VALUES (?,?,?,?,?,?,?)", runs)
-        db.execute("DROP TABLE decisions")
-        db.execute("INSERT OR REPLACE INTO meta VALUES('schema', '3')")
-        return {**meta, "schema": "3"}
-
-    def _upgrade_from_3(self, db: sqlite3.Connection, meta: dict[str, str], now_ms: int) -> dict[str, str]:
-        """Every unexpired nonce and task moves, bytes unchanged, into the
-        table of its expiry's bucket; the single tables and their `exp`
-        indexes are dropped, and expired rows with them (they read as
-        absent already)."""
-        self._buckets.refresh(db)
-        present = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table' AND name IN ('nonces', 'tasks')")}
-        for kind, columns, width in (("nonces", "k, exp", self._width("nonces")), ("tasks", "k, body, exp", self._width("tasks"))):
-            if kind not in present:
-                continue
-            marks = ",".join("?" * len(columns.split(",")))
-            rows = db.execute(f"SELECT {columns} FROM {kind} WHERE exp > ?", (now_ms,))
-            while chunk := rows.fetchmany(10_000):
-                by_table: dict[str, list[tuple[Any, ...]]] = {}
-                for row in chunk:
-                    by_table.setdefault(self._buckets.table_for(db, kind, row[-1], width), []).append(row)
-                for table, moved in by_table.items():
-                    db.executemany(f"INSERT INTO {table} VALUES ({marks})", moved)
-            db.execute(f"DROP TABLE {kind}")
-        db.execute("INSERT OR REPLACE INTO meta VALUES('schema', ?)", (str(SCHEMA_VERSION),))
-        return {**meta, "schema": str(SCHEMA_VERSION)}
 
     def _width(self, kind: str) -> int:
         return width_for(self.nonce_retention_ms if kind == "nonces" else self.task_retention_ms)
@@ -526,11 +415,3 @@ def _meta_times(db: sqlite3.Connection) -> tuple[int | None, int | None]:
 
 def _offset(item: tuple[int, Decision]) -> int:
     return item[0]
-
-
-def _source_of(k: str) -> tuple[str, int, int]:
-    """Inverse of `key(topic, partition, offset)` (state/sqlite/db.py key)."""
-    n, _, rest = k.partition(":")
-    topic, rest = rest[: int(n)], rest[int(n) + 1 :]
-    m, _, rest = rest.partition(":")
-    return topic, int(rest[: int(m)]), int(rest[int(m) + 1 :])
