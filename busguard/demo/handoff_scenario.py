@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from busguard.devconfig import Topics, embedded_config
+from busguard.policies.compromise.build import inline_component, scope_entry, sign_statement
 from busguard.policies.compromise.clearance import KIND_COMPROMISE_CLEARANCE, clearance_for
 from busguard.policies.compromise.message import (
     KIND_SESSION_HANDOFF,
@@ -24,9 +25,6 @@ from busguard.policies.compromise.message import (
     StateScope,
     SuccessorIntegrity,
     encode,
-    inline_component,
-    scope_entry,
-    sign_statement,
 )
 from busguard.policies.compromise.policy import KIND_COMPROMISE_NOTICE
 from busguard.protocol.identity import multikey_encode

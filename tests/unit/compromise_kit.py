@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from busguard.policies.compromise.build import inline_component, scope_entry, sign_statement
 from busguard.policies.compromise.checks import CheckedHandoff, check_handoff
 from busguard.policies.compromise.message import (
     KIND_SESSION_HANDOFF,
@@ -23,9 +24,6 @@ from busguard.policies.compromise.message import (
     StateScope,
     SuccessorIntegrity,
     encode,
-    inline_component,
-    scope_entry,
-    sign_statement,
 )
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.receipt import Receipt, encode_receipt, payload_hash, receipt_id

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import msgspec
 import pytest
 
+from busguard.policies.compromise.build import scope_entry, sign_notice, sign_statement
 from busguard.policies.compromise.checks import check_handoff, notice_covers, verify_notice
 from busguard.policies.compromise.message import (
     DECLARATION_CONTEXT,
@@ -26,9 +27,6 @@ from busguard.policies.compromise.message import (
     StateScope,
     decode_handoff,
     encode,
-    scope_entry,
-    sign_notice,
-    sign_statement,
 )
 from busguard.policies.compromise.verdict import Attester
 from busguard.protocol.envelope import b64url_encode

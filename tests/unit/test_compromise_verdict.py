@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from busguard.policies.compromise.build import inline_component
 from busguard.policies.compromise.manifest import manifest_input
 from busguard.policies.compromise.message import (
     Component,
@@ -19,7 +20,6 @@ from busguard.policies.compromise.message import (
     StateScope,
     component_sha256,
     decode_strict,
-    inline_component,
     open_statement,
 )
 from busguard.policies.compromise.verdict import (

@@ -37,9 +37,8 @@ from typing import Annotated, Final, TypeVar
 
 import msgspec
 
-from busguard.protocol.envelope import b64url_decode_strict, b64url_encode
+from busguard.protocol.envelope import b64url_decode_strict
 from busguard.protocol.receipt import MAX_AGENT_ID_CHARS, MAX_KEY_ID_CHARS
-from busguard.protocol.signing import Signer
 
 KIND_SESSION_HANDOFF: Final = "session-handoff"
 VERSION: Final = 1
@@ -416,27 +415,3 @@ def encode(value: msgspec.Struct) -> bytes:
     """Compact JSON in field order, absent optionals omitted: the form this
     SDK emits. Any valid JSON spelling is accepted on the way in."""
     return _encoder.encode(value)
-
-
-def sign_statement(signer: Signer, statement: Statement) -> SignedStatement:
-    """Encode `statement` once and sign those bytes under its domain."""
-    raw = encode(statement)
-    signature = signer.sign(CONTEXTS[type(statement)] + raw)
-    return SignedStatement(statement=b64url_encode(raw), signature=b64url_encode(signature))
-
-
-def sign_notice(signer: Signer, notice: CompromiseNotice) -> tuple[bytes, bytes]:
-    """A notice as it travels on its own: (statement bytes, 64-byte signature)."""
-    raw = encode(notice)
-    return raw, signer.sign(NOTICE_CONTEXT + raw)
-
-
-def inline_component(name: str, content: bytes, *, operational: bool, encoding: str = "application/octet-stream") -> Component:
-    return Component(name=name, operational=operational, encoding=encoding, content=b64url_encode(content))
-
-
-def scope_entry(component: Component) -> ScopeEntry:
-    """The scope entry that vouches for exactly this component."""
-    return ScopeEntry(
-        name=component.name, sha256=component_sha256(component), operational=component.operational, encoding=component.encoding
-    )
