@@ -66,6 +66,7 @@ from typing import Final, Literal, get_args
 
 import msgspec
 
+from busguard.policies.award.canonicalizers import BUILTIN as BUILTIN_CANONICALIZERS
 from busguard.policies.award.canonicalizers import JcsSha256, MerkleSha256
 from busguard.policies.award.wire import (
     KIND_AWARD,
@@ -86,6 +87,7 @@ from busguard.sdk.consumer import Delivery, Reader
 
 __all__ = [
     "ANNOTATION_VERIFICATION",
+    "BUILTIN_CANONICALIZERS",
     "KIND_AWARD",
     "KIND_BID",
     "KIND_CALL",
