@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import msgspec
 import pytest
 
+import busguard.sdk.award as mod
 from busguard.policies import KINDS
 from busguard.policies.award import policy as award
 from busguard.policies.award.canonicalizers import BUILTIN
@@ -206,3 +209,14 @@ def test_the_award_is_for_the_winner_only_and_a_call_for_the_bidders_audience() 
 
 def test_readers_cover_exactly_the_award_policys_kinds() -> None:
     assert sorted(READERS) == sorted(k for k, spec in KINDS.items() if spec.policy is award.POLICY)
+
+
+def test_docs_sdk_award_section_names_every_export_and_each_views_fields() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "sdk.md").read_text()
+    section = text[text.index("## Award readers") :]
+    section = section[: section.find("\n## ", 1)] if "\n## " in section[1:] else section
+    missing = [name for name in mod.__all__ if f"`{name}" not in section]
+    assert missing == []
+    for view in (CallView, BidView, AwardView, ResultView):
+        (row,) = [line for line in section.splitlines() if line.startswith(f"| `{view.__name__}` |")]
+        assert re.findall(r"(?:^|, )`(\w+)[`:]", row.split("|")[2].strip()) == list(view.__struct_fields__), row
