@@ -158,3 +158,22 @@ async def test_the_award_net_runs_as_agents_through_busguard_run(broker: Embedde
         "settled",
         [],
     )
+
+
+def test_the_documented_command_runs_the_net_end_to_end(tmp_path: Path) -> None:
+    """`python examples/award/run.py` as examples/award/README.md has it: its own broker, its own deployment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BUSGUARD_")}
+    env["PYTHONPATH"] = str(REPO)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE / "run.py"), "--dir", str(tmp_path / "net")], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    run = json.loads((tmp_path / "net" / "run.json").read_text())
+    assert (run["awarder_exit"], run["bidder_exits"], run["guard_exit"], run["audit_exit"]) == (0, [0, 0, 0], 0, 0)
+    (award,) = run["awarder"]["awards"]
+    assert award["bid"] == "call-1/bidder-b" and award["mode"] == "verified"
+    (result,) = run["awarder"]["results"]
+    assert (result["verification"], result["settles"], result["recomputed_here"]) == ("recomputed", 1, 1)
+    assert [len(run["bidders"][n]["work"]) for n in ("bidder-b", "bidder-c", "bidder-d")] == [1, 0, 0]
+    assert "awarder: not awardable: call-1/bidder-c (cost 80): I cannot recompute a root under c-private-norm.v1" in done.stdout
+    assert "busguard audit: OK" in done.stdout
