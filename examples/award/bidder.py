@@ -96,7 +96,7 @@ async def main(args: argparse.Namespace) -> int:
     bidder = Bidder(agent, args.cost, args.canonicalizer)
     stop = stop_on_signals()
     try:
-        producer = await agent.producer()
+        producer = await agent.producer(crash_after_sending=args.crash_after_sending)
         calls = ActOnce(await agent.inbox("calls", addressed_to=agent.net.audience), agent.done, effect=bidder.on_call, producer=producer)
         awards = ActOnce(await agent.inbox("awards", addressed_to=agent.id), agent.done, effect=bidder.on_award, producer=producer)
         say(agent.name, f"listening for calls to {agent.net.audience} and awards to {agent.id}")
@@ -116,4 +116,9 @@ if __name__ == "__main__":
     ap.add_argument("--name", required=True)
     ap.add_argument("--cost", type=int, required=True)
     ap.add_argument("--canonicalizer", default="jcs-sha256", help="the canonicalizer the bid commits its root under")
+    ap.add_argument(
+        "--crash-after-sending",
+        metavar="KIND",
+        help="for the tests: SIGKILL itself once a reply of KIND is sent, before the outbox drops it",
+    )
     raise SystemExit(asyncio.run(main(ap.parse_args())))

@@ -18,11 +18,13 @@ on comes from `inbox`, admitted by busguard for it (`AdmittingConsumer`).
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -72,11 +74,12 @@ class Agent:
         self.done = SqliteDoneSet(directory / f"{name}.db")  # the agent's own database: effects and done-marks
         self._clients: list[AIOKafkaConsumer | AIOKafkaProducer] = []
 
-    async def producer(self) -> SigningProducer:
+    async def producer(self, *, crash_after_sending: str | None = None) -> SigningProducer:
         p = AIOKafkaProducer(bootstrap_servers=self.net.bootstrap, acks="all", enable_idempotence=False)
         await p.start()
         self._clients.append(p)
-        return SigningProducer(p, self.sender)
+        wire: Any = p if crash_after_sending is None else CrashAfterSending(p, crash_after_sending, self.name)
+        return SigningProducer(wire, self.sender)
 
     async def inbox(self, role: str, *, addressed_to: str) -> AdmittingConsumer:
         """Records busguard admitted for `addressed_to` (this agent, or an
@@ -96,6 +99,27 @@ class Agent:
         for client in reversed(self._clients):
             await client.stop()
         self.done.close()
+
+
+class CrashAfterSending:
+    """For the tests: SIGKILL this process right after the broker acknowledged
+    the first record of `kind`, before ActOnce drops it from the outbox, so
+    the restarted agent sends the very same bytes again."""
+
+    def __init__(self, producer: AIOKafkaProducer, kind: str, name: str) -> None:
+        self.producer = producer
+        self.kind = kind.encode()
+        self.name = name
+
+    async def send_and_wait(
+        self, topic: str, *, value: bytes, key: bytes | None, headers: Sequence[tuple[str, bytes]], partition: int | None = None
+    ) -> Any:
+        sent = await self.producer.send_and_wait(topic, value=value, key=key, headers=list(headers), partition=partition)
+        receipt = dict(headers).get("busguard-receipt", b"")
+        if msgspec.json.decode(receipt).get("kind", "").encode() == self.kind:
+            say(self.name, f"CRASH: killed after sending a {self.kind.decode()}, before dropping it from the outbox")
+            os.kill(os.getpid(), signal.SIGKILL)
+        return sent
 
 
 def stop_on_signals() -> asyncio.Event:

@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 
 from busguard.devtools.broker import EmbeddedBroker
-from busguard.devtools.guardkit import GuardProcess, Setup, collect_all, identity, make_setup
+from busguard.devtools.guardkit import Collected, GuardProcess, Setup, collect, collect_all, identity, make_setup
 from busguard.protocol.attestation import verify_decision_record
 from busguard.protocol.identity import multikey_encode
 from busguard.protocol.keyfile import write_key
@@ -77,7 +77,8 @@ def said(s: Setup, name: str) -> str:
     return (s.dir / f"{name}.log").read_text(errors="replace")
 
 
-async def test_the_award_net_runs_as_agents_through_busguard_run(broker: EmbeddedBroker, tmp_path: Path) -> None:
+async def deploy(broker: EmbeddedBroker, tmp_path: Path) -> tuple[Setup, GuardProcess]:
+    """A deployment with the agents' keys and net.json, and `busguard run` ready on it."""
     s = await make_setup(tmp_path, broker.bootstrap, agents=(AWARDER, *BIDDERS), partitions=2)
     with s.config.open("a") as f:  # the deployment's verification registry, as an operator writes it
         f.write('\n[verification]\ncanonicalizers = ["jcs-sha256", "merkle-sha256"]\n')
@@ -86,6 +87,32 @@ async def test_the_award_net_runs_as_agents_through_busguard_run(broker: Embedde
     (tmp_path / "net.json").write_bytes(net_file(s, "it-award"))
     guard = GuardProcess(s)
     guard.wait_ready()
+    return s, guard
+
+
+def audit(s: Setup) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-m", "busguard.cli", "audit", "--config", str(s.config), "--json", "--idle-ms", "800"],
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+def decisions(s: Setup, records: list[Any]) -> list[Decision]:
+    out = []
+    for r in records:
+        verify_decision_record(r.value, list(r.headers), s.guard.public_key)
+        out.append(msgspec.json.decode(r.value, type=Decision))
+    return out
+
+
+async def test_the_award_net_runs_as_agents_through_busguard_run(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    s, guard = await deploy(broker, tmp_path)
     bidders = {n: start(s, "bidder.py", n, "--cost", str(c), "--canonicalizer", k) for n, (c, k) in BIDDERS.items()}
     try:
         awarder = start(s, "awarder.py", AWARDER, "--call", CALL, "--bids", str(len(BIDDERS)), "--timeout", "150")
@@ -130,10 +157,7 @@ async def test_the_award_net_runs_as_agents_through_busguard_run(broker: Embedde
     # busguard's log: exactly six records were sent and each admitted once, whatever the re-reading did
     kinds = sorted(json.loads(dict(r.headers)["busguard-receipt"])["kind"] for r in sent[s.handoffs])
     assert kinds == ["cnet.award", "cnet.bid", "cnet.bid", "cnet.bid", "cnet.call", "cnet.result"]
-    decided = []
-    for r in sent[s.audit]:
-        verify_decision_record(r.value, list(r.headers), s.guard.public_key)
-        decided.append(msgspec.json.decode(r.value, type=Decision))
+    decided = decisions(s, sent[s.audit])
     assert sorted((d.kind, d.outcome, d.reason) for d in decided) == sorted((k, "forward", "admitted") for k in kinds)
     (award,) = [d for d in decided if d.kind == "cnet.award"]
     assert award.annotations is not None and (award.annotations["winner"], award.annotations["bidder"]) == (f"{CALL}/bidder-b", b)
@@ -141,15 +165,7 @@ async def test_the_award_net_runs_as_agents_through_busguard_run(broker: Embedde
     assert result.annotations is not None and result.annotations["verification"] == "recomputed"
 
     # the auditor agrees, and exits 0
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    audit = subprocess.run(
-        [sys.executable, "-m", "busguard.cli", "audit", "--config", str(s.config), "--json", "--idle-ms", "800"],
-        capture_output=True,
-        env=env,
-        timeout=120,
-    )
-    assert audit.returncode == 0, audit.stderr.decode()
-    (call,) = json.loads(audit.stdout)["calls"]
+    (call,) = audit(s)["calls"]
     assert (call["call"], call["bids"], call["winner"], call["mode"], call["settlement"], call["refused_awards"]) == (
         CALL,
         3,
@@ -158,6 +174,42 @@ async def test_the_award_net_runs_as_agents_through_busguard_run(broker: Embedde
         "settled",
         [],
     )
+
+
+async def test_the_winner_killed_between_sending_its_result_and_dropping_it_acts_once(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    """kill -9 after the broker acknowledged the result and before the outbox
+    dropped it: the restarted winner re-sends the same bytes, which busguard
+    records as an exact duplicate; the work row and the settled result are one each."""
+    s, guard = await deploy(broker, tmp_path)
+    crashing = ("--crash-after-sending", "cnet.result")
+    bidders = {
+        n: start(s, "bidder.py", n, "--cost", str(c), "--canonicalizer", k, *(crashing if n == "bidder-b" else ()))
+        for n, (c, k) in BIDDERS.items()
+    }
+    try:
+        awarder = start(s, "awarder.py", AWARDER, "--call", CALL, "--bids", str(len(BIDDERS)), "--timeout", "150")
+        assert bidders["bidder-b"].wait(120) == -signal.SIGKILL, said(s, "bidder-b")
+        bidders["bidder-b"] = start(s, "bidder.py", "bidder-b", "--cost", "120")  # the restart, same groups, same database
+        assert awarder.wait(180) == 0, said(s, AWARDER)
+
+        def complete(got: Collected) -> bool:
+            return len(got[s.handoffs]) >= 7 and len(got[s.audit]) >= 7
+
+        sent = await collect(s.bootstrap, [s.handoffs, s.audit], complete, timeout=90)
+        assert [stop(p) for p in bidders.values()] == [0, 0, 0], [said(s, n) for n in BIDDERS]
+    finally:
+        for p in bidders.values():
+            stop(p)
+        assert guard.terminate() == 0, guard.tail()
+    assert "CRASH: killed after sending a cnet.result" in said(s, "bidder-b")
+    assert len(rows(s, "bidder-b", "SELECT * FROM work")) == 1 and rows(s, "bidder-b", "SELECT count(*) FROM busguard_outbox") == [(0,)]
+    results = [r.value for r in sent[s.handoffs] if json.loads(dict(r.headers)["busguard-receipt"])["kind"] == "cnet.result"]
+    assert len(results) == 2 and results[0] == results[1]
+    outcomes = sorted((d.outcome, d.reason) for d in decisions(s, sent[s.audit]) if d.kind == "cnet.result")
+    assert outcomes == [("duplicate", "exact_duplicate"), ("forward", "admitted")]
+    assert rows(s, AWARDER, "SELECT call, verification, settles FROM results") == [(CALL, "recomputed", 1)]
+    (call,) = audit(s)["calls"]
+    assert (call["winner"], call["settlement"]) == (f"{CALL}/bidder-b", "settled")
 
 
 def test_the_documented_command_runs_the_net_end_to_end(tmp_path: Path) -> None:
