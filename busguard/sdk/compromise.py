@@ -11,8 +11,8 @@ returns a `HandoffView` whose `usable` components are exactly the verified
 ones; everything else (stripped by busguard, unlisted in the scope, or
 contradicting it) is not in `usable`.
 
-    >>> from busguard.policies.compromise.message import (SessionHandoff, StateScope, encode,
-    ...     inline_component, scope_entry, sign_statement)
+    >>> from busguard.policies.compromise.build import inline_component, scope_entry, sign_statement
+    >>> from busguard.policies.compromise.message import SessionHandoff, StateScope, encode
     >>> from busguard.protocol.signing import Signer
     >>> from busguard.sdk.consumer import AdmittingConsumer, Fetched
     >>> from busguard.testing import GUARD_PUBLIC_KEY, Harness, agent, registry, seed, sender

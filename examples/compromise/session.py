@@ -23,6 +23,7 @@ from pathlib import Path
 import msgspec
 from aiokafka import AIOKafkaProducer
 
+from busguard.policies.compromise.build import inline_component, scope_entry, sign_statement
 from busguard.policies.compromise.message import (
     CompromiseDeclaration,
     CompromiseKind,
@@ -30,9 +31,6 @@ from busguard.policies.compromise.message import (
     SignedStatement,
     StateScope,
     encode,
-    inline_component,
-    scope_entry,
-    sign_statement,
 )
 from busguard.protocol.keyfile import read_key
 from busguard.protocol.signing import Signer

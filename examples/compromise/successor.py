@@ -28,7 +28,8 @@ from typing import Any
 import msgspec
 from aiokafka import AIOKafkaConsumer
 
-from busguard.policies.compromise.message import IntegrityStatus, SuccessorIntegrity, sign_statement
+from busguard.policies.compromise.build import sign_statement
+from busguard.policies.compromise.message import IntegrityStatus, SuccessorIntegrity
 from busguard.protocol.identity import multikey_decode
 from busguard.protocol.keyfile import read_key
 from busguard.protocol.registry import KeyRegistry

@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from busguard.policies.compromise.build import inline_component, scope_entry, sign_statement
 from busguard.policies.compromise.message import (
     CompromiseDeclaration,
     CompromiseKind,
@@ -13,9 +14,6 @@ from busguard.policies.compromise.message import (
     StateScope,
     SuccessorIntegrity,
     encode,
-    inline_component,
-    scope_entry,
-    sign_statement,
 )
 from busguard.protocol.signing import Signer
 from busguard.sdk.compromise import KIND, HandoffView, readers, registry_keys
