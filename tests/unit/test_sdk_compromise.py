@@ -8,8 +8,10 @@ import pytest
 from busguard.policies.compromise.build import inline_component, scope_entry, sign_statement
 from busguard.policies.compromise.message import (
     CompromiseDeclaration,
+    CompromiseInteraction,
     CompromiseKind,
     IntegrityStatus,
+    InteractionRule,
     SessionHandoff,
     StateScope,
     SuccessorIntegrity,
@@ -129,3 +131,33 @@ def test_annotations_busguard_never_forwards_are_unreadable() -> None:
         with pytest.raises(ValueError):
             read(msgspec.structs.replace(d, annotations=ann))
     assert read(msgspec.structs.replace(d, annotations={"verdict": "double_compromise_caution", "caution": "double_compromise"})).caution
+
+
+def test_a_double_compromise_forward_carries_its_caution_and_only_the_scoped_state() -> None:
+    """No integrity receipt (the successor counts as compromised) and the rule partial_transfer:
+    busguard forwards with the caution annotation; the view says so and holds only the scope."""
+    s = Signer(seed("session"))
+    value = encode(
+        SessionHandoff(
+            v=1,
+            components=(PLAN, MEMORY),
+            declaration=sign_statement(
+                s,
+                CompromiseDeclaration(
+                    v=1,
+                    handoff_id="h-1",
+                    signer=SESSION,
+                    detected=(CompromiseKind.CORRUPTED_CONTEXT,),
+                    detected_at="2026-11-29T11:59:00.000Z",
+                ),
+            ),
+            scope=sign_statement(s, StateScope(v=1, handoff_id="h-1", signer=SESSION, components=(scope_entry(PLAN),))),
+            interaction=sign_statement(
+                s, CompromiseInteraction(v=1, handoff_id="h-1", signer=SESSION, rule=InteractionRule.PARTIAL_TRANSFER)
+            ),
+        )
+    )
+    (view,), refused = _deliver(value)
+    assert refused == []
+    assert (view.verdict, view.caution, view.replaced) == ("double_compromise_caution", True, True)
+    assert [c.name for c in view.usable] == ["plan"] and view.not_usable == ()
