@@ -21,12 +21,11 @@ import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
 from busguard.devtools.broker import EmbeddedBroker
-from busguard.devtools.guardkit import GuardProcess, collect_all, identity, make_setup
+from busguard.devtools.guardkit import GuardProcess, Setup, collect_all, identity, make_setup
 from busguard.protocol.attestation import verify_decision_record
 from busguard.protocol.identity import multikey_encode
 from busguard.protocol.keyfile import write_key
@@ -40,7 +39,7 @@ TASKS = 300
 MIN_KILLS = 20
 
 
-def _pipeline(s: Any) -> Path:
+def _pipeline(s: Setup) -> Path:
     """pipeline.json and the agents' keys for examples/seed000 (common.Pipeline's fields)."""
     for name in ("planner", "executor"):
         write_key(s.dir / f"{name}.key", identity(name))
