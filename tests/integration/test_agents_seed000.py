@@ -100,8 +100,12 @@ async def test_executor_killed_at_random_instants_acts_once_per_admitted_task(br
     kills: Counter[str] = Counter()
     guard_kills = run = 0
     try:
-        while kills.total() < MIN_KILLS or not (d / "sdk-planner.sent.json").exists():
+        # until 20 kills, every point hit at least once (each run arms one point, or none), and every task handed off
+        while (
+            kills.total() < MIN_KILLS or not all(kills[p] for p in (*CRASH_POINTS, "random")) or not (d / "sdk-planner.sent.json").exists()
+        ):
             assert planner.poll() is None, planner_log.read_text()
+            assert run < 80, f"kills so far: {dict(kills)}"
             if guards[-1].proc.poll() is not None:  # the guard's fault hook fired: kill -9 by itself
                 assert guards[-1].wait() == -signal.SIGKILL, guards[-1].tail()
                 guard_kills += 1
