@@ -48,8 +48,12 @@ after a crash, and the other system must deduplicate on the token.
 
 from __future__ import annotations
 
+import os
+import random
+import signal
+import sys
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from busguard.sdk.consumer import AdmittingConsumer, Delivery
 from busguard.sdk.doneset import Claim, DoneSet, idempotency_token
@@ -58,7 +62,12 @@ from busguard.sdk.producer import SigningProducer
 if TYPE_CHECKING:  # the pure core imports busguard.sdk through the facade, and loads no asyncio
     import asyncio
 
-__all__ = ["ActOnce", "Effect", "External", "Reply", "Step"]
+__all__ = ["CRASH_ENV", "CRASH_POINTS", "ActOnce", "CrashPoints", "Effect", "External", "Reply", "Step"]
+
+#: The opt-in fault injection for kill -9 tests of an agent (off when unset).
+CRASH_ENV: Final = "BUSGUARD_AGENT_CRASH_AT"
+#: Where the loop can SIGKILL itself, in the order a delivery reaches them.
+CRASH_POINTS: Final = ("after_claim", "after_effect_commit", "after_reply_sent", "before_offset_commit")
 
 
 class Reply(NamedTuple):
@@ -84,6 +93,51 @@ Effect = Callable[[Delivery, Claim[Any]], Iterable[Reply] | None]
 External = Callable[[Delivery, str], Awaitable[None]]
 
 
+class CrashPoints:
+    """Fault injection: `BUSGUARD_AGENT_CRASH_AT=after_claim:0.02,after_reply_sent:0.1`
+    makes the loop SIGKILL its own process at each named point with that
+    probability (a real crash: no cleanup, no flush), to prove the order of
+    the loop in a kill -9 test. Points: `after_claim` (effect written and
+    replies staged, transaction not committed), `after_effect_commit` (mark,
+    effect and replies committed, nothing sent), `after_reply_sent` (a reply
+    acknowledged by the broker, not yet dropped from the outbox),
+    `before_offset_commit` (the batch acted on and replied to, offsets not
+    committed). Off by default: with the variable unset `ActOnce` holds None
+    and pays one `is None` test per point. Before it kills, it writes
+    `busguard-agent-crash <point>` to stderr so a test can count the kills per point."""
+
+    def __init__(self, spec: str, *, rng: random.Random | None = None, kill: Callable[[str], None] | None = None) -> None:
+        self.probability: dict[str, float] = {}
+        for item in filter(None, (part.strip() for part in spec.split(","))):
+            point, _, raw = item.partition(":")
+            if point not in CRASH_POINTS:
+                raise ValueError(f"{CRASH_ENV}: point {point!r} in {spec!r}; allowed: {', '.join(CRASH_POINTS)}")
+            try:
+                p = float(raw) if raw else 1.0
+            except ValueError:
+                p = -1.0
+            if not 0.0 <= p <= 1.0:
+                raise ValueError(f"{CRASH_ENV}: probability {raw!r} for {point} in {spec!r}; allowed a number in 0..1")
+            self.probability[point] = p
+        self.rng = rng if rng is not None else random.Random()
+        self.kill = kill if kill is not None else _sigkill
+
+    @classmethod
+    def from_env(cls) -> CrashPoints | None:
+        spec = os.environ.get(CRASH_ENV, "")
+        return cls(spec) if spec.strip() else None
+
+    def reached(self, point: str) -> None:
+        p = self.probability.get(point, 0.0)
+        if p > 0.0 and self.rng.random() < p:
+            self.kill(point)
+
+
+def _sigkill(point: str) -> None:
+    os.write(sys.stderr.fileno(), f"busguard-agent-crash {point}\n".encode())
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 class ActOnce:
     def __init__(
         self,
@@ -93,6 +147,7 @@ class ActOnce:
         effect: Effect | None = None,
         external: External | None = None,
         producer: SigningProducer | None = None,
+        crash: CrashPoints | None = None,
     ) -> None:
         if (effect is None) == (external is None):
             raise TypeError("pass exactly one of effect= (in the done-set's transaction) or external= (idempotency token)")
@@ -101,6 +156,8 @@ class ActOnce:
         self.effect = effect
         self.external = external
         self.producer = producer
+        #: fault injection (`CrashPoints`); from `BUSGUARD_AGENT_CRASH_AT` unless given, None when off
+        self.crash = crash if crash is not None else CrashPoints.from_env()
 
     async def step(self, timeout_ms: int = 1000) -> Step:
         """One turn of the loop (the module docstring's five steps)."""
@@ -113,6 +170,8 @@ class ActOnce:
             else:
                 skipped += 1
         sent += await self.flush()
+        if self.crash is not None:
+            self.crash.reached("before_offset_commit")
         await self.inbox.commit(batch)
         return Step(acted, skipped, len(batch.refusals), sent)
 
@@ -129,6 +188,8 @@ class ActOnce:
         for staged in pending:
             assert self.producer is not None
             await self.producer.producer.send_and_wait(staged.topic, value=staged.value, key=staged.key, headers=staged.headers)
+            if self.crash is not None:
+                self.crash.reached("after_reply_sent")
             self.done.sent(staged)
         return len(pending)
 
@@ -145,6 +206,10 @@ class ActOnce:
                 return False
             for reply in self.effect(d, tx) or ():
                 self._stage(tx, reply)
+            if self.crash is not None:
+                self.crash.reached("after_claim")
+        if self.crash is not None:
+            self.crash.reached("after_effect_commit")
         return True
 
     def _stage(self, tx: Claim[Any], reply: Reply) -> None:
