@@ -117,7 +117,8 @@ class AdmissionConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, 
 
 
 class StateConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
-    backend: Literal["sqlite", "memory", "postgres"] = "sqlite"
+    #: a name in busguard.state.backends.BACKENDS (config_checks refuses any other)
+    backend: str = "sqlite"
     path: str = "../var/busguard-state.db"
     synchronous: Literal["full", "normal"] = "full"
     expire_interval_s: Positive = 60

@@ -213,7 +213,16 @@ _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
 def _validate_state(cfg: Config, f: str) -> None:
+    from busguard.state.backends import BACKENDS
+
     st = cfg.state
+    if st.backend not in BACKENDS:
+        raise ConfigError(
+            f,
+            "state.backend",
+            st.backend,
+            f"one of {', '.join(repr(b) for b in sorted(BACKENDS))} (the backends busguard/state/backends.py registers)",
+        )
     if st.backend != "postgres":
         return
     from busguard.state.redact import redact

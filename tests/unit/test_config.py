@@ -241,7 +241,7 @@ def test_routes_cannot_be_overridden_and_the_error_names_the_variable(tmp_path: 
         (ROUTE + '[admission]\nnonce_scope = "sender"\n', "admission.nonce_scope", "sender", "Invalid enum value 'sender'"),
         (ROUTE + "[admission]\nwindow_size = 65537\n", "admission.window_size", 65537, "<= 65536"),
         (ROUTE + "[admission]\nmax_future_ms = -1\n", "admission.max_future_ms", -1, ">= 0"),
-        (ROUTE + '[state]\nbackend = "rocksdb"\n', "state.backend", "rocksdb", "Invalid enum value 'rocksdb'"),
+        (ROUTE + '[state]\nbackend = "rocksdb"\n', "state.backend", "rocksdb", "one of 'memory', 'postgres', 'sqlite'"),
         (ROUTE + '[state]\nsynchronous = "off"\n', "state.synchronous", "off", "Invalid enum value 'off'"),
         (ROUTE + "[batch]\nverify_threads = 0\n", "batch.verify_threads", 0, ">= 1"),
         (ROUTE + "[batch]\nmax_payload_bytes = 67108865\n", "batch.max_payload_bytes", 67108865, "<= 67108864"),
