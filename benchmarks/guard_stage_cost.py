@@ -29,8 +29,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import hashlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -86,6 +88,22 @@ class BuildingProducer:
         return _Sent()
 
 
+def _identity(name: str) -> Any:
+    from busguard.protocol.identity import agent_id_for_key
+    from busguard.protocol.keyfile import Identity
+    from busguard.protocol.signing import public_key_from_seed
+
+    seed = hashlib.sha256(b"guard_stage_cost/" + name.encode()).digest()
+    pk = public_key_from_seed(seed)
+    return Identity(seed=seed, public_key=pk, agent_id=agent_id_for_key(pk))
+
+
+def _callgrind(on: bool) -> None:
+    """Count instructions only over the measured batches (the run is under
+    `valgrind --tool=callgrind --instr-atstart=no`, see `--callgrind`)."""
+    subprocess.run(["callgrind_control", "-i", "on" if on else "off", str(os.getpid())], check=True, capture_output=True)
+
+
 async def run_all(guard: Any, loop: Any, producer: BuildingProducer, batches: list[list[Rec]]) -> tuple[float, float]:
     """Every batch through the stage, then produced: (stage, produce) CPU seconds."""
     stage = produce = 0.0
@@ -109,7 +127,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     from busguard.config import load_config
     from busguard.devconfig import Topics, embedded_config
-    from busguard.protocol.keyfile import new_identity, write_key
+    from busguard.protocol.keyfile import write_key
     from busguard.runtime.logs import configure
     from busguard.runtime.loop import key_partition
     from busguard.runtime.outputs import _CODEC_IDS, producer_batch_size
@@ -121,10 +139,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="busguard-stage-") as tmpdir:
         tmp = Path(tmpdir)
         (tmp / "sessions").mkdir()
-        signers = Signers([new_identity() for _ in range(8)], tmp / "sessions")
+        # fixed identities, so every run places the same records in the same partitions (and batches)
+        signers = Signers([_identity(f"sender-{i}") for i in range(8)], tmp / "sessions")
         work = generate(Generator(signers, 0.05, 300), args.records)
         (tmp / "keys.toml").write_text("".join(f'[[agent]]\nid = "{i.agent_id}"\n\n' for i in signers.identities))
-        write_key(tmp / "guard.key", new_identity())
+        write_key(tmp / "guard.key", _identity("guard"))
         topics = Topics.under("stage")
         topic_of = {"handoffs": topics.handoffs, "acks": topics.acks}
         # placed as compare.py's producer places them: by key, over 4 partitions
@@ -167,7 +186,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
             gc.collect()
             w0 = time.perf_counter()
+            if args.callgrind:
+                _callgrind(True)
             stage_s, produce_s = asyncio.run(run_all(guard, loop, producer, batches))
+            if args.callgrind:
+                _callgrind(False)
             wall = time.perf_counter() - w0
             guard._pool.shutdown(wait=True)
             guard._seal_pool.shutdown(wait=True)
@@ -204,10 +227,13 @@ def ab(args: argparse.Namespace) -> int:
     """Each tree once per round, rotating, `--repeats` rounds of one repeat each."""
     trees = [str(Path(t).resolve()) for t in args.trees.split(",")]
     runs: dict[str, list[dict[str, Any]]] = {t: [] for t in trees}
+    unit = "instructions per record (callgrind)" if args.callgrind else "CPU µs per record"
     for r in range(args.repeats):
         for t in trees[r % len(trees) :] + trees[: r % len(trees)]:
             env = {**os.environ, "PYTHONPATH": t}
+            vg = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=/dev/null"] if args.callgrind else []
             argv = [
+                *vg,
                 sys.executable,
                 str(Path(__file__).resolve()),
                 "--records",
@@ -219,10 +245,17 @@ def ab(args: argparse.Namespace) -> int:
                 "--verify-threads",
                 str(args.verify_threads),
             ]
+            if args.callgrind:
+                argv.append("--callgrind")
             done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
             runs[t].append(json.loads(done.stdout.strip().splitlines()[-1]))
-            print(f"round {r + 1} {t}: total {runs[t][-1]['total_us']:.1f} µs/record", file=sys.stderr, flush=True)
-    out: dict[str, Any] = {"load_average": os.getloadavg()[0], "trees": {}}
+            if args.callgrind:
+                collected = re.search(r"Collected : (\d+)", done.stderr)
+                assert collected is not None, done.stderr[-2000:]
+                runs[t][-1]["total_us"] = int(collected.group(1)) / args.records  # instructions per record, in the same slot
+
+            print(f"round {r + 1} {t}: total {runs[t][-1]['total_us']:.1f} {unit}", file=sys.stderr, flush=True)
+    out: dict[str, Any] = {"load_average": os.getloadavg()[0], "total_is": unit, "trees": {}}
     base = runs[trees[0]]
     for t in trees:
         tot = [x["total_us"] for x in runs[t]]
@@ -247,6 +280,12 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=500, help="records per batch ([batch] max_records, default 500)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--verify-threads", type=int, default=0, help="[batch] verify_threads (default: the config default)")
+    p.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="with --trees: count instructions per record (valgrind callgrind, over the measured batches only) "
+        "instead of CPU time: blind to the kernel, to cache misses and to lock waits, but the same on a busy machine",
+    )
     p.add_argument("--trees", help="comma list of busguard source trees to A/B, interleaved (the first is the baseline)")
     args = p.parse_args()
     if args.trees:

@@ -64,16 +64,12 @@ _SEAL_HEADERS: Final = (HEADER_ATTESTATION, HEADER_SEAL, HEADER_TREE_HEAD, HEADE
 _decision_encoder: Final = msgspec.json.Encoder()
 
 
-class Attestation(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+class Attestation(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     """`forwarded_sha256` is present only on the attestation of a decision whose
     kind's policy replaced the forwarded value (docs/protocol.md, "Replaced
     forwards"): the value a receiver holds is then that one, not the value the
     receipt's `payload_hash` names. Absent, the attestation encodes exactly as
-    before the field existed.
-
-    Not kw_only: `attest_record` builds one per decision, positionally (msgspec
-    builds a struct from positional arguments faster than from keywords).
-    The field order is the wire order either way."""
+    before the field existed."""
 
     v: int
     guard: str
@@ -133,10 +129,19 @@ def attest_record(
 ) -> bytes:
     """The attestation for any record busguard writes; `body` is the record's
     value (a decision, a resolution, a reply) and is bound by its SHA-256."""
-    # positional, in field order: v, guard, decision_id, outcome, reason,
-    # receipt_id, source, decided_at, decision_sha256, forwarded_sha256
     return _decision_encoder.encode(
-        Attestation(1, guard_id, record_id, outcome, reason, receipt_id, source, at_ms, hashlib.sha256(body).hexdigest(), forwarded_sha256)
+        Attestation(
+            v=1,
+            guard=guard_id,
+            decision_id=record_id,
+            outcome=outcome,
+            reason=reason,
+            receipt_id=receipt_id,
+            source=source,
+            decided_at=at_ms,
+            decision_sha256=hashlib.sha256(body).hexdigest(),
+            forwarded_sha256=forwarded_sha256,
+        )
     )
 
 

@@ -358,7 +358,7 @@ class Guard(SealingStage):
         (runtime/loop.py)."""
         max_payload = self.cfg.batch.max_payload_bytes
         inputs = [
-            Input(Coordinates(topic=r.topic, partition=r.partition, offset=r.offset), r.value, list(r.headers), r.key)
+            Input(Coordinates(topic=r.topic, partition=r.partition, offset=r.offset), r.value, r.headers, r.key)
             if type(r) is not Undecodable
             else self._undecodable(r, max_payload)
             for r in records
