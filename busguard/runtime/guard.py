@@ -398,9 +398,14 @@ class Guard(SealingStage):
         # one metric update per (outcome, reason) per batch, not per record
         for (outcome, reason), n in collections.Counter((d.outcome, d.reason) for d in decisions).items():
             self.metrics.decisions.labels(outcome, reason).inc(n)
+        info = None
         for d in decisions:
             if d.outcome != "forward":
-                log.info(
+                if info is None:
+                    # one bound logger per batch: structlog's lazy proxy binds a new one on
+                    # every call, which a replay flood (every record refused) would pay per record
+                    info = log.bind().info
+                info(
                     "decision",
                     decision_id=d.decision_id,
                     outcome=d.outcome,
