@@ -418,7 +418,10 @@ class Process:
         env.update(env_extra or {})
         self.log = log
         self._out = open(log, "wb")
-        self.proc = subprocess.Popen(argv, stdout=self._out, stderr=subprocess.STDOUT, env=env)
+        # Started in the tree it runs: `python -m` puts the working directory
+        # first on sys.path, ahead of PYTHONPATH, so a run started from
+        # another checkout would import that checkout's busguard (--baseline).
+        self.proc = subprocess.Popen(argv, stdout=self._out, stderr=subprocess.STDOUT, env=env, cwd=env["PYTHONPATH"])
         self.pid = self.proc.pid
 
     def alive(self) -> bool:
