@@ -122,7 +122,11 @@ Ratios. ``ratio_X`` is busguard's records/s over contender X's, per round
 (``ratio_quix``, ``ratio_quix_stateless``, ``ratio_naive``, ``ratio_relay``);
 ``cpu_ratio_quix`` is busguard's CPU per record over the Quix stateful
 guard's (so below 1 is better), ``cpu_ratio_naive`` the hand-written
-guard's over busguard's (the older, inverted one). In ``--rate`` runs
+guard's over busguard's (the older, inverted one). With ``--baseline DIR``
+(another busguard source tree, run as the contender ``busguard_base`` in
+the same rounds) ``ratio_base`` and ``cpu_ratio_base`` are this tree's
+records/s and CPU per record over that tree's: an A/B of a change in one
+run, on the same broker and records. In ``--rate`` runs
 ``p99_over_relay_ms`` is busguard's p99 minus the relay's in the same round.
 
 ``--check`` exits 1 when a target of the mode from issue 20 is missed, or
@@ -185,7 +189,7 @@ from busguard.state.sqlite.store import SqliteStore  # noqa: E402
 from busguard.state.writes import BatchWrites, NonceRecord  # noqa: E402
 
 BENCH = REPO / "benchmarks"
-STREAM = ("direct", "relay", "naive", "quix", "quix_stateless", "busguard", "busguard_preload")
+STREAM = ("direct", "relay", "naive", "quix", "quix_stateless", "busguard", "busguard_preload", "busguard_base")
 QUIX = ("quix", "quix_stateless")
 QUIX_MISSING = "quixstreams is not installed: `make bench` installs it, or pip install '.[bench]'"
 CONTENDERS = ("verify_1t", "verify_nt", *STREAM)
@@ -414,7 +418,10 @@ class Process:
         env.update(env_extra or {})
         self.log = log
         self._out = open(log, "wb")
-        self.proc = subprocess.Popen(argv, stdout=self._out, stderr=subprocess.STDOUT, env=env)
+        # Started in the tree it runs: `python -m` puts the working directory
+        # first on sys.path, ahead of PYTHONPATH, so a run started from
+        # another checkout would import that checkout's busguard (--baseline).
+        self.proc = subprocess.Popen(argv, stdout=self._out, stderr=subprocess.STDOUT, env=env, cwd=env["PYTHONPATH"])
         self.pid = self.proc.pid
 
     def alive(self) -> bool:
@@ -433,6 +440,31 @@ class Process:
             return self.proc.wait(10)
         finally:
             self._out.close()
+
+
+def start_py_spy(args: argparse.Namespace, pid: int, name: str) -> subprocess.Popen[bytes] | None:
+    """`--py-spy PREFIX`: sample the guard process (every thread, idle
+    excluded) into PREFIX-<run>.txt, collapsed stacks one per line with
+    their sample count (py-spy's `raw` format). A dev-only tool, not a
+    dependency: `pip install py-spy` in the venv. It costs the guard no CPU
+    of its own (it samples from outside), but it takes CPU from the machine."""
+    if not args.py_spy:
+        return None
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    out = f"{args.py_spy}-{name}.txt"
+    argv = [spy, "record", "--pid", str(pid), "--threads", "--format", "raw", "--rate", "200", "--nonblocking", "-o", out]
+    if args.py_spy_gil:
+        argv.append("--gil")  # only the thread holding the GIL: the Python work, not the C that releases it
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop_py_spy(spy: subprocess.Popen[bytes]) -> None:
+    spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+    try:
+        spy.wait(30)
+    except subprocess.TimeoutExpired:
+        spy.kill()
+        spy.wait(10)
 
 
 def http_get(port: int, path: str) -> str:
@@ -553,7 +585,10 @@ def start_contender(
     config = run_dir / "busguard.toml"
     config.write_text(guard_config(setup, topics, group, state, soak))
     port = free_port()
-    proc = Process([py, "-m", "busguard.cli", "run", "--config", str(config)], run_dir / "guard.log", {"BUSGUARD_OPS__PORT": str(port)})
+    env = {"BUSGUARD_OPS__PORT": str(port)}
+    if kind == "busguard_base":
+        env["PYTHONPATH"] = str(setup.args.baseline)  # the same guard, from the other tree (--baseline)
+    proc = Process([py, "-m", "busguard.cli", "run", "--config", str(config)], run_dir / "guard.log", env)
     return proc, port
 
 
@@ -740,6 +775,7 @@ async def run_stream(kind: str, setup: Setup, work: Workload, rate: float | None
     await watcher.start()
     proc, _port = start_contender(kind, setup, topics, run_dir, work.created_before_ms)
     sampler = RssSampler(proc.pid)
+    spy = start_py_spy(setup.args, proc.pid, f"{run_dir.name}") if is_guard else None
     producer = new_producer(setup.bootstrap, load_linger_ms(setup.args, soak=False) if rate else 5)
     await producer.start()
     out: dict[str, Any] = {"contender": kind}
@@ -837,6 +873,8 @@ async def run_stream(kind: str, setup: Setup, work: Workload, rate: float | None
         await producer.stop()
         await watcher.stop()
         rss = sampler.stop()
+        if spy is not None:
+            stop_py_spy(spy)
         out["exit"] = proc.stop()
         out.update(rss)
         if kind == "quix":
@@ -990,6 +1028,7 @@ async def throughput_mode(setup: Setup, work: Workload, contenders: list[str], r
         "ratio_naive": per_round_ratio("busguard", "naive"),
         "ratio_relay": per_round_ratio("busguard", "relay"),
         "ratio_preload": per_round_ratio("busguard_preload", "busguard"),
+        "ratio_base": per_round_ratio("busguard", "busguard_base"),
     }
 
     def cpu(c: str) -> list[float]:
@@ -1002,6 +1041,11 @@ async def throughput_mode(setup: Setup, work: Workload, contenders: list[str], r
     if "busguard" in results and "quix" in results:
         # busguard's over the Quix stateful guard's (issue 20's way round: <= 1.0 is the target)
         ratios["cpu_ratio_quix"] = [x / y for x, y in zip(cpu("busguard"), cpu("quix"), strict=False)]
+    if "busguard" in results and "busguard_base" in results:
+        # this tree's CPU per record over the --baseline tree's, per round (below 1: this tree is cheaper)
+        ratios["cpu_ratio_base"] = [x / y for x, y in zip(cpu("busguard"), cpu("busguard_base"), strict=False)]
+        if "quix" in results:
+            ratios["cpu_ratio_quix_base"] = [x / y for x, y in zip(cpu("busguard_base"), cpu("quix"), strict=False)]
     text = table(rows)
     for name, values in ratios.items():
         if values:
@@ -1289,6 +1333,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=300, help="seconds a run may take to drain")
     p.add_argument("--keep", metavar="DIR", help="keep the run directories (logs, configs, state) under DIR")
     p.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="a source tree of busguard (e.g. `git archive main | tar -x -C DIR`) run as the contender busguard_base, "
+        "interleaved with this tree's busguard: an A/B of a change in one run (ratio_base, cpu_ratio_base)",
+    )
+    p.add_argument(
+        "--py-spy",
+        metavar="PREFIX",
+        help="sample each busguard run with py-spy (a dev-only tool: pip install py-spy) into PREFIX-<run>.txt, collapsed stacks",
+    )
+    p.add_argument("--py-spy-gil", action="store_true", help="with --py-spy: sample only the thread holding the GIL")
+    p.add_argument(
         "--check",
         action="store_true",
         help="exit 1 when a target of the mode (issue 20, benchmarks/compare_check.py) is missed or not measured",
@@ -1310,13 +1366,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         elif args.preload:
             args.contender_list = ["busguard", "busguard_preload"]
         else:
-            args.contender_list = [c for c in CONTENDERS if c not in ("busguard_preload", "direct")]
+            args.contender_list = [c for c in CONTENDERS if c not in ("busguard_preload", "busguard_base", "direct")]
         if not have_quix:
             # the defaults of a plain install (make test) run without the bench extra; --check then says "not measured"
             args.not_run = {c: QUIX_MISSING for c in args.contender_list if c in QUIX}
             args.contender_list = [c for c in args.contender_list if c not in QUIX]
     if "busguard_preload" in args.contender_list and not args.preload:
         p.error("--contenders busguard_preload needs --preload N")
+    if args.baseline:
+        if not (Path(args.baseline) / "busguard" / "cli.py").is_file():
+            p.error(f"--baseline {args.baseline!r}: not a busguard source tree (no busguard/cli.py under it)")
+        if "busguard_base" not in args.contender_list:
+            args.contender_list.append("busguard_base")
+    elif "busguard_base" in args.contender_list:
+        p.error("--contenders busguard_base needs --baseline DIR")
     if args.rate and args.rate != "auto":
         try:
             if float(args.rate) <= 0:

@@ -358,7 +358,7 @@ class Guard(SealingStage):
         (runtime/loop.py)."""
         max_payload = self.cfg.batch.max_payload_bytes
         inputs = [
-            Input(Coordinates(topic=r.topic, partition=r.partition, offset=r.offset), r.value, list(r.headers), r.key)
+            Input(Coordinates(topic=r.topic, partition=r.partition, offset=r.offset), r.value, r.headers, r.key)
             if type(r) is not Undecodable
             else self._undecodable(r, max_payload)
             for r in records
@@ -398,9 +398,14 @@ class Guard(SealingStage):
         # one metric update per (outcome, reason) per batch, not per record
         for (outcome, reason), n in collections.Counter((d.outcome, d.reason) for d in decisions).items():
             self.metrics.decisions.labels(outcome, reason).inc(n)
+        info = None
         for d in decisions:
             if d.outcome != "forward":
-                log.info(
+                if info is None:
+                    # one bound logger per batch: structlog's lazy proxy binds a new one on
+                    # every call, which a replay flood (every record refused) would pay per record
+                    info = log.bind().info
+                info(
                     "decision",
                     decision_id=d.decision_id,
                     outcome=d.outcome,

@@ -135,26 +135,31 @@ def outputs_for(
     """(primary, audit, *notices): a kind's policy may add notices to its
     routes (busguard.policies.seam); every other decision has two outputs."""
     d = sealed.decision
-    did = d.decision_id.encode()
     proof = sealed.proof()
+    did = proof[0][1]  # busguard-decision-id, first in either kind of proof
     task_key = d.task_id.encode() if d.task_id is not None else did
     at, part = d.decided_at, d.source.partition
     # The audit topic is placed by input partition, not by hashing unique task ids.
-    verdict = [(HEADER_OUTCOME, d.outcome.encode()), (HEADER_REASON, d.reason.encode())]
+    verdict = verdict_headers(d.outcome, d.reason)
     audit = Output(topics.audit, task_key, sealed.decision_json, [*proof, *verdict], at, part)
-    notices = tuple(
-        Output(
-            topics.route_topic(n.route),
-            n.key,
-            n.value,
-            [*proof, *verdict, (HEADER_ROUTE, n.route.encode())],
-            at,
-            part if n.key is None else None,
+    notices = (
+        tuple(
+            Output(
+                topics.route_topic(n.route),
+                n.key,
+                n.value,
+                [*proof, *verdict, (HEADER_ROUTE, n.route.encode())],
+                at,
+                part if n.key is None else None,
+            )
+            for n in d.notices
         )
-        for n in d.notices or ()
+        if d.notices
+        else ()
     )
     if d.outcome == Outcome.FORWARD:
-        return forward_output(downstream, record_key, *forwarded(d, value, headers), proof, at, part), audit, *notices
+        primary = forward_output(downstream, record_key, *forwarded(d, value, headers), proof, at, part)
+        return (primary, audit, *notices) if notices else (primary, audit)
     if d.outcome == Outcome.ESCALATE:
         # keyed by task id: operators' resolve commands follow it into the same partition
         return Output(topics.reconciliation, task_key, sealed.decision_json, audit.headers, at), audit, *notices
@@ -166,10 +171,29 @@ def outputs_for(
     return primary, audit, *notices
 
 
+#: (outcome, reason) -> their two headers, built once: every output but a
+#: dead letter carries them. Outcomes and reasons are the core's and the
+#: kind policies' own codes, never a sender's text; bounded all the same.
+_VERDICTS: dict[tuple[str, str], tuple[tuple[str, bytes], tuple[str, bytes]]] = {}
+VERDICTS_MAX: Final = 1024
+
+
+def verdict_headers(outcome: str, reason: str) -> tuple[tuple[str, bytes], tuple[str, bytes]]:
+    """`busguard-outcome` and `busguard-reason`, in that order."""
+    found = _VERDICTS.get((outcome, reason))
+    if found is None:
+        found = ((HEADER_OUTCOME, outcome.encode()), (HEADER_REASON, reason.encode()))
+        if len(_VERDICTS) < VERDICTS_MAX:
+            _VERDICTS[(outcome, reason)] = found
+    return found
+
+
 def forwarded(d: Decision, value: bytes | None, headers: Sequence[tuple[str, bytes]]) -> tuple[bytes | None, Sequence[tuple[str, bytes]]]:
     """The value and headers a forward carries: the input's, or a kind
     policy's replacement (flagged, and attested by `forwarded_sha256`), plus
     the annotations its kind surfaces on forwards."""
+    if d.replacement is None and not d.annotations:
+        return value, headers  # every forward of a kind without a policy outcome
     spec = KINDS.get(d.kind) if d.kind is not None and d.annotations else None
     surfaced = spec.forward_annotations if spec is not None else ()
     extra = [
@@ -294,6 +318,17 @@ def record_size(key: bytes | None, value: bytes | None, headers: Sequence[tuple[
     return body + _varint_size(body)
 
 
+def record_size_bound(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]]) -> int:
+    """At least `record_size(key, value, headers)`, for lengths below 2**31
+    (every length here: one record batch is at most a 32-bit size): each
+    varint counted at its longest (5 bytes), a header name at 4 UTF-8 bytes
+    per character. Run for every would-be forward, so no varint loop."""
+    n = 3 + 5 + 5 + 5 + 5 + (0 if key is None else len(key)) + (0 if value is None else len(value))
+    for name, v in headers:
+        n += 10 + 4 * len(name) + (0 if v is None else len(v))
+    return n
+
+
 def batch_size(o: Output) -> int:
     """The uncompressed record batch holding only `o`."""
     return BATCH_OVERHEAD + record_size(o.key, o.value, o.headers)
@@ -400,6 +435,8 @@ class OutputBudget:
         """Why `d`'s forward cannot be produced, or None. Seals (and, past the
         cheap bound, compresses) only records that are close to the limit."""
         value, headers = forwarded(d, value, headers)
+        if BATCH_OVERHEAD + record_size_bound(record_key, value, headers) + self._proof_bytes <= self.batch_size:
+            return None  # the common case, without record_size's varint loops
         if BATCH_OVERHEAD + record_size(record_key, value, headers) + self._proof_bytes <= self.batch_size:
             return None
         proof = seal(d).proof()

@@ -40,6 +40,7 @@ from busguard.runtime.outputs import (
     outputs_for,
     producer_batch_size,
     record_size,
+    record_size_bound,
     worst_proof,
 )
 
@@ -96,6 +97,20 @@ def test_record_size_is_what_the_batch_builder_writes(
     b = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, 0, 0)
     b.append(0, ts, key=key, value=value, headers=headers)
     assert batch_size(o) == len(b.build()) and record_size(key, value, headers) + 61 == batch_size(o)
+
+
+_long = st.one_of(st.none(), st.binary(min_size=100, max_size=20_000))
+
+
+@settings(max_examples=200, deadline=None)
+@given(key=_long, value=_long, headers=st.lists(st.tuples(st.text(max_size=200), _long), max_size=12))
+def test_the_cheap_size_bound_is_never_below_the_record_size(
+    key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]]
+) -> None:
+    """`forward_refusal` passes a forward on `record_size_bound` alone: were
+    the bound ever short, a record too large to produce would be persisted
+    as a forward. Long values and non-ASCII names, so every varint is long."""
+    assert record_size_bound(key, value, headers) >= record_size(key, value, headers)
 
 
 @pytest.mark.parametrize("codec", CODECS)

@@ -91,3 +91,13 @@ def test_re_emission_is_byte_identical() -> None:
     (d,) = Harness().feed(rec)
     again = msgspec.msgpack.decode(msgspec.msgpack.encode(d), type=Decision)  # as read back from the store
     assert _route(d, rec.value, rec.headers) == _route(again, rec.value, rec.headers)
+
+
+def test_verdict_headers_are_the_outcome_and_reason_and_their_cache_is_bounded() -> None:
+    from busguard.protocol.attestation import HEADER_OUTCOME, HEADER_REASON
+    from busguard.runtime import outputs
+
+    assert outputs.verdict_headers("reject", "nonce_replay") == ((HEADER_OUTCOME, b"reject"), (HEADER_REASON, b"nonce_replay"))
+    for i in range(outputs.VERDICTS_MAX + 50):
+        assert outputs.verdict_headers("reject", f"r{i}")[1] == (HEADER_REASON, f"r{i}".encode())
+    assert len(outputs._VERDICTS) <= outputs.VERDICTS_MAX

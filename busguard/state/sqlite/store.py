@@ -13,7 +13,7 @@ state/sqlite/upgrade.py.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -293,8 +293,23 @@ class SqliteStore:
         width = self._width("nonces")
         rows = [(key(*n.key), n.expires_at) for n in state.nonces.values()]
         held = self._prior("nonces", [r[0] for r in rows])
-        table_for = self._buckets.table_for
-        self._move("nonces", [(table_for(self._db, "nonces", r[1], width), r) for r in rows], held)
+        table = self._tables_for("nonces", width)
+        self._move("nonces", [(table(r[1]), r) for r in rows], held)
+
+    def _tables_for(self, kind: str, width: int) -> Callable[[int], str]:
+        """`Catalog.table_for` for one batch's rows of `kind`, once per
+        distinct expiry (a batch's rows share one: its `now` plus the
+        retention), not once per row."""
+        seen: dict[int, str] = {}
+        db, table_for = self._db, self._buckets.table_for
+
+        def table(exp: int) -> str:
+            name = seen.get(exp)
+            if name is None:
+                name = seen[exp] = table_for(db, kind, exp, width)
+            return name
+
+        return table
 
     def _write_tasks(self, state: BatchWrites) -> None:
         """Insert-only, except over an expired row: the first admission stays the witness."""
@@ -303,13 +318,14 @@ class SqliteStore:
         width, retention, horizon = self._width("tasks"), self.task_retention_ms, self._horizon
         keyed = [(key(t.kind, t.task_id), t) for t in state.tasks.values()]
         held = self._prior("tasks", [k for k, _ in keyed])
+        table = self._tables_for("tasks", width)
         rows = []
         for k, t in keyed:
             prior = held.get(k)
             if prior is not None and prior[1] > horizon:
                 continue
             exp = t.admitted_at + retention
-            rows.append((self._buckets.table_for(self._db, "tasks", exp, width), (k, encode(t), exp)))
+            rows.append((table(exp), (k, encode(t), exp)))
         self._move("tasks", rows, held)
 
     def decision_at(self, source: Coordinates) -> Decision | None:
