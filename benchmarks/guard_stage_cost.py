@@ -132,7 +132,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     from busguard.runtime.loop import key_partition
     from busguard.runtime.outputs import _CODEC_IDS, producer_batch_size
     from busguard.runtime.tuning import tune_gc
-    from busguard.state.sqlite import SqliteStore
+    from busguard.state.sqlite.store import SqliteStore
     from busguard.wiring import build_guard, open_guard
 
     results: list[dict[str, float]] = []
