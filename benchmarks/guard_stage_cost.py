@@ -128,9 +128,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     from busguard.config import load_config
     from busguard.devconfig import Topics, embedded_config
     from busguard.protocol.keyfile import write_key
+    from busguard.runtime.batch_size import _CODEC_IDS, producer_batch_size
     from busguard.runtime.logs import configure
     from busguard.runtime.loop import key_partition
-    from busguard.runtime.outputs import _CODEC_IDS, producer_batch_size
     from busguard.runtime.tuning import tune_gc
     from busguard.state.sqlite.store import SqliteStore
     from busguard.wiring import build_guard, open_guard

@@ -36,8 +36,9 @@ from busguard.protocol.identity import agent_id_for_key  # noqa: E402
 from busguard.protocol.keyfile import Identity  # noqa: E402
 from busguard.protocol.registry import KeyRegistry  # noqa: E402
 from busguard.protocol.signing import generate_keypair  # noqa: E402
+from busguard.runtime.batch_size import record_size  # noqa: E402
 from busguard.runtime.guard import Guard  # noqa: E402
-from busguard.runtime.outputs import Output, record_size  # noqa: E402
+from busguard.runtime.outputs import Output  # noqa: E402
 from busguard.runtime.watched import WatchedFile  # noqa: E402
 from busguard.sdk.sender import Sender  # noqa: E402
 from busguard.state.sqlite.store import SqliteStore  # noqa: E402

@@ -27,7 +27,7 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 
 from busguard.config import Config
 from busguard.config_checks import group_instance_id
-from busguard.runtime.outputs import producer_batch_size
+from busguard.runtime.batch_size import producer_batch_size
 from busguard.runtime.tolerant_fetch import consumer_options
 
 __all__ = ["SortedRoundRobin", "group_consumer", "loop_producer", "partitions_at", "partitions_of", "producer", "reader"]

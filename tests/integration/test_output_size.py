@@ -24,7 +24,8 @@ from busguard.devtools.broker import EmbeddedBroker
 from busguard.devtools.guardkit import GuardProcess, Setup, all_decided, collect, header, identity, make_setup, sender
 from busguard.protocol.attestation import verify_admitted, verify_decision_record
 from busguard.protocol.records import Decision, headers_encoding
-from busguard.runtime.outputs import Output, batch_size, compressed_batch_size
+from busguard.runtime.batch_size import batch_size, compressed_batch_size
+from busguard.runtime.outputs import Output
 from busguard.sdk.sender import SignedRecord
 
 KAFKA_DEFAULT_LIMIT = 1_048_588

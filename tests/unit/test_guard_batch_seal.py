@@ -124,7 +124,8 @@ def test_the_sdk_opens_batch_sealed_forwards_checking_one_signature_per_batch(tm
 
 
 def test_the_size_budget_bounds_every_batch_proof(tmp_path: Path) -> None:
-    from busguard.runtime.outputs import record_size, worst_proof
+    from busguard.runtime.batch_size import record_size
+    from busguard.runtime.outputs import worst_proof
 
     outputs = _run(_guard(tmp_path, MemoryStore(created_at=NOW - 3_600_000, genesis=True)), _records(range(0, 9)))
     worst = record_size(None, None, worst_proof(IDENT.agent_id))

@@ -16,7 +16,7 @@ from busguard.protocol.registry import KeyRegistry
 from busguard.protocol.signing import public_key_from_seed
 from busguard.runtime.guard import Guard
 from busguard.runtime.watched import WatchedFile
-from busguard.state.memory import MemoryStore
+from busguard.state.memory.store import MemoryStore
 
 from .harness import NOW, Rec, agent, sender
 

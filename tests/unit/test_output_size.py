@@ -28,21 +28,15 @@ from busguard.protocol.keyfile import Identity, new_identity
 from busguard.protocol.reasons import Outcome, Reason
 from busguard.protocol.records import Coordinates, Decision, headers_encoding
 from busguard.protocol.signing import Signer
-from busguard.runtime.outputs import (
-    MAX_DETAIL_BYTES,
-    Output,
-    OutputBudget,
-    Sealed,
+from busguard.runtime.batch_size import (
     batch_size,
-    bounded_dead_letter,
     codec_expansion,
     compressed_batch_size,
-    outputs_for,
     producer_batch_size,
     record_size,
     record_size_bound,
-    worst_proof,
 )
+from busguard.runtime.outputs import MAX_DETAIL_BYTES, Output, OutputBudget, Sealed, bounded_dead_letter, outputs_for, worst_proof
 
 from .harness import Harness, agent, sender
 
