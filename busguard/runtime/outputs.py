@@ -252,7 +252,7 @@ def dead_letter(
     if value is not None and max_payload_bytes is not None and len(value) > max_payload_bytes:
         # Too big to re-produce safely: point at the original (still in the
         # input topic at busguard-source) and identify it by hash instead.
-        extra += [(HEADER_ORIGINAL_LENGTH, str(len(value)).encode()), (HEADER_ORIGINAL_SHA256, hashlib.sha256(value).hexdigest().encode())]
+        extra += _original(HEADER_ORIGINAL_LENGTH, HEADER_ORIGINAL_SHA256, value)
         value = None
     if record_key is None:  # place it deterministically; Kafka also needs a key or a value
         record_key, spread = None if value is not None else decision_id.encode(), source.partition
@@ -282,18 +282,16 @@ def bounded_dead_letter(
     still in the input topic at busguard-source."""
     extra = _why(decision_id, outcome, reason, detail, source, prior_decision_id)
     if value is not None:
-        extra += [(HEADER_ORIGINAL_LENGTH, str(len(value)).encode()), (HEADER_ORIGINAL_SHA256, hashlib.sha256(value).hexdigest().encode())]
-    encoded = headers_encoding(headers)
-    extra += [
-        (HEADER_ORIGINAL_HEADERS_LENGTH, str(len(encoded)).encode()),
-        (HEADER_ORIGINAL_HEADERS_SHA256, hashlib.sha256(encoded).hexdigest().encode()),
-    ]
+        extra += _original(HEADER_ORIGINAL_LENGTH, HEADER_ORIGINAL_SHA256, value)
+    extra += _original(HEADER_ORIGINAL_HEADERS_LENGTH, HEADER_ORIGINAL_HEADERS_SHA256, headers_encoding(headers))
     if record_key is not None:
-        extra += [
-            (HEADER_ORIGINAL_KEY_LENGTH, str(len(record_key)).encode()),
-            (HEADER_ORIGINAL_KEY_SHA256, hashlib.sha256(record_key).hexdigest().encode()),
-        ]
+        extra += _original(HEADER_ORIGINAL_KEY_LENGTH, HEADER_ORIGINAL_KEY_SHA256, record_key)
     return Output(topic, decision_id.encode(), None, [*extra, *proof], timestamp_ms, source.partition)
+
+
+def _original(length_header: str, sha256_header: str, data: bytes) -> list[tuple[str, bytes]]:
+    """What identifies input bytes a dead-letter does not carry: their length and SHA-256."""
+    return [(length_header, str(len(data)).encode()), (sha256_header, hashlib.sha256(data).hexdigest().encode())]
 
 
 def worst_proof(guard_id: str, max_leaves: int = MAX_LEAVES) -> list[tuple[str, bytes]]:
