@@ -99,3 +99,12 @@ def test_the_guards_key_and_the_batch_bound_are_checked_up_front() -> None:
             assert str(exc).split(":")[0] in bad
         else:
             raise AssertionError(f"accepted {bad}")
+
+
+def test_the_head_cache_keeps_at_most_its_capacity() -> None:
+    from busguard.protocol.attestation import HeadCache
+
+    cache = HeadCache(capacity=3)
+    for i in range(10):
+        cache.add(b"k", b"%d" % i, b"s", object())  # type: ignore[arg-type]
+    assert len(cache._heads) == 3 and cache.get(b"k", b"9", b"s") is not None and cache.get(b"k", b"0", b"s") is None

@@ -76,3 +76,22 @@ def test_the_producer_refuses_a_sender_without_a_session() -> None:
 
     with pytest.raises(ValueError, match="session_path"):
         SigningProducer(object(), Sender(hashlib.sha256(b"x").digest()))
+
+
+def test_the_outbox_holds_at_most_max_staged_replies_per_claim_and_forget_before_drops_old_marks(tmp_path: Path) -> None:
+    from busguard.sdk.doneset import MAX_STAGED
+
+    done = SqliteDoneSet(tmp_path / "agent.db")
+    with pytest.raises(ValueError, match=f"more than {MAX_STAGED}"), done.claim("d-1", now_ms=10) as tx:
+        for i in range(MAX_STAGED + 1):
+            tx.stage("acks", None, b"%d" % i, [])
+    assert done.outbox() == [] and not done.is_done("d-1")  # the whole claim rolled back
+    with done.claim("d-1", now_ms=10) as tx:
+        for i in range(MAX_STAGED):
+            tx.stage("acks", None, b"%d" % i, [("h", b"v")])
+    assert [s.value for s in done.outbox()] == [b"%d" % i for i in range(MAX_STAGED)]
+    with done.claim("d-1", now_ms=20) as tx, pytest.raises(ValueError, match="already done"):
+        tx.stage("acks", None, b"again", [])
+    with done.claim("d-2", now_ms=30):
+        pass
+    assert done.forget_before(25) == 1 and not done.is_done("d-1") and done.is_done("d-2")
