@@ -210,8 +210,7 @@ def open_reconcile_store(cfg: Config) -> ReconcileState:
     from busguard.runtime.outputs import Output
 
     chosen, options = state_backend(cfg)
-    where = "reconcile.state_path" if chosen.name != "postgres" else "state.dsn"
-    return reachable(cfg, where, lambda: chosen.open_reconcile(options, output=Output, state=EscalationState))
+    return reachable(cfg, chosen.reconcile_where, lambda: chosen.open_reconcile(options, output=Output, state=EscalationState))
 
 
 def build_guard(

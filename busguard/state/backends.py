@@ -53,6 +53,8 @@ class Backend(Protocol):
     #: the config field an error about where the store is should name, and
     #: `place(options)` its value (a path, a schema)
     where: str
+    #: the config field an error about the reconciler's store should name
+    reconcile_where: str
 
     def options(self, state: Any, resolve: Callable[[str], Path], reconcile_path: str) -> Any: ...
 

@@ -9,11 +9,7 @@ again independently of the example: the successor's database and the raw downstr
 
 from __future__ import annotations
 
-import asyncio
-import json
-import os
 import sqlite3
-import sys
 from pathlib import Path
 
 from busguard.config import load_config
@@ -24,6 +20,7 @@ from busguard.protocol.attestation import verify_admitted
 from busguard.protocol.keyfile import read_key
 from busguard.protocol.receipt import decode_receipt
 
+from .example_runs import run_example
 from .paths import REPO
 
 RUN = REPO / "examples" / "compromise" / "run.py"
@@ -31,15 +28,8 @@ HANDOFF = "handoff-2026-12-02"
 
 
 async def test_the_successor_acts_once_on_only_the_verified_components(broker: EmbeddedBroker, tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(RUN), "--bootstrap", broker.bootstrap, "--dir", str(tmp_path),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env, cwd=REPO,
-    )  # fmt: skip
-    out, _ = await asyncio.wait_for(proc.communicate(), 300)
-    output = out.decode(errors="replace")
-    assert proc.returncode == 0, output
-    result = json.loads((tmp_path / "result.json").read_text())
+    returncode, output, result = await run_example(RUN, broker.bootstrap, tmp_path)
+    assert returncode == 0, output
     assert result["audit_exit"] == 0 and result["audit"]["ok"] is True and result["audit"]["violations"] == [], output
     assert (result["first"]["acted"], result["again"]["acted"], result["again"]["skipped"]) == (2, 0, 2), output
 

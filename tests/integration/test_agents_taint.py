@@ -8,11 +8,8 @@ attestation verified here), and the audit report."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import sqlite3
-import sys
 from pathlib import Path
 
 from busguard.config import load_config
@@ -21,21 +18,15 @@ from busguard.devtools.guardkit import collect_all, identity
 from busguard.protocol.attestation import verify_admitted
 from busguard.protocol.keyfile import read_key
 
+from .example_runs import run_example
 from .paths import REPO
 
 RUN = REPO / "examples" / "containment" / "run.py"
 
 
 async def test_the_plan_reaches_the_containment_agent_once_and_is_acted_on_once(broker: EmbeddedBroker, tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(RUN), "--bootstrap", broker.bootstrap, "--dir", str(tmp_path),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env, cwd=REPO,
-    )  # fmt: skip
-    out, _ = await asyncio.wait_for(proc.communicate(), 300)
-    output = out.decode(errors="replace")
-    assert proc.returncode == 0, output
-    result = json.loads((tmp_path / "result.json").read_text())
+    returncode, output, result = await run_example(RUN, broker.bootstrap, tmp_path)
+    assert returncode == 0, output
     assert result["audit_exit"] == 0 and result["audit"]["ok"] is True and result["audit"]["violations"] == [], output
     assert (result["first"]["acted"], result["again"]["acted"], result["again"]["skipped"]) == (1, 0, 1), output
 

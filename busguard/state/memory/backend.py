@@ -21,13 +21,14 @@ class MemoryOptions(msgspec.Struct, frozen=True, kw_only=True):
     """The memory backend has no settings of its own; the reconciler keeps
     its store in the SQLite file `reconcile.state_path`."""
 
-    reconcile_path: Path | None = None
+    reconcile_path: Path
     synchronous: str = "FULL"
 
 
 class MemoryBackend:
     name: Final = "memory"
     durable: Final = False
+    reconcile_where: Final = "reconcile.state_path"
     where: Final = "state.backend"
 
     def options(self, state: Any, resolve: Callable[[str], Path], reconcile_path: str) -> MemoryOptions:
@@ -55,8 +56,6 @@ class MemoryBackend:
     def open_reconcile(self, options: MemoryOptions, *, output: type[Out], state: type[S]) -> ReconcileStateStore[Out, S]:
         from busguard.state.sqlite.reconcile import SqliteReconcileStore
 
-        if options.reconcile_path is None:
-            raise ValueError("the reconciler's store needs a path (reconcile.state_path)")
         return SqliteReconcileStore(options.reconcile_path, output=output, state=state, synchronous=options.synchronous)
 
 

@@ -30,6 +30,7 @@ class PostgresOptions(msgspec.Struct, frozen=True, kw_only=True):
 class PostgresBackend:
     name: Final = "postgres"
     durable: Final = True
+    reconcile_where: Final = "state.dsn"
     where: Final = "state.schema"
 
     def options(self, state: Any, resolve: Callable[[str], Path], reconcile_path: str) -> PostgresOptions:

@@ -23,13 +23,14 @@ class SqliteOptions(msgspec.Struct, frozen=True, kw_only=True):
 
     path: Path
     synchronous: str = "FULL"
-    reconcile_path: Path | None = None
+    reconcile_path: Path
     checkpoint_every_s: float | None = None
 
 
 class SqliteBackend:
     name: Final = "sqlite"
     durable: Final = True
+    reconcile_where: Final = "reconcile.state_path"
     where: Final = "state.path"
 
     def options(self, state: Any, resolve: Callable[[str], Path], reconcile_path: str) -> SqliteOptions:
@@ -63,8 +64,6 @@ class SqliteBackend:
     def open_reconcile(self, options: SqliteOptions, *, output: type[Out], state: type[S]) -> ReconcileStateStore[Out, S]:
         from busguard.state.sqlite.reconcile import SqliteReconcileStore
 
-        if options.reconcile_path is None:
-            raise ValueError("the reconciler's store needs a path (reconcile.state_path)")
         return SqliteReconcileStore(options.reconcile_path, output=output, state=state, synchronous=options.synchronous)
 
 
