@@ -48,12 +48,17 @@ class StoreUnreachable(ExplainedError):
 
 class ConfigError(ExplainedError):
     @classmethod
-    def from_validation(cls, file: str, exc: msgspec.ValidationError, data: object = None) -> ConfigError:
-        """Turn msgspec's `Expected int, got str - at $.a.b[0]` into file/field/value."""
+    def from_validation(cls, file: str, exc: msgspec.ValidationError, data: object = None, *roots: type) -> ConfigError:
+        """Turn msgspec's `Expected int, got str - at $.a.b[0]` into file/field/value.
+        With `roots` (the types `data` was converted to), a field with named
+        values lists them: msgspec's own "Invalid enum value 'x'" does not."""
         message = str(exc)
         m = re.search(r" - at `\$\.?(.*)`$", message)
         path = m.group(1) if m else ""
         allowed = message[: m.start()] if m else message
+        choices = next((c for c in (_choices(r, path) for r in roots) if c), None)
+        if choices:
+            allowed = f"{allowed}; allowed: {choices}" if allowed.startswith("Expected") else f"one of {choices}"
         unknown = re.match(r"Object contains unknown field `(.+)`$", allowed)
         if unknown:  # name the key itself, not the table that holds it
             path = f"{path}.{unknown.group(1)}" if path else unknown.group(1)
@@ -88,3 +93,31 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
         ) from None
     except OSError as exc:
         raise ConfigError(str(path), "", None, f"a readable file ({type(exc).__name__}: {exc.strerror or exc})") from exc
+
+
+def _choices(root: type, path: str) -> str | None:
+    """What a field whose type names its values (a `Literal`, alone or in a
+    union with an integer range) allows, or None."""
+    t: msgspec.inspect.Type = msgspec.inspect.type_info(root)
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", path):
+        if isinstance(t, msgspec.inspect.UnionType):  # an optional table or list
+            inner = [u for u in t.types if not isinstance(u, msgspec.inspect.NoneType)]
+            t = inner[0] if len(inner) == 1 else t
+        if part.startswith("["):
+            if not isinstance(t, msgspec.inspect.ListType | msgspec.inspect.TupleType | msgspec.inspect.VarTupleType):
+                return None
+            t = t.item_type if not isinstance(t, msgspec.inspect.TupleType) else msgspec.inspect.AnyType()
+        elif isinstance(t, msgspec.inspect.StructType):
+            t = next((f.type for f in t.fields if f.encode_name == part), msgspec.inspect.AnyType())
+        else:
+            return None
+    leaves = t.types if isinstance(t, msgspec.inspect.UnionType) else (t,)
+    named = [repr(v) for leaf in leaves if isinstance(leaf, msgspec.inspect.LiteralType) for v in leaf.values]
+    if not named:
+        return None
+    ranges = [
+        f"an integer {leaf.ge if leaf.ge is not None else ''}–{leaf.le if leaf.le is not None else ''}".rstrip("–")
+        for leaf in leaves
+        if isinstance(leaf, msgspec.inspect.IntType)
+    ]
+    return ", ".join(named) + (f", or {' or '.join(ranges)}" if ranges else "")

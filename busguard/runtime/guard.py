@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -117,10 +118,11 @@ class Guard(SealingStage):
         self.chain = secrets.token_hex(8)
         #: the last head this process committed: the tip, should the store lose it
         self._tip: ChainTip | None = None
-        self._pool = ThreadPoolExecutor(cfg.batch.verify_threads, thread_name_prefix="busguard-crypto")
+        self.threads = cfg.batch.threads(len(os.sched_getaffinity(0)))
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="busguard-crypto")
         # Its own threads, so a batch's seals do not queue behind the next
         # batch's signature checks (which the loop runs ahead on `_pool`).
-        self._seal_pool = ThreadPoolExecutor(cfg.batch.verify_threads, thread_name_prefix="busguard-seal")
+        self._seal_pool = ThreadPoolExecutor(self.threads, thread_name_prefix="busguard-seal")
         self._start_stage(
             cfg,
             identity,
@@ -200,7 +202,7 @@ class Guard(SealingStage):
     # -- crypto across threads ---------------------------------------------
 
     def _verify_many(self, candidates: Sequence[Candidate]) -> list[KeyWindow | None]:
-        parts = chunks(candidates, self.cfg.batch.verify_threads)
+        parts = chunks(candidates, self.threads)
         return [k for part in self._pool.map(lambda cs: [verify(c) for c in cs], parts) for k in part]
 
     def _seal_one(self, d: Decision) -> Sealed:
@@ -265,7 +267,7 @@ class Guard(SealingStage):
         return None
 
     def _seal_many(self, decisions: Sequence[Decision]) -> list[Sealed]:
-        return [s for part in self._seal_pool.map(self._seal_part, chunks(decisions, self.cfg.batch.verify_threads)) for s in part]
+        return [s for part in self._seal_pool.map(self._seal_part, chunks(decisions, self.threads)) for s in part]
 
     def _seal_part(self, decisions: Sequence[Decision]) -> list[Sealed]:
         return [self._seal_one(d) for d in decisions]
@@ -289,7 +291,7 @@ class Guard(SealingStage):
         sealed_in: list[BatchSeal] = []
 
         def decided(decisions: list[Decision]) -> None:
-            parts = chunks(decisions, self.cfg.batch.verify_threads)
+            parts = chunks(decisions, self.threads)
             sealing[:] = [(decisions, [self._seal_pool.submit(self._seal_part, part) for part in parts])]
 
         def in_transaction(snapshot: Snapshot, decisions: list[Decision], writes: BatchWrites) -> None:

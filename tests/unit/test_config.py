@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from busguard.config import Config, Route, load_config
+from busguard.config import BatchConfig, Config, Route, load_config
 from busguard.errors import ConfigError
 from busguard.policies import KINDS
 from busguard.protocol.registry import KeyRegistry
@@ -235,17 +235,18 @@ def test_routes_cannot_be_overridden_and_the_error_names_the_variable(tmp_path: 
     [
         (ROUTE + "[kafka]\nsession_timeout_ms = 0\n", "kafka.session_timeout_ms", 0, ">= 1"),
         (ROUTE + '[kafka]\nsession_timeout_ms = "3000"\n', "kafka.session_timeout_ms", "3000", "Expected `int`, got `str`"),
-        (ROUTE + '[kafka]\nacks = "0"\n', "kafka.acks", "0", "Invalid enum value '0'"),
+        (ROUTE + '[kafka]\nacks = "0"\n', "kafka.acks", "0", "one of '1', 'all'"),
         (ROUTE + '[kafka]\nidempotence = "yes"\n', "kafka.idempotence", "yes", "Expected `bool`"),
         (ROUTE + "[kafka]\ntopic_partitions = 10001\n", "kafka.topic_partitions", 10001, "<= 10000"),
-        (ROUTE + '[admission]\nnonce_scope = "sender"\n', "admission.nonce_scope", "sender", "Invalid enum value 'sender'"),
+        (ROUTE + '[admission]\nnonce_scope = "sender"\n', "admission.nonce_scope", "sender", "one of "),
         (ROUTE + "[admission]\nwindow_size = 65537\n", "admission.window_size", 65537, "<= 65536"),
         (ROUTE + "[admission]\nmax_future_ms = -1\n", "admission.max_future_ms", -1, ">= 0"),
         (ROUTE + '[state]\nbackend = "rocksdb"\n', "state.backend", "rocksdb", "one of 'memory', 'postgres', 'sqlite'"),
-        (ROUTE + '[state]\nsynchronous = "off"\n', "state.synchronous", "off", "Invalid enum value 'off'"),
-        (ROUTE + "[batch]\nverify_threads = 0\n", "batch.verify_threads", 0, ">= 1"),
+        (ROUTE + '[state]\nsynchronous = "off"\n', "state.synchronous", "off", "one of 'full', 'normal'"),
+        (ROUTE + "[batch]\nverify_threads = 0\n", "batch.verify_threads", 0, ">= 1; allowed: 'auto', or an integer 1–64"),
+        (ROUTE + '[batch]\nverify_threads = "many"\n', "batch.verify_threads", "many", "one of 'auto', or an integer 1–64"),
         (ROUTE + "[batch]\nmax_payload_bytes = 67108865\n", "batch.max_payload_bytes", 67108865, "<= 67108864"),
-        (ROUTE + '[log]\nlevel = "trace"\n', "log.level", "trace", "Invalid enum value 'trace'"),
+        (ROUTE + '[log]\nlevel = "trace"\n', "log.level", "trace", "one of 'debug', 'error', 'info', 'warning'"),
         (ROUTE + "[ops]\nport = 70000\n", "ops.port", 70000, "<= 65535"),
         (ROUTE + '[reconcile]\nauto_resolve_retransmissions = "no"\n', "reconcile.auto_resolve_retransmissions", "no", "Expected `bool`"),
         (
@@ -569,3 +570,15 @@ def test_compromise_agent_ids_and_retention_are_validated(tmp_path: Path) -> Non
     assert (err.field, err.value) == ("compromise.trusted_notice_issuers", "")
     err = refused(tmp_path, ROUTE + "[compromise]\nnotice_retention_ms = 1000\n")
     assert err.field == "compromise.notice_retention_ms" and "session_retention_ms" in err.allowed
+
+
+@pytest.mark.parametrize(
+    ("setting", "cpus", "threads"), [("auto", 1, 1), ("auto", 2, 1), ("auto", 3, 2), ("auto", 64, 8), (3, 2, 3), (1, 16, 1)]
+)
+def test_verify_threads_auto_leaves_the_event_loop_a_cpu(setting: int | str, cpus: int, threads: int) -> None:
+    assert BatchConfig(verify_threads=setting).threads(cpus) == threads  # type: ignore[arg-type]
+
+
+def test_verify_threads_rejects_other_strings() -> None:
+    with pytest.raises(msgspec.ValidationError, match="verify_threads"):
+        msgspec.convert({"verify_threads": "many"}, BatchConfig)
