@@ -1,7 +1,7 @@
 """The guard's own CPU per record, without a broker: the whole batch stage
 (`Guard.prepare` then `Guard.process_prepared`: prechecks, 2-thread verify,
 decide, the SQLite transaction with `synchronous = full`, the batch seal,
-the outputs) and the producer's side of `BatchLoop._send` (aiokafka's
+the outputs) and the producer's side of `BatchLoop._publish` (aiokafka's
 record batches built and compressed with the configured codec, as its
 sender does), over the records `benchmarks/compare.py` sends (same
 generator: 8 senders, half with sessions, 5 % exact re-sends, 300-byte JSON
@@ -64,7 +64,7 @@ class _Sent:
 
 
 class BuildingProducer:
-    """The part of AIOKafkaProducer that `BatchLoop._send` calls, building
+    """The part of AIOKafkaProducer that `BatchLoop._publish` calls, building
     every record batch it is sent exactly as aiokafka's sender does before a
     produce request (`BatchBuilder._build`: the v2 batch, compressed)."""
 
@@ -112,7 +112,7 @@ async def run_all(guard: Any, loop: Any, producer: BuildingProducer, batches: li
         ready = await guard.prepare(batch)
         outputs = await guard.process_prepared(ready)
         c1 = time.process_time()
-        await (await loop._send(producer, outputs))
+        await loop._publish(producer, outputs)
         c2 = time.process_time()
         stage += c1 - c0
         produce += c2 - c1

@@ -4,14 +4,10 @@ At the n-th batch that reaches <point> the process sends itself SIGKILL —
 a real crash, no cleanup, no flush — so the tests exercise exactly what an
 OOM kill or a pulled plug would. Points, in batch-protocol order:
 
-    decided     inside the state transaction, before it commits
-    overlapped  after the state commit, while the batch before is sent but
-                not yet acknowledged and its offsets not yet committed
-                (reached only when a batch overlaps the one before)
-    persisted   after the state commit and the batch before's offset
-                commit, before anything of this batch is produced
-    produced    after every output is acknowledged, before offsets commit
-    committed   after the offset commit
+    decided    inside the state transaction, before it commits
+    persisted  after the state commit, before anything is produced
+    produced   after every output is acknowledged, before offsets commit
+    committed  after the offset commit
 """
 
 from __future__ import annotations
@@ -19,7 +15,7 @@ from __future__ import annotations
 import os
 import signal
 
-POINTS = ("decided", "overlapped", "persisted", "produced", "committed")
+POINTS = ("decided", "persisted", "produced", "committed")
 
 
 class Faults:

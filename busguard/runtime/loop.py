@@ -23,26 +23,13 @@ read from it is either committed or not emitted at all.
 Pipelining: while a batch goes through steps 1-3, the loop already polls the
 next one and, for a stage that `Prepares`, runs its stateless half (the
 guard's prechecks, signature checks and policy parsing: nothing read from
-or written to the state, nothing emitted). And when the next batch has
-arrived by the time a batch's outputs are sent, its step 1 runs while the
-batch before waits for its acknowledgements: batch N+1 is decided and
-persisted, then N's deliveries are awaited and its offsets committed, then
-N+1's outputs are sent (after N's, so each partition keeps its order), and
-N+1 is finished the same way with N+2, or at once when nothing has
-arrived to overlap with. What the protocol promises still holds for each
-batch: its decisions are persisted before any of its outputs is sent, and
-its offsets are committed only after every one of its outputs (and every
-one of the batch before's) is acknowledged. A crash with N+1 persisted and
-N unacknowledged (the kill point `overlapped`) re-delivers both; both are
-re-emitted byte for byte. A batch read ahead
+or written to the state, nothing emitted). Steps 1-3 stay strictly one batch after another, so
+the commit order and the crash protocol are as above. A batch read ahead
 belongs to the assignment it was polled under: if a rebalance happened since
 (`generation` moved), it is dropped unprocessed. That loses nothing: aiokafka
 makes a new assignment for every rebalance and resets each of its partitions
 to the group's committed offset, which is never past a record that was not
-processed, so the dropped records are read again. The lock the revocation
-callback waits for is held while a batch is sent and not committed, and a
-moved `generation` makes the loop finish that batch before anything else,
-so a revoked partition's batches are all committed before it moves.
+processed, so the dropped records are read again.
 
 Newly assigned partitions: before the first batch after an assignment, the
 loop reads the group's committed offsets for every assigned partition it has
@@ -104,18 +91,6 @@ class Prepares(Protocol):
     async def prepare(self, records: Sequence[Any]) -> Any: ...
 
     async def process_prepared(self, prepared: Any) -> list[Output]: ...
-
-
-class _Pending(NamedTuple):
-    """A batch decided, persisted and sent, whose deliveries are not yet
-    awaited and whose offsets are not yet committed."""
-
-    generation: int
-    deliveries: asyncio.Future[Any]
-    offsets: dict[TopicPartition, int]
-    started: float
-    produced: float
-    records: int
 
 
 class _Polled(NamedTuple):
@@ -268,17 +243,9 @@ class BatchLoop:
     async def _loop(self, consumer: AIOKafkaConsumer, producer: AIOKafkaProducer) -> None:
         next_housekeeping = 0.0
         stop = asyncio.ensure_future(self._stop.wait())
-        #: the batch whose outputs are sent but not yet acknowledged and
-        #: committed; the lock is held for as long as there is one
-        pending: _Pending | None = None
         try:
             while not self._stop.is_set():
                 poll, self._ahead = self._ahead or asyncio.ensure_future(self._poll(consumer)), None
-                if pending is not None and (not poll.done() or pending.generation != self.generation):
-                    # nothing to overlap it with (or a rebalance waits for the lock): finish it now
-                    await self._finish(pending, consumer)
-                    pending = None
-                    self.lock.release()
                 waiting: set[asyncio.Future[Any]] = {poll, stop}
                 await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
                 if not poll.done():
@@ -286,28 +253,17 @@ class BatchLoop:
                     break
                 polled = poll.result()
                 if polled is not None:
-                    if pending is None:
-                        await self.lock.acquire()
-                    if polled.generation == self.generation:
-                        pending = await self._batch(polled, consumer, producer, pending)
-                    else:
-                        log.info("batch read ahead of a rebalance dropped unprocessed; it is read again", records=len(polled.records))
-                    if pending is None:
-                        self.lock.release()
+                    async with self.lock:
+                        if polled.generation == self.generation:
+                            await self._batch(polled, consumer, producer)
+                        else:
+                            log.info("batch read ahead of a rebalance dropped unprocessed; it is read again", records=len(polled.records))
                 if time.monotonic() >= next_housekeeping:
-                    if pending is not None:
-                        await self._finish(pending, consumer)
-                        pending = None
-                        self.lock.release()
                     next_housekeeping = time.monotonic() + self.cfg.state.expire_interval_s
                     started = time.perf_counter()
                     await self.stage.housekeeping()
                     self.metrics.housekeeping_seconds.observe(time.perf_counter() - started)
                     await self._lag(consumer)
-            if pending is not None:  # stopping: the batch in hand is acknowledged and committed first
-                await self._finish(pending, consumer)
-                pending = None
-                self.lock.release()
         finally:
             stop.cancel()
             if self._ahead is not None:
@@ -323,14 +279,7 @@ class BatchLoop:
         prepared = await self.prepares.prepare(records) if self.prepares is not None else None
         return _Polled(generation, batch, records, prepared)
 
-    async def _batch(self, polled: _Polled, consumer: AIOKafkaConsumer, producer: AIOKafkaProducer, before: _Pending | None) -> _Pending:
-        """Steps 1 and 2's sending for this batch, with the batch `before`'s
-        step 2 (awaiting its deliveries) and step 3 overlapped: this batch is
-        decided and persisted while the one before is still being
-        acknowledged, and its outputs are sent only after the one before's
-        were (each partition keeps its order). Returns this batch, sent and
-        not yet committed: the loop finishes it with the next batch, or at
-        once when no next batch is there to overlap with."""
+    async def _batch(self, polled: _Polled, consumer: AIOKafkaConsumer, producer: AIOKafkaProducer) -> None:
         started = time.perf_counter()
         batch, records = polled.batch, polled.records
         if not self._stop.is_set():
@@ -345,26 +294,17 @@ class BatchLoop:
             outputs = await self.prepares.process_prepared(polled.prepared)
         else:
             outputs = await self.stage.process(records)
-        if before is not None:
-            self.faults.reached("overlapped")  # this batch persisted; the one before sent, not acknowledged, not committed
-            await self._finish(before, consumer)
         self.faults.reached("persisted")
         produced = time.perf_counter()
-        self.metrics.phase_seconds.labels("process").observe(produced - started)
-        # 2. produce everything; every delivery is awaited before step 3 (`_finish`)
-        deliveries = await self._send(producer, outputs)
-        # past the whole span of an undecodable batch's one decision (runtime/decoding.py)
-        offsets = {tp: next_offset(recs[-1]) for tp, recs in batch.items() if recs}
-        return _Pending(polled.generation, deliveries, offsets, started, produced, len(records))
-
-    async def _finish(self, p: _Pending, consumer: AIOKafkaConsumer) -> None:
-        """Steps 2 (the rest) and 3 of a sent batch: await every delivery,
-        then commit its offsets, never past an undelivered output."""
-        await p.deliveries
+        # 2. produce everything, then await every delivery
+        await self._publish(producer, outputs)
         self.faults.reached("produced")
         committed = time.perf_counter()
+        # 3. commit offsets: only now is every output of this batch durable
+        # past the whole span of an undecodable batch's one decision (runtime/decoding.py)
+        offsets = {tp: next_offset(recs[-1]) for tp, recs in batch.items() if recs}
         try:
-            await consumer.commit(p.offsets)
+            await consumer.commit(offsets)
         except (CommitFailedError, IllegalStateError) as exc:
             # The group moved on; the new owner re-reads these records and,
             # finding their results by coordinates, re-emits them identically.
@@ -372,10 +312,11 @@ class BatchLoop:
             log.warning("offset commit refused after rebalance; outputs will be re-emitted identically", error=str(exc))
         self.faults.reached("committed")
         done = time.perf_counter()
-        self.metrics.phase_seconds.labels("produce").observe(committed - p.produced)
+        self.metrics.phase_seconds.labels("process").observe(produced - started)
+        self.metrics.phase_seconds.labels("produce").observe(committed - produced)
         self.metrics.phase_seconds.labels("commit").observe(done - committed)
-        self.metrics.batch_seconds.observe(done - p.started)
-        self.metrics.batch_records.observe(p.records)
+        self.metrics.batch_seconds.observe(done - started)
+        self.metrics.batch_records.observe(len(records))
 
     async def _first_batch_of(self, tps: list[TopicPartition], consumer: AIOKafkaConsumer, prepared: Any) -> None:
         """The group's committed offsets for partitions new to this process, to
@@ -392,10 +333,10 @@ class BatchLoop:
         await self.before_first(committed, prepared)
         self.checked.update(tps)
 
-    async def _send(self, producer: AIOKafkaProducer, outputs: Sequence[Output]) -> asyncio.Future[Any]:
+    async def _publish(self, producer: AIOKafkaProducer, outputs: Sequence[Output]) -> None:
         """Produce in per-partition batches (one request per partition, no
-        per-record futures), keeping each partition's order; the future
-        returned is done when every delivery is, and raises if any fails.
+        per-record futures), keeping each partition's order; raise if any
+        delivery fails.
 
         The outputs are grouped by partition first and each partition's
         batch is filled in one go: a record batch's buffer grows as records
@@ -432,7 +373,7 @@ class BatchLoop:
             # holding it for the producer's linger_ms (nothing more joins it).
             batch.close()
             deliveries.append(await producer.send_batch(batch, topic, partition=partition))
-        return asyncio.gather(*deliveries)
+        await asyncio.gather(*deliveries)
 
     async def _lag(self, consumer: AIOKafkaConsumer) -> None:
         for tp in consumer.assignment():

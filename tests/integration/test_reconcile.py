@@ -124,7 +124,7 @@ def _state(backend: str, request: pytest.FixtureRequest) -> dict[str, object] | 
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-@pytest.mark.parametrize("point", ["overlapped", "persisted", "produced"])
+@pytest.mark.parametrize("point", ["persisted", "produced"])
 async def test_kill_9_mid_batch_resolves_every_escalation_exactly_once(
     broker: EmbeddedBroker, tmp_path: Path, point: str, backend: str, request: pytest.FixtureRequest
 ) -> None:
