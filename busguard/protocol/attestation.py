@@ -10,9 +10,11 @@ carries two headers:
 The attestation binds the decision id, outcome, reason, the receipt it judged
 and where that receipt was read, plus the SHA-256 of the decision record
 (the audit topic's value), and on a forward that surfaces annotations the
-SHA-256 of its `busguard-annotation-*` headers (`annotations_sha256`). So one signature per input serves all outputs:
-a receiver checks the forwarded receipt against `receipt_id`; the auditor
-checks the decision record against `decision_sha256`.
+SHA-256 of its `busguard-annotation-*` headers (`annotations_sha256`). So
+one signature per input serves all outputs: a receiver checks the forwarded
+receipt against `receipt_id` (and the annotation headers against
+`annotations_sha256`); the auditor checks the decision record against
+`decision_sha256`.
 
 Deterministic (Ed25519 signatures are, and the attestation is a pure
 function of the persisted decision), so a re-emission after a crash is
@@ -346,7 +348,9 @@ def check_annotations(att: Attestation, headers: Sequence[tuple[str, bytes]], *,
     a reader cannot tell which. `unbound=True` (the auditor, reading a log
     that spans the upgrade) lets those through; a bound one is checked
     whatever `unbound` says."""
-    found = [(k, v) for k, v in headers if k[:_ANNOTATION_PREFIX_LEN].lower() == HEADER_ANNOTATION_PREFIX]
+    found = [
+        (k, v) for k, v in headers if len(k) >= _ANNOTATION_PREFIX_LEN and k[:_ANNOTATION_PREFIX_LEN].lower() == HEADER_ANNOTATION_PREFIX
+    ]
     if att.annotations_sha256 is None:
         if found and not unbound:
             raise AttestationError(
