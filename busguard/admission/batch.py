@@ -294,7 +294,9 @@ def admit_checked(
                 if oversize is not None and decision.outcome == Outcome.FORWARD:
                     detail = oversize(decision, item)
                     if detail is not None:
-                        decision = msgspec.structs.replace(decision, outcome=Outcome.REJECT, reason=Reason.OUTPUT_TOO_LARGE, detail=detail)
+                        decision = msgspec.structs.replace(
+                            decision, outcome=Outcome.REJECT, reason=Reason.OUTPUT_TOO_LARGE, detail=detail, surfaced=None
+                        )
                         effects = NO_EFFECTS
             if earlier is not None:
                 state.replaced.append((earlier, decision))

@@ -369,7 +369,9 @@ def _policy_decision(
     Whatever the outcome, its state writes, annotations and notices are kept
     (a refused award still sends its rebid notice); only an admission records
     the task and forwards (the replacement, if any). An objection still
-    consumes the nonce and sequence: the record was authentic and fresh."""
+    consumes the nonce and sequence: the record was authentic and fresh.
+    A forward of a kind with `forward_annotations` records in `surfaced`
+    which of them its forward carries (Decision)."""
     env, principal = c.envelope, c.principal
     outcome = policystep.run(prepared, view, now_ms)
     o = outcome.objection
@@ -380,10 +382,16 @@ def _policy_decision(
     else:
         decision = _decision(did, c.source, now_ms, o.outcome, o.reason, o.detail, env, principal, key, None, None, c.record_sha256)
         effects = Effects(admitted.nonce, admitted.window, None, rows)
+    annotations = dict(outcome.annotations) if outcome.annotations else None
+    surfaced = prepared.spec.forward_annotations
     decision = msgspec.structs.replace(
         decision,
-        annotations=dict(outcome.annotations) if outcome.annotations else None,
+        annotations=annotations,
         replacement=outcome.replacement if o is None else None,
         notices=outcome.notices or None,
+        # a forward of a kind that surfaces annotations names the ones it
+        # carries, so its attestation binds them (even none: a reader can
+        # then tell that none was removed)
+        surfaced=tuple(n for n in surfaced if annotations and n in annotations) if o is None and surfaced else None,
     )
     return decision, effects

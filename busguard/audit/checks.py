@@ -140,7 +140,8 @@ def check_audit_record(
 
 def _admitted_with_known_seal(value: bytes, headers: Sequence[tuple[str, bytes]]) -> Attestation:
     """verify_admitted, minus the seal (this seal was already verified on its audit record)."""
-    return check_admitted(decode_attestation(next(v for k, v in headers if k == HEADER_ATTESTATION)), value, headers)
+    att = decode_attestation(next(v for k, v in headers if k == HEADER_ATTESTATION))
+    return check_admitted(att, value, headers, unbound_annotations=True)
 
 
 def check_forwarded(
@@ -151,7 +152,11 @@ def check_forwarded(
     known_seals: Container[bytes] = frozenset(),
     heads: HeadCache | None = None,
 ) -> CheckedForward:
-    """Verify one downstream record's attestation (`verify_admitted`)."""
+    """Verify one downstream record's attestation (`verify_admitted`).
+    Annotation headers that the attestation binds (`annotations_sha256`)
+    are checked; unbound ones are let through, unlike a receiver: a log
+    read back across the upgrade holds forwards written before annotations
+    were sealed, and each of those is a legitimate forward of its decision."""
     ids = [v for k, v in headers if k == HEADER_DECISION_ID]
     did = ids[0].decode("utf-8", "replace") if len(ids) == 1 else ""
     body = value if value is not None else b""
@@ -163,7 +168,7 @@ def check_forwarded(
         else:
             # the auditor acts for no receiver: verify_admitted's checks, minus the receiver's
             opened = open_sealed(headers, guard_public_key, heads)
-            att = check_admitted(opened.attestation, body, headers)
+            att = check_admitted(opened.attestation, body, headers, unbound_annotations=True)
     except (AttestationError, msgspec.MsgspecError):
         return CheckedForward(topic, did, False, None)
     ok = bool(did) and att.decision_id == did

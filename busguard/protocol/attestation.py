@@ -9,9 +9,12 @@ carries two headers:
 
 The attestation binds the decision id, outcome, reason, the receipt it judged
 and where that receipt was read, plus the SHA-256 of the decision record
-(the audit topic's value). So one signature per input serves all outputs:
-a receiver checks the forwarded receipt against `receipt_id`; the auditor
-checks the decision record against `decision_sha256`.
+(the audit topic's value), and on a forward that surfaces annotations the
+SHA-256 of its `busguard-annotation-*` headers (`annotations_sha256`). So
+one signature per input serves all outputs: a receiver checks the forwarded
+receipt against `receipt_id` (and the annotation headers against
+`annotations_sha256`); the auditor checks the decision record against
+`decision_sha256`.
 
 Deterministic (Ed25519 signatures are, and the attestation is a pure
 function of the persisted decision), so a re-emission after a crash is
@@ -30,7 +33,7 @@ import msgspec
 from busguard.protocol.envelope import HEADER_RECEIPT, b64url_decode_strict, b64url_encode
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.receipt import ReceiptError, decode_receipt, payload_hash, receipt_id
-from busguard.protocol.records import Coordinates, Decision
+from busguard.protocol.records import Coordinates, Decision, headers_encoding
 from busguard.protocol.signing import Signer, verify_signature
 from busguard.protocol.treehead import (
     HEADER_HEAD_SEAL,
@@ -58,6 +61,7 @@ HEADER_PRIOR: Final = "busguard-prior-decision-id"
 HEADER_REPLACED: Final = "busguard-replaced"
 HEADER_ROUTE: Final = "busguard-route"
 HEADER_ANNOTATION_PREFIX: Final = "busguard-annotation-"
+_ANNOTATION_PREFIX_LEN: Final = len(HEADER_ANNOTATION_PREFIX)
 #: The headers that carry a seal, of either kind (`open_sealed`).
 _SEAL_HEADERS: Final = (HEADER_ATTESTATION, HEADER_SEAL, HEADER_TREE_HEAD, HEADER_HEAD_SEAL, HEADER_INCLUSION)
 
@@ -68,8 +72,12 @@ class Attestation(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """`forwarded_sha256` is present only on the attestation of a decision whose
     kind's policy replaced the forwarded value (docs/protocol.md, "Replaced
     forwards"): the value a receiver holds is then that one, not the value the
-    receipt's `payload_hash` names. Absent, the attestation encodes exactly as
-    before the field existed."""
+    receipt's `payload_hash` names. `annotations_sha256` is present only on
+    the attestation of a forward whose decision has `surfaced`: the SHA-256
+    of the `headers_encoding` of exactly the `busguard-annotation-*` headers
+    the forward carries, in order (`annotation_headers`), so they are under
+    the seal. Absent, either field, the attestation encodes exactly as before
+    that field existed."""
 
     v: int
     guard: str
@@ -81,6 +89,7 @@ class Attestation(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     decided_at: int
     decision_sha256: str
     forwarded_sha256: str | None = None
+    annotations_sha256: str | None = None
 
 
 _attestation_decoder: Final = msgspec.json.Decoder(Attestation)
@@ -100,8 +109,23 @@ def decision_bytes(decision: Decision) -> bytes:
     return _decision_encoder.encode(decision)
 
 
+def annotation_headers(decision: Decision) -> list[tuple[str, bytes]]:
+    """The `busguard-annotation-<name>` headers of a forward whose decision
+    has `surfaced`, in its order: one function for the guard's forward
+    (runtime.outputs.forwarded) and its attestation, so they cannot differ."""
+    values = decision.annotations or {}
+    return [(HEADER_ANNOTATION_PREFIX + name, values[name].encode()) for name in decision.surfaced or ()]
+
+
+def annotations_sha256(headers: Sequence[tuple[str, bytes | None]]) -> str:
+    """Lowercase hex SHA-256 of the `headers_encoding` of annotation headers
+    (docs/protocol.md 12.1); of the empty list, SHA-256 of four zero bytes."""
+    return hashlib.sha256(headers_encoding(headers)).hexdigest()
+
+
 def attest(decision: Decision, decision_json: bytes, guard_id: str) -> bytes:
     replaced = decision.replacement
+    surfaced = None if decision.surfaced is None else annotations_sha256(annotation_headers(decision))
     return attest_record(
         guard_id,
         decision.decision_id,
@@ -112,6 +136,7 @@ def attest(decision: Decision, decision_json: bytes, guard_id: str) -> bytes:
         decision.decided_at,
         decision_json,
         forwarded_sha256=None if replaced is None else hashlib.sha256(replaced).hexdigest(),
+        annotations_sha256=surfaced,
     )
 
 
@@ -126,6 +151,7 @@ def attest_record(
     body: bytes,
     *,
     forwarded_sha256: str | None = None,
+    annotations_sha256: str | None = None,
 ) -> bytes:
     """The attestation for any record busguard writes; `body` is the record's
     value (a decision, a resolution, a reply) and is bound by its SHA-256."""
@@ -141,6 +167,7 @@ def attest_record(
             decided_at=at_ms,
             decision_sha256=hashlib.sha256(body).hexdigest(),
             forwarded_sha256=forwarded_sha256,
+            annotations_sha256=annotations_sha256,
         )
     )
 
@@ -274,14 +301,18 @@ def check_receiver(headers: Sequence[tuple[str, bytes]], receiver: str) -> None:
         raise AttestationError(f"the receipt is addressed to {addressed[:128]!r}, not to {receiver[:128]!r}")
 
 
-def check_admitted(att: Attestation, value: bytes, headers: Sequence[tuple[str, bytes]]) -> Attestation:
+def check_admitted(
+    att: Attestation, value: bytes, headers: Sequence[tuple[str, bytes]], *, unbound_annotations: bool = False
+) -> Attestation:
     """The checks after the seal (for callers that already verified it):
     the outcome is `forward`, the `busguard-decision-id` header (what
     consumers dedupe on) is the attested one, the attestation names the
-    receipt in this record, and the payload is the one the receipt hashed —
+    receipt in this record, the payload is the one the receipt hashed —
     or, when a kind's policy replaced the forwarded value, the one the
     attestation's `forwarded_sha256` names (the receipt still names the
-    value the sender signed, which the guard judged)."""
+    value the sender signed, which the guard judged) — and the annotation
+    headers are the attested ones (`check_annotations`).
+    `unbound_annotations=True` is for the auditor alone (see there)."""
     if att.outcome != "forward":
         raise AttestationError(f"outcome is {att.outcome!r}, not 'forward'")
     ids = [v for k, v in headers if k == HEADER_DECISION_ID]
@@ -292,6 +323,7 @@ def check_admitted(att: Attestation, value: bytes, headers: Sequence[tuple[str, 
         raise AttestationError("exactly one busguard-receipt header is required")
     if receipt_id(receipts[0]) != att.receipt_id:
         raise AttestationError("the attestation is for a different receipt")
+    check_annotations(att, headers, unbound=unbound_annotations)
     if att.forwarded_sha256 is not None:
         if hashlib.sha256(value).hexdigest() != att.forwarded_sha256:
             raise AttestationError("the payload is not the replacement the guard attested (forwarded_sha256)")
@@ -303,6 +335,34 @@ def check_admitted(att: Attestation, value: bytes, headers: Sequence[tuple[str, 
     if claimed != payload_hash(value):
         raise AttestationError("the payload is not the one the receipt hashed")
     return att
+
+
+def check_annotations(att: Attestation, headers: Sequence[tuple[str, bytes]], *, unbound: bool = False) -> None:
+    """Every header whose name starts, in any letter case, with
+    `busguard-annotation-` (the guard writes them lowercase; a case-folding
+    reader must not find one the seal does not cover), in record order, must
+    be exactly what `annotations_sha256` binds: a changed, added, removed,
+    duplicated or reordered one is refused. An attestation without it binds
+    no annotation, so a forward carrying one is refused: it is a forward
+    from before the field existed, or a copy someone added headers to, and
+    a reader cannot tell which. `unbound=True` (the auditor, reading a log
+    that spans the upgrade) lets those through; a bound one is checked
+    whatever `unbound` says."""
+    found = [
+        (k, v) for k, v in headers if len(k) >= _ANNOTATION_PREFIX_LEN and k[:_ANNOTATION_PREFIX_LEN].lower() == HEADER_ANNOTATION_PREFIX
+    ]
+    if att.annotations_sha256 is None:
+        if found and not unbound:
+            raise AttestationError(
+                f"{len(found)} busguard-annotation-* header(s) ({found[0][0][:64]!r} first) that the attestation does not bind "
+                "(no annotations_sha256: a forward from before annotations were sealed, or headers added to one)"
+            )
+        return
+    if annotations_sha256(found) != att.annotations_sha256:
+        names = ", ".join(k[:64] for k, _ in found[:8]) or "none"
+        raise AttestationError(
+            f"the busguard-annotation-* headers ({len(found)}: {names}) are not the ones the guard attested (annotations_sha256)"
+        )
 
 
 def decode_attestation(raw: bytes) -> Attestation:

@@ -159,7 +159,14 @@ class Decision(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, tag_fi
     `last_offset` makes it a span decision: one `undecodable_batch` decision
     for every input offset from `source.offset` to it, inclusive
     (docs/protocol.md 2.1); absent on a decision for one offset, so records
-    written before spans existed are unchanged."""
+    written before spans existed are unchanged.
+    `surfaced` names, in order, the annotations its forward carries as
+    `busguard-annotation-<name>` headers, which the attestation then binds
+    (`annotations_sha256`, docs/protocol.md 12.1): set by admission on every
+    forward of a kind that surfaces annotations (empty when the decision has
+    none of them: the forward then carries none, and that is bound too).
+    Absent on every other decision and on those stored before it existed,
+    so those re-emit byte for byte as they first did."""
 
     decision_id: str
     outcome: str
@@ -189,6 +196,7 @@ class Decision(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, tag_fi
     replacement: bytes | None = None
     notices: tuple[Notice, ...] | None = None
     last_offset: int | None = None
+    surfaced: tuple[str, ...] | None = None
 
     @property
     def covers_to(self) -> int:

@@ -41,6 +41,7 @@ from busguard.protocol.attestation import (
     HEADER_ROUTE,
     HEADER_SEAL,
     HEADER_SOURCE,
+    annotation_headers,
     attest_record,
 )
 from busguard.protocol.reasons import Outcome, Reason
@@ -192,14 +193,20 @@ def verdict_headers(outcome: str, reason: str) -> tuple[tuple[str, bytes], tuple
 def forwarded(d: Decision, value: bytes | None, headers: Sequence[tuple[str, bytes]]) -> tuple[bytes | None, Sequence[tuple[str, bytes]]]:
     """The value and headers a forward carries: the input's, or a kind
     policy's replacement (flagged, and attested by `forwarded_sha256`), plus
-    the annotations its kind surfaces on forwards."""
-    if d.replacement is None and not d.annotations:
+    the annotations its kind surfaces on forwards: those the decision names
+    in `surfaced` (and its attestation binds), or, for a decision stored
+    before `surfaced` existed, those its kind's `forward_annotations` names
+    (unbound, as that decision was first emitted)."""
+    if d.surfaced is not None:
+        extra = annotation_headers(d)
+    elif d.replacement is None and not d.annotations:
         return value, headers  # every forward of a kind without a policy outcome
-    spec = KINDS.get(d.kind) if d.kind is not None and d.annotations else None
-    surfaced = spec.forward_annotations if spec is not None else ()
-    extra = [
-        (HEADER_ANNOTATION_PREFIX + name, d.annotations[name].encode()) for name in surfaced if d.annotations and name in d.annotations
-    ]
+    else:
+        spec = KINDS.get(d.kind) if d.kind is not None and d.annotations else None
+        surfaced = spec.forward_annotations if spec is not None else ()
+        extra = [
+            (HEADER_ANNOTATION_PREFIX + name, d.annotations[name].encode()) for name in surfaced if d.annotations and name in d.annotations
+        ]
     if d.replacement is not None:
         return d.replacement, [*headers, (HEADER_REPLACED, b"1"), *extra]
     return value, [*headers, *extra] if extra else headers
@@ -296,7 +303,8 @@ def _original(length_header: str, sha256_header: str, data: bytes) -> list[tuple
 
 def worst_proof(guard_id: str, max_leaves: int = MAX_LEAVES) -> list[tuple[str, bytes]]:
     """Proof headers at least as long as any the guard writes: the
-    attestation of a decision whose every field is at its longest, under the
+    attestation of a decision whose every field is at its longest (with
+    both optional hashes, `forwarded_sha256` and `annotations_sha256`), under the
     longest tree head with the longest inclusion proof of a batch of
     `max_leaves` (a batch seal is always the longer of the two kinds)."""
     att = attest_record(
@@ -308,6 +316,8 @@ def worst_proof(guard_id: str, max_leaves: int = MAX_LEAVES) -> list[tuple[str, 
         Coordinates(topic="x" * 249, partition=-(2**31), offset=-(2**63)),
         -(2**63),
         b"",
+        forwarded_sha256="f" * 64,
+        annotations_sha256="f" * 64,
     )
     return batch_proof_headers("f" * 32, att, *worst_batch_proof(guard_id, max_leaves))
 

@@ -18,12 +18,13 @@ root; `delegated`: a trusted verifier attested it; `unverified`: a priced
 best-effort award, accepted on faith), from the forward's
 `busguard-annotation-verification` header. A result without it, or with
 another value, is refused: every forwarded result has one of the three.
-That header is *not* under the forward's seal (the attestation binds the
-decision record on the audit topic, which holds the annotation, and the
-forward's receipt and value, not its annotation headers), so an awarder
-checks it against what it signed itself: the guard forwards a result only
-as its award's mode settles, `SETTLES_AS[mode]`, and `ResultView.settles`
-says whether the header agrees with the mode the awarder awarded.
+That header is under the forward's seal (the attestation's
+`annotations_sha256`, checked by the consumer, which refuses a result
+whose annotation headers it does not bind, as on a forward written before
+annotations were sealed). An awarder can also check it against what it
+signed itself: the guard forwards a result only as its award's mode
+settles, `SETTLES_AS[mode]`, and `ResultView.settles` says whether the
+header agrees with the mode the awarder awarded.
 
     >>> import msgspec
     >>> from busguard.protocol.timestamps import format_timestamp
@@ -165,8 +166,9 @@ class ResultView(msgspec.Struct, frozen=True, kw_only=True):
 
     def settles(self, awarded_mode: str) -> bool:
         """Whether `verification` is how a result of an award in `awarded_mode`
-        (the awarder's own signed `cnet.award.mode`) is settled: False means
-        the unsealed header was altered on the way, so do not rely on it."""
+        (the awarder's own signed `cnet.award.mode`) is settled: False
+        means the guard settled the result otherwise than that mode says
+        (which busguard never does), so do not rely on it."""
         return SETTLES_AS.get(awarded_mode) == self.verification
 
 

@@ -44,10 +44,11 @@ signed by the handing-off session (`verify_forwarded`'s MessageError); a
 forward without a `verdict` annotation or with one busguard never forwards
 (`prohibited`), and a `caution` annotation that disagrees with the verdict
 (`double_compromise` exactly when the verdict is
-`double_compromise_caution`). The annotation headers are not covered by the
-forward's own attestation (the decision on the audit topic holds them,
-docs/protocol.md 14.1), so the reader only checks they are consistent; what
-the successor uses is decided by the signed scope alone.
+`double_compromise_caution`). The consumer has checked the annotation
+headers against the forward's attestation (`annotations_sha256`,
+docs/protocol.md 12.1) and refuses a forward whose annotations are not
+under its seal; the reader checks they are consistent, and what the
+successor uses is decided by the signed scope alone.
 
 Bounds: a payload holds at most 256 components and each statement at most
 64 KiB (docs/compromise-handoff.md 2, 3.1), so a view holds at most 256

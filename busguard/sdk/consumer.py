@@ -75,7 +75,9 @@ class Delivery(msgspec.Struct, frozen=True, kw_only=True):
     """An admitted record for this agent. `annotations` are the forward's
     `busguard-annotation-<name>` headers (docs/protocol.md 12): busguard's
     facts about the decision (award `verification`, taint `taint.unit`,
-    compromise `verdict` / `caution` ...); `view` is what the kind's reader
+    compromise `verdict` / `caution` ...), each under the seal (the
+    attestation's `annotations_sha256`; a forward carrying one the
+    attestation does not bind is refused); `view` is what the kind's reader
     made of the payload (None without a reader for the kind)."""
 
     topic: str
@@ -91,7 +93,8 @@ class Delivery(msgspec.Struct, frozen=True, kw_only=True):
 
 class Refusal(msgspec.Struct, frozen=True, kw_only=True):
     """A record this agent must not act on: `unattested` (no valid busguard
-    seal, or not a forward, or a payload the guard did not admit),
+    seal, or not a forward, or a payload the guard did not admit, or
+    annotation headers the attestation does not bind exactly),
     `not_for_me` (admitted, but addressed to another agent), `unreadable`
     (the kind's reader refused its payload)."""
 

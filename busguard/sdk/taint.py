@@ -34,9 +34,8 @@ What it refuses (ValueError, so the consumer reports the record as
 `request_sha256` that is not the SHA-256 of the embedded request or not the
 receipt's `payload_hash` (a plan for another request); a `taint.unit`
 annotation that is missing or differs from the plan's `unit` (the
-annotation headers are not covered by the forward's attestation, the value
-is, so the value decides and a disagreement means the headers were
-altered).
+consumer has checked the header against the attestation's
+`annotations_sha256`, and the value decides in any case).
 
 Bounds: the plan is what the guard built from a request of at most
 `MAX_NODES` nodes (busguard/policies/taint/replay.py), so a view holds at

@@ -98,7 +98,7 @@ class Awarder:
         if awarded is None:
             say(self.agent.name, f"ignored a result for {result.call}: I awarded nothing there")
             return
-        settles = result.settles(awarded[1])  # the verification header is not sealed: check it against my own award
+        settles = result.settles(awarded[1])  # the verification header is sealed; hold it to my own award too
         canonicalizer = tx.connection.execute("SELECT canonicalizer_id FROM bids WHERE call = ? AND bid = ?", (result.call, awarded[2]))
         own = BUILTIN_CANONICALIZERS.get(canonicalizer.fetchone()[0])
         here = own is not None and own.root(result.delivered) == result.payload.state_root

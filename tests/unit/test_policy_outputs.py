@@ -67,11 +67,17 @@ def test_a_replaced_forward_carries_the_replacement_and_the_sdk_verifies_it() ->
 def test_annotations_the_kind_surfaces_ride_on_the_forward(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(KINDS, "handoff", KindSpec(kind="handoff", single_witness=True, forward_annotations=("caution",)))  # type: ignore[index]
     d, value, headers = _admitted()
-    annotated = msgspec.structs.replace(d, annotations={"caution": "double-compromise", "digest": "ab"})
+    annotated = msgspec.structs.replace(d, annotations={"caution": "double-compromise", "digest": "ab"}, surfaced=("caution",))
     primary, _audit = _emit(annotated, value, headers)
     extra = [(k, v) for k, v in primary.headers if k.startswith("busguard-annotation-")]  # type: ignore[attr-defined]
     assert extra == [("busguard-annotation-caution", b"double-compromise")]  # only the surfaced name
     verify_admitted(primary.value, primary.headers, GUARD.public_key, agent("executor"))  # type: ignore[attr-defined]
+    # A decision stored before `surfaced` existed: the kind's names, as first emitted, not under the seal.
+    legacy, _audit = _emit(msgspec.structs.replace(annotated, surfaced=None), value, headers)
+    assert [(k, v) for k, v in legacy.headers if k.startswith("busguard-annotation-")] == extra  # type: ignore[attr-defined]
+    assert _attestation(legacy.headers).annotations_sha256 is None  # type: ignore[attr-defined]
+    with pytest.raises(AttestationError, match="does not bind"):
+        verify_admitted(legacy.value, legacy.headers, GUARD.public_key, agent("executor"))  # type: ignore[attr-defined]
 
 
 def test_notices_go_to_their_routes_topics_with_the_decisions_proof() -> None:

@@ -166,10 +166,15 @@ def test_the_verification_header_is_checked_against_the_awarders_own_mode() -> N
     assert ("busguard-annotation-verification", b"recomputed") in result.headers
     honest = one(agent(A), result).view
     assert isinstance(honest, ResultView) and honest.settles("verified") and not honest.settles("best_effort")
-    # the header is outside the forward's seal: a relay can rewrite it, and the awarder's own mode catches that
+    # the header is under the forward's seal (annotations_sha256): a relay that rewrites it is refused
     forged = [(k, b"unverified" if k == "busguard-annotation-verification" else v) for k, v in result.headers]
-    altered = one(agent(A), result._replace(headers=forged)).view
-    assert isinstance(altered, ResultView) and altered.verification == "unverified" and not altered.settles("verified")
+    inbox = AdmittingConsumer(None, guard_public_key=GUARD_PUBLIC_KEY, agent_id=agent(A), readers=READERS)
+    (refused,) = inbox.admit([result._replace(headers=forged)]).refusals
+    assert refused.reason == "unattested" and "annotations_sha256" in refused.detail
+    # and the awarder's own mode still tells a result settled otherwise (a view built by hand)
+    (d,) = inbox.admit([result]).deliveries
+    altered = read_result(msgspec.structs.replace(d, annotations={"verification": "unverified"}))
+    assert altered.verification == "unverified" and not altered.settles("verified")
     assert SETTLES_AS == {"verified": "recomputed", "delegated": "delegated", "best_effort": "unverified"}
 
 

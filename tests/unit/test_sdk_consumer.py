@@ -68,10 +68,20 @@ def test_a_readers_view_is_attached_and_its_refusal_is_unreadable() -> None:
 
 
 def test_annotation_headers_are_handed_back_by_name() -> None:
+    """Those the attestation binds (a taint-replay plan's `taint.unit`); one
+    added to a forward whose attestation binds none is refused."""
+    from busguard.demo.taint import INCIDENT_LEDGER, INCIDENT_TRACE
+    from busguard.policies.taint.replay import encode_request
+
+    rec = sender("planner").sign(
+        kind="taint-replay", task_id="p", receiver=EXECUTOR, payload=encode_request(INCIDENT_TRACE, INCIDENT_LEDGER)
+    )
+    (d,) = _inbox().admit([Fetched("out", 0, 0, *Harness().forward(rec))]).deliveries
+    assert d.annotations == {"taint.unit": "token"}
     value, headers = _forward()
     headers = [*headers[:2], (HEADER_ANNOTATION_PREFIX + "verification", b"recomputed"), *headers[2:]]
-    (d,) = _inbox().admit([Fetched("out", 0, 0, value, headers)]).deliveries
-    assert d.annotations == {"verification": "recomputed"}
+    (r,) = _inbox().admit([Fetched("out", 0, 0, value, headers)]).refusals
+    assert r.reason == "unattested" and "does not bind" in r.detail
 
 
 _header = st.tuples(

@@ -60,11 +60,24 @@ def _with(headers: list[tuple[str, bytes]], name: str, value: bytes | None) -> l
     return out
 
 
-def test_a_unit_annotation_that_disagrees_with_the_attested_plan_is_unreadable() -> None:
+def test_a_unit_annotation_that_disagrees_with_the_attested_plan_is_refused() -> None:
+    """Altered on the way, the header no longer matches the attestation's
+    `annotations_sha256` (the consumer refuses it); the reader's own check,
+    run on a delivery built by hand, still refuses a disagreeing one."""
     value, headers, _ = _forward(encode_request(INCIDENT_TRACE, INCIDENT_LEDGER))
     for altered in (b"span", None):
         views, refused = _admit(value, _with(headers, "busguard-annotation-taint.unit", altered))
-        assert views == [] and len(refused) == 1 and "taint.unit" in refused[0]
+        assert views == [] and len(refused) == 1 and "annotations_sha256" in refused[0]
+    (d,) = (
+        AdmittingConsumer(None, guard_public_key=GUARD_PUBLIC_KEY, agent_id=ME).admit([Fetched("plans", 0, 0, value, headers)]).deliveries
+    )
+    for said in ({"taint.unit": "span"}, {}):
+        try:
+            READERS[KIND](msgspec.structs.replace(d, annotations=said))
+        except ValueError as exc:
+            assert "taint.unit" in str(exc)
+        else:
+            raise AssertionError(f"read with annotations {said}")
 
 
 def test_a_plan_for_another_request_is_unreadable() -> None:
