@@ -59,7 +59,9 @@ record, median over batches, then the median over `--repeat` runs on fresh
 copies; and the process CPU of the whole run per record (every thread:
 admission, the store's own work, SQLite's checkpoint thread, RocksDB's
 flush and compaction threads), whose difference between the stores is the
-state's CPU difference (admission is the same work); for RocksDB also the
+state's CPU difference (admission is the same work), and over the same run
+on a `MemoryStore` (admission's own CPU: `memory_empty`) the state's CPU
+per record (`state_cpu_us_per_record`); for RocksDB also the
 part of each batch spent reading (`read_us`), building the WriteBatch
 (`build_us`) and in the synced write (`write_us`). Both on an empty
 store and on one holding `--preload` live nonces and as many live tasks
@@ -106,6 +108,7 @@ from busguard.admission.types import AdmissionPolicy  # noqa: E402
 from busguard.protocol.records import Coordinates, Decision, TaskEntry  # noqa: E402
 from busguard.state.codecs import bitmap_bytes, bitmap_int, encode, run_decoder, task_decoder  # noqa: E402
 from busguard.state.keys import KeySet, SourceKey  # noqa: E402
+from busguard.state.memory.store import MemoryStore  # noqa: E402
 from busguard.state.snapshot import Snapshot, StoredHead, WindowState, spans_of  # noqa: E402
 from busguard.state.sqlite.buckets import width_for  # noqa: E402
 from busguard.state.sqlite.db import key  # noqa: E402
@@ -475,16 +478,20 @@ def _offset(item: tuple[int, Decision]) -> int:
 
 # --------------------------------------------------------------------------- the runs
 
-Store = Any  # SqliteStore or RocksBatchStore: both have run_batch and close
+Store = Any  # SqliteStore, RocksBatchStore or MemoryStore: each has run_batch and close
 
 
 def open_store(engine: str, where: Path, created: int) -> Store:
     if engine == "sqlite":
         return SqliteStore(where, now_ms=created, synchronous="FULL", checkpoint_every_s=1.0)
+    if engine == "memory":
+        return MemoryStore(created)  # the baseline: admission's own CPU, next to nothing for state
     return RocksBatchStore(where, now_ms=created)
 
 
 def disk_mb(where: Path) -> float:
+    if not where.exists():
+        return 0.0  # the memory store's
     files = [where] if where.is_file() else [p for p in where.rglob("*") if p.is_file()]
     files += [Path(f"{where}{s}") for s in ("-wal", "-shm") if Path(f"{where}{s}").exists()]
     return round(sum(f.stat().st_size for f in files) / 2**20, 1)
@@ -585,13 +592,24 @@ def stored_decisions(store: Store, inputs: list[Input]) -> list[Decision]:
 
 
 def copy(src: Path, dst: Path) -> None:
+    """A template's copy, synced: otherwise the kernel writes the copy back
+    during the measured run, and a batch's fsync waits for that too (the
+    SQLite template is three times the RocksDB one)."""
     if src.is_dir():
         shutil.copytree(src, dst)
     else:
         shutil.copyfile(src, dst)
+    for f in [p for p in dst.rglob("*") if p.is_file()] if dst.is_dir() else [dst]:
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def remove(where: Path) -> None:
+    if not where.exists():
+        return
     if where.is_dir():
         shutil.rmtree(where)
     else:
@@ -634,17 +652,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp_s:
         tmp = Path(tmp_s)
         inputs = build(args.records, 0, tmp, now)
-        suffix = {"sqlite": ".db", "rocksdb": ".rocks"}
-        empty: dict[str, list[dict[str, float]]] = {e: [] for e in engines}
+        suffix = {"sqlite": ".db", "rocksdb": ".rocks", "memory": ".none"}
+        empty: dict[str, list[dict[str, float]]] = {e: [] for e in ["memory", *engines]}
         for i in range(args.repeat):
-            for e in engines if i % 2 == 0 else engines[::-1]:
+            for e in ["memory", *(engines if i % 2 == 0 else engines[::-1])]:
                 where = tmp / f"empty{i}{suffix[e]}"
                 empty[e].append(measure(e, where, inputs, args.batch, now, created))
                 result.setdefault(f"{e}_empty_disk_mb", disk_mb(where))
                 remove(where)
                 print(f"empty {e} run {i}: {empty[e][-1]}", file=sys.stderr, flush=True)
-        for e in engines:
+        for e in empty:
             result[f"{e}_empty"] = summarise(empty[e])
+        baseline = result["memory_empty"]["cpu_us_per_record_median"]
+        for e in engines:
+            result[f"{e}_empty"]["state_cpu_us_per_record"] = round(result[f"{e}_empty"]["cpu_us_per_record_median"] - baseline, 1)
         if args.preload:
             templates: dict[str, Path] = {}
             for e in engines:
@@ -677,6 +698,7 @@ def main() -> None:
                     print(f"filled {e} run {i}: {filled[e][-1]}", file=sys.stderr, flush=True)
             for e in engines:
                 result[f"{e}_filled"] = summarise(filled[e])
+                result[f"{e}_filled"]["state_cpu_us_per_record"] = round(result[f"{e}_filled"]["cpu_us_per_record_median"] - baseline, 1)
                 e_state = result[f"{e}_empty"]["state_us_per_record_median"]
                 result[f"{e}_filled_over_empty_state"] = round(result[f"{e}_filled"]["state_us_per_record_median"] / e_state, 3)
     if "sqlite" in engines and "rocksdb" in engines:
