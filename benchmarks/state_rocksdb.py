@@ -134,7 +134,7 @@ def rocks_options() -> rocksdict.Options:
     opts.set_use_fsync(False)  # fdatasync, as SQLite's commit on Linux (strace shows it)
     table = rocksdict.BlockBasedOptions()
     table.set_block_cache(rocksdict.Cache(64 * 2**20))
-    table.set_bloom_filter(10, True)
+    table.set_bloom_filter(10, False)  # a full filter per SST (Quix passes True, the legacy flag)
     opts.set_block_based_table_factory(table)
     opts.set_compression_type(rocksdict.DBCompressionType.lz4())
     opts.set_max_total_wal_size(128 * 2**20)
@@ -166,7 +166,10 @@ class RocksBatchStore:
         self.path = path
         self.task_retention_ms = task_retention_ms
         self.decision_retention_ms = decision_retention_ms
-        self._db = rocksdict.Rdict(str(path), rocks_options())
+        options = rocks_options()
+        # the default family named with its options: without, rocksdict reopens an
+        # existing store with default table options (no bloom filter, no block cache)
+        self._db = rocksdict.Rdict(str(path), options, column_families={"default": options})
         self._lock = threading.Lock()
         #: seconds spent by run_batch: reading the snapshot, building the WriteBatch, writing it (synced)
         self.spent = {"read": 0.0, "build": 0.0, "write": 0.0}
