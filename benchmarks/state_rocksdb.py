@@ -56,12 +56,15 @@ tables with a 10-bit bloom filter, lz4, a 64 MiB block cache (SQLite's
 Measured, per store: the state part of each batch as state_postgres.py
 times it (wall time inside `run_batch` minus the decision function), per
 record, median over batches, then the median over `--repeat` runs on fresh
-copies; and the process CPU of the whole run per record (every thread:
+copies; the process CPU of the whole run per record (every thread:
 admission, the store's own work, SQLite's checkpoint thread, RocksDB's
 flush and compaction threads), whose difference between the stores is the
 state's CPU difference (admission is the same work), and over the same run
 on a `MemoryStore` (admission's own CPU: `memory_empty`) the state's CPU
-per record (`state_cpu_us_per_record`); for RocksDB also the
+per record (`state_cpu_us_per_record`); the CPU of what the run left
+behind, per record of the run (`tail_cpu_us`: RocksDB's memtable flush and
+the compactions it starts, waited for; SQLite's closing checkpoint; both
+after the check below, so including its 1 000 records); for RocksDB also the
 part of each batch spent reading (`read_us`), building the WriteBatch
 (`build_us`) and in the synced write (`write_us`). Both on an empty
 store and on one holding `--preload` live nonces and as many live tasks
@@ -568,6 +571,7 @@ def check(store: Store, inputs: list[Input], decided: list[Decision], now: int) 
 
 def measure(engine: str, where: Path, inputs: list[Input], batch: int, now: int, created: int) -> dict[str, float]:
     store = open_store(engine, where, created)
+    closed = False
     try:
         c0 = time.process_time()
         samples, wall = run(store, inputs, batch, now)
@@ -575,12 +579,22 @@ def measure(engine: str, where: Path, inputs: list[Input], batch: int, now: int,
         spent = dict(store.spent) if isinstance(store, RocksBatchStore) else {}
         first = inputs[:batch]
         check(store, first, stored_decisions(store, first), now)
-    finally:
+        # the work the run left behind: RocksDB's memtable flush and the
+        # compactions it starts, SQLite's closing checkpoint
+        c0 = time.process_time()
+        if isinstance(store, RocksBatchStore):
+            store.settle()
         store.close()
+        closed = True
+        tail = time.process_time() - c0
+    finally:
+        if not closed:
+            store.close()
     return {
         "state_us": statistics.median(samples) / batch * 1e6,
         "state_us_mean": sum(samples) / len(samples) / batch * 1e6,
         "cpu_us": cpu / len(inputs) * 1e6,
+        "tail_cpu_us": tail / len(inputs) * 1e6,
         "wall_us": wall / len(inputs) * 1e6,
         **{f"{part}_us": seconds / len(inputs) * 1e6 for part, seconds in spent.items()},
     }
