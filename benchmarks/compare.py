@@ -144,7 +144,6 @@ import argparse
 import asyncio
 import base64
 import gc
-import hashlib
 import importlib.util
 import json
 import logging
@@ -174,19 +173,16 @@ import structlog  # noqa: E402
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
 from aiokafka.admin import AIOKafkaAdminClient  # noqa: E402
 from compare_check import check  # noqa: E402  (benchmarks/, this script's directory)
+from preload import preload  # noqa: E402
 
 from busguard.devconfig import Topics, embedded_config  # noqa: E402
 from busguard.devtools.broker import EmbeddedBroker, free_port  # noqa: E402
 from busguard.protocol.envelope import HEADER_RECEIPT  # noqa: E402
 from busguard.protocol.keyfile import Identity, new_identity, write_key  # noqa: E402
 from busguard.protocol.receipt import signing_input  # noqa: E402
-from busguard.protocol.records import Coordinates, TaskEntry  # noqa: E402
 from busguard.runtime.topics import create_topics  # noqa: E402
 from busguard.sdk.sender import Sender  # noqa: E402
-from busguard.state.keys import KeySet  # noqa: E402
-from busguard.state.snapshot import Snapshot  # noqa: E402
 from busguard.state.sqlite.store import SqliteStore  # noqa: E402
-from busguard.state.writes import BatchWrites, NonceRecord  # noqa: E402
 
 BENCH = REPO / "benchmarks"
 STREAM = ("direct", "relay", "naive", "quix", "quix_stateless", "busguard", "busguard_preload", "busguard_base")
@@ -902,49 +898,8 @@ def fill_store(path: Path, created_ms: int, n: int, chunk: int = 20_000, spread:
         path, now_ms=created_ms, synchronous="NORMAL", genesis=True, nonce_retention_ms=LONG_MAX_AGE_MS + 60_000
     )  # the guard's, so its buckets
     now_ms = time.time_ns() // 1_000_000
-    rng = random.Random(13)
-    nonce_life, task_life = LONG_MAX_AGE_MS + 60_000, store.task_retention_ms
-    receipt = json.dumps(
-        {
-            "v": 1,
-            "kind": "handoff",
-            "task_id": "x" * 24,
-            "sender": "tulpa:z" + "k" * 46,
-            "receiver": "executor",
-            "payload_hash": "0" * 64,
-            "nonce": "n" * 22,
-            "issued_at": "2026-12-01T09:00:00.000Z",
-        }
-    ).encode()
     try:
-        for start in range(0, n, chunk):
-
-            def fill(snap: Snapshot, start: int = start) -> BatchWrites:
-                state = BatchWrites()
-                for i in range(start, min(n, start + chunk)):
-                    nonce = base64.urlsafe_b64encode(rng.randbytes(16)).rstrip(b"=").decode()
-                    nonce_exp = now_ms + 1 + i * nonce_life // n if spread else now_ms + 86_400_000
-                    state.nonces[("", nonce)] = NonceRecord(("", nonce), nonce_exp)
-                    tid = f"preload-{i}"
-                    admitted = now_ms - task_life + 1 + i * task_life // n if spread else now_ms
-                    state.tasks[("handoff", tid)] = TaskEntry(
-                        "handoff",
-                        tid,
-                        hashlib.sha256(nonce.encode()).hexdigest(),
-                        hashlib.sha256(tid.encode()).hexdigest(),
-                        "tulpa:z" + "k" * 46,
-                        nonce,
-                        "0" * 64,
-                        None,
-                        None,
-                        Coordinates(topic="preload", partition=0, offset=i),
-                        receipt,
-                        rng.randbytes(64),
-                        admitted,
-                    )
-                return state
-
-            store.run_batch(KeySet(), now_ms, fill)
+        preload(store, n, now_ms, LONG_MAX_AGE_MS + 60_000, store.task_retention_ms, spread, chunk)
         counts = store.counts()
     finally:
         store.close()

@@ -84,11 +84,8 @@ One JSON line at the end.
 from __future__ import annotations
 
 import argparse
-import base64
-import hashlib
 import json
 import os
-import random
 import shutil
 import statistics
 import struct
@@ -105,10 +102,11 @@ import rocksdict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.preload import preload  # noqa: E402
 from benchmarks.state_postgres import build, registry, run, skip_verify  # noqa: E402
 from busguard.admission.batch import Input, admit_batch  # noqa: E402
 from busguard.admission.types import AdmissionPolicy  # noqa: E402
-from busguard.protocol.records import Coordinates, Decision, TaskEntry  # noqa: E402
+from busguard.protocol.records import Coordinates, Decision  # noqa: E402
 from busguard.state.codecs import bitmap_bytes, bitmap_int, encode, run_decoder, task_decoder  # noqa: E402
 from busguard.state.keys import KeySet, SourceKey  # noqa: E402
 from busguard.state.memory.store import MemoryStore  # noqa: E402
@@ -117,7 +115,7 @@ from busguard.state.sqlite.buckets import width_for  # noqa: E402
 from busguard.state.sqlite.db import key  # noqa: E402
 from busguard.state.sqlite.store import RUN_SPAN, SqliteStore  # noqa: E402
 from busguard.state.store import BatchFn  # noqa: E402
-from busguard.state.writes import BatchWrites, NonceRecord  # noqa: E402
+from busguard.state.writes import BatchWrites  # noqa: E402
 
 Q: Final = struct.Struct("!Q")
 QQ: Final = struct.Struct("!QQ")
@@ -510,47 +508,7 @@ def fill(store: Store, n: int, now_ms: int, spread: bool, chunk: int = 20_000) -
     evenly over the nonce and the task lifetimes ahead, as in a store that
     has run at a steady rate: the measured rows then share their buckets
     with a quarter of the old ones, and a lookup probes five buckets)."""
-    rng = random.Random(13)
-    nonce_life, task_life = AdmissionPolicy().nonce_retention_ms, 7 * 86_400_000  # the stores' retentions here
-    receipt = json.dumps(
-        {
-            "v": 1,
-            "kind": "handoff",
-            "task_id": "x" * 24,
-            "sender": "tulpa:z" + "k" * 46,
-            "receiver": "executor",
-            "payload_hash": "0" * 64,
-            "nonce": "n" * 22,
-            "issued_at": "2026-12-01T09:00:00.000Z",
-        }
-    ).encode()
-    for start in range(0, n, chunk):
-
-        def rows(snap: Snapshot, start: int = start) -> BatchWrites:
-            state = BatchWrites()
-            for i in range(start, min(n, start + chunk)):
-                nonce = base64.urlsafe_b64encode(rng.randbytes(16)).rstrip(b"=").decode()
-                nonce_exp = now_ms + 1 + i * nonce_life // n if spread else now_ms + 86_400_000
-                state.nonces[("", nonce)] = NonceRecord(("", nonce), nonce_exp)
-                tid = f"preload-{i}"
-                state.tasks[("handoff", tid)] = TaskEntry(
-                    "handoff",
-                    tid,
-                    hashlib.sha256(nonce.encode()).hexdigest(),
-                    hashlib.sha256(tid.encode()).hexdigest(),
-                    "tulpa:z" + "k" * 46,
-                    nonce,
-                    "0" * 64,
-                    None,
-                    None,
-                    Coordinates(topic="preload", partition=0, offset=i),
-                    receipt,
-                    rng.randbytes(64),
-                    now_ms - task_life + 1 + i * task_life // n if spread else now_ms,
-                )
-            return state
-
-        store.run_batch(KeySet(), now_ms, rows)
+    preload(store, n, now_ms, AdmissionPolicy().nonce_retention_ms, 7 * 86_400_000, spread, chunk)  # the stores' retentions here
 
 
 def check(store: Store, inputs: list[Input], decided: list[Decision], now: int) -> None:
