@@ -7,6 +7,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+import msgspec
+
+from busguard.protocol.records import Coordinates, Decision
+from busguard.state.memory.store import MemoryStore
+from busguard.state.sqlite.db import transaction
+from busguard.state.sqlite.store import SqliteStore
+from busguard.state.store import StateStore
 from busguard.testing import NOW, Harness, agent, forged, registry, seed, sender
 
 __all__ = ["NOW", "Harness", "Rec", "agent", "forged", "registry", "schema_1_file", "seed", "sender"]
@@ -35,3 +42,18 @@ def schema_1_file(path: Path, created_at_ms: int, decisions: Sequence[tuple[str,
     con.executemany("INSERT INTO decisions VALUES (?, ?, ?)", decisions)
     con.commit()
     con.close()
+
+
+def store_as_before(store: StateStore, at: Coordinates, legacy: Decision, expires_ms: int) -> None:
+    """Overwrite the decision stored at `at` (the first of its run) with
+    `legacy`, as a version before one of its optional fields existed stored
+    it: what the re-emission-after-upgrade tests start from."""
+    if isinstance(store, MemoryStore):
+        store.decisions[(at.topic, at.partition, at.offset)] = (legacy, expires_ms)
+        return
+    assert isinstance(store, SqliteStore)
+    with transaction(store._db) as db:
+        db.execute(
+            "UPDATE decision_runs SET body=? WHERE topic=? AND part=? AND first=?",
+            (msgspec.msgpack.encode([legacy]), at.topic, at.partition, at.offset),
+        )

@@ -36,10 +36,11 @@ from busguard.sdk.consumer import UNATTESTED, AdmittingConsumer, Fetched
 from busguard.sdk.taint import READERS
 from busguard.state.codecs import decision_decoder, encode, run_decoder
 from busguard.state.memory.store import MemoryStore
-from busguard.state.sqlite.db import transaction
 from busguard.state.sqlite.store import SqliteStore
 from busguard.state.store import StateStore
 from busguard.testing import GUARD_PUBLIC_KEY, Harness, agent, seed, sender
+
+from .harness import store_as_before
 
 ME = agent("executor")
 UNIT = "busguard-annotation-taint.unit"
@@ -198,16 +199,8 @@ def test_a_decision_persisted_before_surfaced_existed_re_emits_as_it_first_did(s
     first = _feed(h, rec.value, list(rec.headers))
     assert first.surfaced == ("taint.unit",)
     legacy = msgspec.structs.replace(first, surfaced=None)
-    if isinstance(store, MemoryStore):
-        store.decisions[(AT.topic, AT.partition, AT.offset)] = (legacy, h.now + 10**9)
-    else:
-        assert isinstance(store, SqliteStore)
-        with transaction(store._db) as db:
-            db.execute(
-                "UPDATE decision_runs SET body=? WHERE topic=? AND part=? AND first=?",
-                (msgspec.msgpack.encode([legacy]), AT.topic, AT.partition, AT.offset),
-            )
-        assert b"surfaced" not in encode(legacy)
+    store_as_before(store, AT, legacy, h.now + 10**9)
+    assert b"surfaced" not in encode(legacy)
     h.now += 1000
     again = _feed(h, rec.value, list(rec.headers))
     assert again == legacy

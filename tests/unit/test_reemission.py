@@ -16,11 +16,10 @@ from busguard.admission.batch import Input, admit_batch
 from busguard.protocol.reasons import Outcome, Reason
 from busguard.protocol.records import Coordinates, Decision, headers_encoding, record_sha256
 from busguard.state.memory.store import MemoryStore
-from busguard.state.sqlite.db import transaction
 from busguard.state.sqlite.store import SqliteStore
 from busguard.state.store import StateStore
 
-from .harness import NOW, Harness, agent, sender
+from .harness import NOW, Harness, agent, sender, store_as_before
 
 AT = Coordinates(topic="agents.in", partition=0, offset=7)
 
@@ -93,16 +92,8 @@ def test_a_decision_stored_without_a_digest_is_matched_on_its_receipt(store: Sta
     decision with it unset: omitted defaults) still re-emit after an upgrade."""
     h, value, headers, first = _first(store)
     legacy = msgspec.structs.replace(first, record_sha256=None)
-    if isinstance(store, MemoryStore):
-        store.decisions[(AT.topic, AT.partition, AT.offset)] = (legacy, NOW + 10**9)
-    else:
-        assert isinstance(store, SqliteStore)
-        with transaction(store._db) as db:
-            db.execute(
-                "UPDATE decision_runs SET body=? WHERE topic=? AND part=? AND first=?",
-                (msgspec.msgpack.encode([legacy]), AT.topic, AT.partition, AT.offset),
-            )
-        assert b"record_sha256" not in msgspec.msgpack.encode(legacy)
+    store_as_before(store, AT, legacy, NOW + 10**9)
+    assert b"record_sha256" not in msgspec.msgpack.encode(legacy)
     assert store.decision_at(AT) == legacy
     again, replaced = _feed(h, value, [*headers, ("trace", b"x")])
     assert again == legacy and not replaced
