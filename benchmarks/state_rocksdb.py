@@ -68,14 +68,14 @@ after the check below, so including its 1 000 records); for RocksDB also the
 part of each batch spent reading (`read_us`), building the WriteBatch
 (`build_us`) and in the synced write (`write_us`). Both on an empty
 store and on one holding `--preload` live nonces and as many live tasks
-(the rows benchmarks/compare.py `fill_store` writes, written through each
+(benchmarks/preload.py's rows, as compare.py `--preload` writes them, through each
 store's own `run_batch` in transactions of 20 000, synced; its fill time
 and disk size reported, then copied per repeat). Each run ends with a
 check the stores must pass: the first batch again at its positions
 re-emits its decisions, and at new positions every record is refused.
 `--expire` also times dropping everything a preloaded copy holds.
 
-    flock /work/briefs/bench.lock .venv/bin/python benchmarks/state_rocksdb.py \\
+    .venv/bin/python benchmarks/state_rocksdb.py \\
         [--records 10000] [--batch 500] [--repeat 3] [--preload 1000000 [--spread] [--expire]]
 
 One JSON line at the end.
@@ -94,6 +94,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Final, cast
 
@@ -502,12 +503,7 @@ def disk_mb(where: Path) -> float:
 
 
 def fill(store: Store, n: int, now_ms: int, spread: bool, chunk: int = 20_000) -> None:
-    """`n` live nonces and `n` live tasks through the store's `run_batch`: the
-    rows benchmarks/compare.py `fill_store` writes (same seed and sizes;
-    expiries: nonces a day ahead, tasks admitted now; with `spread`, spread
-    evenly over the nonce and the task lifetimes ahead, as in a store that
-    has run at a steady rate: the measured rows then share their buckets
-    with a quarter of the old ones, and a lookup probes five buckets)."""
+    """`n` live nonces and `n` live tasks (benchmarks/preload.py), with this store's retentions."""
     preload(store, n, now_ms, AdmissionPolicy().nonce_retention_ms, 7 * 86_400_000, spread, chunk)  # the stores' retentions here
 
 
@@ -628,7 +624,7 @@ def main() -> None:
         "repeat": args.repeat,
         "preload": args.preload,
         "spread": args.spread,
-        "rocksdict": getattr(rocksdict, "__version__", None) or _dist_version("rocksdict"),
+        "rocksdict": version("rocksdict"),
         "load_at_start": [round(x, 2) for x in os.getloadavg()],
     }
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp_s:
@@ -695,15 +691,6 @@ def main() -> None:
                 result[f"sqlite_minus_rocksdb_{field}_{mode}_paired"] = {"median": round(statistics.median(diffs), 1), "runs": diffs}
     result["load_at_end"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(result))
-
-
-def _dist_version(name: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return None
 
 
 if __name__ == "__main__":

@@ -115,9 +115,13 @@ def _choices(root: type, path: str) -> str | None:
     named = [repr(v) for leaf in leaves if isinstance(leaf, msgspec.inspect.LiteralType) for v in leaf.values]
     if not named:
         return None
-    ranges = [
-        f"an integer {leaf.ge if leaf.ge is not None else ''}–{leaf.le if leaf.le is not None else ''}".rstrip("–")
-        for leaf in leaves
-        if isinstance(leaf, msgspec.inspect.IntType)
-    ]
+    ranges = [_int_range(leaf) for leaf in leaves if isinstance(leaf, msgspec.inspect.IntType)]
     return ", ".join(named) + (f", or {' or '.join(ranges)}" if ranges else "")
+
+
+def _int_range(t: msgspec.inspect.IntType) -> str:
+    if t.ge is not None and t.le is not None:
+        return f"an integer {t.ge}–{t.le}"
+    if t.ge is not None or t.le is not None:
+        return f"an integer {'>= ' + str(t.ge) if t.ge is not None else '<= ' + str(t.le)}"
+    return "an integer"

@@ -109,12 +109,15 @@ def decision_bytes(decision: Decision) -> bytes:
     return _decision_encoder.encode(decision)
 
 
-def annotation_headers(decision: Decision) -> list[tuple[str, bytes]]:
-    """The `busguard-annotation-<name>` headers of a forward whose decision
-    has `surfaced`, in its order: one function for the guard's forward
+def annotation_headers(decision: Decision, names: Sequence[str] | None = None) -> list[tuple[str, bytes]]:
+    """The `busguard-annotation-<name>` headers of a forward, in order, for
+    each of `names` (default: the decision's `surfaced`; for a decision
+    stored before `surfaced` existed, its kind's `forward_annotations`) that
+    the decision's `annotations` has: one function for the guard's forward
     (runtime.outputs.forwarded) and its attestation, so they cannot differ."""
     values = decision.annotations or {}
-    return [(HEADER_ANNOTATION_PREFIX + name, values[name].encode()) for name in decision.surfaced or ()]
+    chosen = (decision.surfaced or ()) if names is None else names
+    return [(HEADER_ANNOTATION_PREFIX + name, values[name].encode()) for name in chosen if name in values]
 
 
 def annotations_sha256(headers: Sequence[tuple[str, bytes | None]]) -> str:

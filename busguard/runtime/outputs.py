@@ -30,7 +30,6 @@ from typing import Final, NamedTuple
 from busguard.config import Compression, TopicsConfig
 from busguard.policies import KINDS
 from busguard.protocol.attestation import (
-    HEADER_ANNOTATION_PREFIX,
     HEADER_ATTESTATION,
     HEADER_DECISION_ID,
     HEADER_DETAIL,
@@ -203,10 +202,7 @@ def forwarded(d: Decision, value: bytes | None, headers: Sequence[tuple[str, byt
         return value, headers  # every forward of a kind without a policy outcome
     else:
         spec = KINDS.get(d.kind) if d.kind is not None and d.annotations else None
-        surfaced = spec.forward_annotations if spec is not None else ()
-        extra = [
-            (HEADER_ANNOTATION_PREFIX + name, d.annotations[name].encode()) for name in surfaced if d.annotations and name in d.annotations
-        ]
+        extra = annotation_headers(d, spec.forward_annotations if spec is not None else ())
     if d.replacement is not None:
         return d.replacement, [*headers, (HEADER_REPLACED, b"1"), *extra]
     return value, [*headers, *extra] if extra else headers
