@@ -16,7 +16,7 @@ from pathlib import Path
 import msgspec
 
 from busguard.devtools.broker import EmbeddedBroker
-from busguard.devtools.guardkit import GuardProcess, all_decided, collect, header, make_setup, produce
+from busguard.devtools.guardkit import GuardProcess, Setup, all_decided, collect, header, make_setup, produce
 from busguard.protocol.attestation import verify_admitted
 from busguard.protocol.records import Decision
 
@@ -54,13 +54,20 @@ async def test_two_guards_split_partitions_and_a_rebalance_loses_nothing(broker:
         await wave(slice(75, None))
         total = len(expected)
         got = await collect(s.bootstrap, s.outputs, lambda c: all_decided(s, c, total) and _sources(c[s.audit]) >= total, timeout=120)
+        # When every sender's key hashes to B's own partitions, the records are
+        # all decided before the group has moved A's partitions to B: wait for
+        # that assignment (tansu takes seconds) before stopping B.
+        for _ in range(300):
+            if (_assignments(b.log) or [set()])[-1] == _everything(s):
+                break
+            await asyncio.sleep(0.2)
     finally:
         if b is not None:
             assert b.terminate() == 0, b.tail()
 
     # the group really split the partitions between the two, then B took them all
     a_sets, b_sets = _assignments(a.log), _assignments(b.log)
-    everything = {f"{t}:{p}" for t in (s.handoffs, s.acks) for p in range(4)}
+    everything = _everything(s)
     assert a_sets[0] == everything and b_sets[-1] == everything
     assert any(0 < len(x) < len(everything) for x in a_sets) and any(0 < len(x) < len(everything) for x in b_sets)
     gk = s.guard.public_key
@@ -82,6 +89,10 @@ async def test_two_guards_split_partitions_and_a_rebalance_loses_nothing(broker:
 
 def _sources(audit: list) -> int:  # type: ignore[type-arg]
     return len({(d.source.partition, d.source.offset) for d in (msgspec.json.decode(r.value, type=Decision) for r in audit)})
+
+
+def _everything(s: Setup) -> set[str]:
+    return {f"{t}:{p}" for t in (s.handoffs, s.acks) for p in range(4)}
 
 
 def _assignments(log: Path) -> list[set[str]]:
