@@ -16,6 +16,7 @@ import pytest
 
 from busguard.state.memory.backend import MemoryOptions
 from busguard.state.postgres.backend import PostgresOptions
+from busguard.state.rocksdb.backend import RocksOptions
 from busguard.state.sqlite.backend import SqliteOptions
 
 
@@ -27,4 +28,5 @@ TEST_OPTIONS: dict[str, Callable[[pytest.FixtureRequest, Path], Any]] = {
     "memory": lambda request, tmp: MemoryOptions(reconcile_path=tmp / "reconcile.db"),
     "sqlite": lambda request, tmp: SqliteOptions(path=tmp / "state.db", reconcile_path=tmp / "reconcile.db"),
     "postgres": _postgres,
+    "rocksdb": lambda request, tmp: RocksOptions(path=tmp / "state.rocksdb", reconcile_path=tmp / "reconcile.db"),
 }

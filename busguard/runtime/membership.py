@@ -189,6 +189,8 @@ def claim_instance(cfg: Config, *, group_id: str, role: str, wait_s: float = PG_
         return None
     if cfg.state.backend == "postgres":
         return _pg_claim(cfg, instance, group_id, role, wait_s)
-    if cfg.state.backend == "sqlite":
+    from busguard.state.backends import backend
+
+    if backend(cfg.state.backend).where == "state.path":  # a store on this host's disk: a lock file beside it
         return _file_claim(cfg, instance, group_id, role)
     return None

@@ -29,6 +29,7 @@ BACKENDS: Final[Mapping[str, str]] = {
     "memory": "busguard.state.memory.backend",
     "sqlite": "busguard.state.sqlite.backend",
     "postgres": "busguard.state.postgres.backend",
+    "rocksdb": "busguard.state.rocksdb.backend",
 }
 
 

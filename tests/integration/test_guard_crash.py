@@ -89,9 +89,11 @@ def check_exactly_once(s: Setup, got, coords: list[tuple[int, int]], expected: l
     assert all(len(v) == 1 for v in by_id.values()), "a downstream duplicate differs from the original"
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "rocksdb"])
 @pytest.mark.parametrize("point", ["decided", "persisted", "produced"])
-async def test_kill_9_then_restart_is_exactly_once(broker: EmbeddedBroker, tmp_path: Path, point: str) -> None:
-    s = await make_setup(tmp_path, broker.bootstrap, max_records=20)
+async def test_kill_9_then_restart_is_exactly_once(broker: EmbeddedBroker, tmp_path: Path, point: str, backend: str) -> None:
+    on = {"backend": "rocksdb", "path": str(tmp_path / "state.rocksdb")} if backend == "rocksdb" else {}
+    s = await make_setup(tmp_path, broker.bootstrap, max_records=20, state=on)
     victim = GuardProcess(s, fault=f"{point}:3")
     victim.wait_ready()
     records, expected = workload(tmp_path)  # signed after the store exists (else: store_warming)

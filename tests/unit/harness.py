@@ -11,6 +11,8 @@ import msgspec
 
 from busguard.protocol.records import Coordinates, Decision
 from busguard.state.memory.store import MemoryStore
+from busguard.state.rocksdb.layout import QI, partition
+from busguard.state.rocksdb.store import RocksStore
 from busguard.state.sqlite.db import transaction
 from busguard.state.sqlite.store import SqliteStore
 from busguard.state.store import StateStore
@@ -50,6 +52,11 @@ def store_as_before(store: StateStore, at: Coordinates, legacy: Decision, expire
     it: what the re-emission-after-upgrade tests start from."""
     if isinstance(store, MemoryStore):
         store.decisions[(at.topic, at.partition, at.offset)] = (legacy, expires_ms)
+        return
+    if isinstance(store, RocksStore):
+        tp = partition(at.topic, at.partition)
+        (k, v), *_ = store._runs(tp, at.offset, at.offset)
+        store._db.put(k, QI.pack(QI.unpack_from(v)[0], 1) + msgspec.msgpack.encode([legacy]))
         return
     assert isinstance(store, SqliteStore)
     with transaction(store._db) as db:

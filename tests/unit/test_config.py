@@ -241,7 +241,7 @@ def test_routes_cannot_be_overridden_and_the_error_names_the_variable(tmp_path: 
         (ROUTE + '[admission]\nnonce_scope = "sender"\n', "admission.nonce_scope", "sender", "one of "),
         (ROUTE + "[admission]\nwindow_size = 65537\n", "admission.window_size", 65537, "<= 65536"),
         (ROUTE + "[admission]\nmax_future_ms = -1\n", "admission.max_future_ms", -1, ">= 0"),
-        (ROUTE + '[state]\nbackend = "rocksdb"\n', "state.backend", "rocksdb", "one of 'memory', 'postgres', 'sqlite'"),
+        (ROUTE + '[state]\nbackend = "leveldb"\n', "state.backend", "leveldb", "one of 'memory', 'postgres', 'rocksdb', 'sqlite'"),
         (ROUTE + '[state]\nsynchronous = "off"\n', "state.synchronous", "off", "one of 'full', 'normal'"),
         (ROUTE + "[batch]\nverify_threads = 0\n", "batch.verify_threads", 0, ">= 1; allowed: 'auto', or an integer 1–64"),
         (ROUTE + '[batch]\nverify_threads = "many"\n', "batch.verify_threads", "many", "one of 'auto', or an integer 1–64"),

@@ -3,6 +3,7 @@ from the pure rules up to admission over real stores (issue 8, items 2-4)."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from busguard.admission.fence import Behind, behind, fence_ends, fenced
 from busguard.admission.types import AdmissionPolicy
 from busguard.protocol.records import Decision
 from busguard.state.memory.store import MemoryStore
+from busguard.state.rocksdb.store import RocksStore
 from busguard.state.sqlite.store import SqliteStore
 from busguard.state.store import StateStore, rearmed
 
@@ -108,7 +110,7 @@ def test_behind_boundaries(watermark: int | None, committed: int, is_behind: boo
 # -- through admission, on both backends -------------------------------------------------------------
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "rocksdb"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     yield str(request.param)
 
@@ -117,6 +119,8 @@ def _open(kind: str, path: Path, now: int, *, genesis: bool = False, task_retent
     """The stores, not the policy, apply task retention (as `busguard run` wires them)."""
     if kind == "memory":
         return MemoryStore(created_at=now, genesis=genesis, task_retention_ms=task_retention_ms)
+    if kind == "rocksdb":
+        return RocksStore(path.with_suffix(".rocksdb"), now_ms=now, genesis=genesis, task_retention_ms=task_retention_ms)
     return SqliteStore(path, now_ms=now, genesis=genesis, task_retention_ms=task_retention_ms)
 
 
@@ -131,6 +135,7 @@ def test_item_2_a_replay_dated_ahead_of_the_clock_is_refused_after_the_store_is_
     assert h.one(rec).outcome == "forward"
     first_store.close()
     (tmp_path / "a.db").unlink(missing_ok=True)
+    shutil.rmtree(tmp_path / "a.rocksdb", ignore_errors=True)
     lost = _open(backend, tmp_path / "a.db", NOW + 1_000)
     h2 = Harness(store=lost, now=NOW + 1_000)
     d = h2.one(rec)

@@ -101,7 +101,7 @@ def violations(path: Path, text: str | None = None) -> list[str]:
 
 
 def test_every_backend_is_a_package_with_the_same_files() -> None:
-    assert BACKEND_PACKAGES == ("busguard.state.memory", "busguard.state.postgres", "busguard.state.sqlite")
+    assert BACKEND_PACKAGES == ("busguard.state.memory", "busguard.state.postgres", "busguard.state.rocksdb", "busguard.state.sqlite")
     for name in BACKEND_PACKAGES:
         files = {p.name for p in (PACKAGE / "state" / name.rpartition(".")[2]).glob("*.py")}
         assert {"__init__.py", "backend.py", "store.py"} <= files, name

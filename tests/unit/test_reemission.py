@@ -16,6 +16,7 @@ from busguard.admission.batch import Input, admit_batch
 from busguard.protocol.reasons import Outcome, Reason
 from busguard.protocol.records import Coordinates, Decision, headers_encoding, record_sha256
 from busguard.state.memory.store import MemoryStore
+from busguard.state.rocksdb.store import RocksStore
 from busguard.state.sqlite.store import SqliteStore
 from busguard.state.store import StateStore
 
@@ -39,10 +40,12 @@ def _feed(
     return d, replaced
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "rocksdb"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> StateStore:
     if request.param == "memory":
         return MemoryStore(created_at=NOW - 3_600_000)
+    if request.param == "rocksdb":
+        return RocksStore(tmp_path / "state.rocksdb", now_ms=NOW - 3_600_000, synchronous="NORMAL")
     return SqliteStore(tmp_path / "state.db", now_ms=NOW - 3_600_000, synchronous="NORMAL")
 
 

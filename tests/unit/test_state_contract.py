@@ -64,5 +64,5 @@ def test_watermarks_come_from_the_written_decisions_and_only_move_forward(store:
 
 
 def test_an_unknown_backend_names_the_allowed_ones() -> None:
-    with pytest.raises(ValueError, match="allowed: memory, postgres, sqlite"):
+    with pytest.raises(ValueError, match="allowed: memory, postgres, rocksdb, sqlite"):
         open_store("oracle", None, StoreOptions(now_ms=NOW))

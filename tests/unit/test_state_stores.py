@@ -17,6 +17,7 @@ import pytest
 from busguard.admission.types import AdmissionPolicy
 from busguard.state.backends import BACKENDS, StoreOptions, open_store
 from busguard.state.memory.store import MemoryStore
+from busguard.state.rocksdb.store import RocksStore
 from busguard.state.sqlite.store import SqliteStore
 from busguard.state.store import StateStore
 from tests.backends import TEST_OPTIONS
@@ -100,9 +101,12 @@ CHILD = textwrap.dedent(
     """
     import os, sys, time
     sys.path.insert(0, {repo!r})
+    from pathlib import Path
     from tests.unit.harness import Harness, sender, agent, NOW
-    from busguard.state.sqlite.store import SqliteStore
-    h = Harness(store=SqliteStore({db!r}, now_ms=NOW - 3_600_000))
+    from tests.backends import TEST_OPTIONS
+    from busguard.state.backends import StoreOptions, open_store
+    store = open_store({backend!r}, TEST_OPTIONS[{backend!r}](None, Path({tmp!r})), StoreOptions(now_ms=NOW - 3_600_000))
+    h = Harness(store=store)
     s = sender("planner")
     i = 0
     while True:
@@ -116,9 +120,10 @@ CHILD = textwrap.dedent(
 )
 
 
-def test_sqlite_survives_kill_9_with_every_committed_admission(tmp_path: Path) -> None:
-    db = tmp_path / "state.db"
-    child = subprocess.Popen([sys.executable, "-c", CHILD.format(repo=str(REPO), db=str(db))], stdout=subprocess.PIPE, text=True)
+@pytest.mark.parametrize("backend", ["sqlite", "rocksdb"])
+def test_a_durable_store_survives_kill_9_with_every_committed_admission(tmp_path: Path, backend: str) -> None:
+    code = CHILD.format(repo=str(REPO), backend=backend, tmp=str(tmp_path))
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None
     acknowledged = []
     for line in child.stdout:
@@ -128,8 +133,8 @@ def test_sqlite_survives_kill_9_with_every_committed_admission(tmp_path: Path) -
             break
     child.wait()
     assert child.returncode == -signal.SIGKILL
-    store = SqliteStore(db, now_ms=NOW)
-    assert store.created_at == NOW - 3_600_000
+    store = open_store(backend, TEST_OPTIONS[backend](None, tmp_path), StoreOptions(now_ms=NOW))  # type: ignore[arg-type]
+    assert store.created_at == NOW - 3_600_000 and not store.created
     for i in acknowledged:
         for j in range(20):
             t = store.task("handoff", f"task-{i}-{j}", NOW)
@@ -138,6 +143,7 @@ def test_sqlite_survives_kill_9_with_every_committed_admission(tmp_path: Path) -
     counts = store.counts()
     assert counts["tasks"] % 20 == 0 and counts["tasks"] >= 15 * 20  # batches are all-or-nothing
     assert counts["tasks"] == counts["decisions"] == counts["nonces"]
+    store.close()
 
 
 def test_origin_and_location_come_from_the_protocol(store: StateStore, tmp_path: Path) -> None:
@@ -148,6 +154,8 @@ def test_origin_and_location_come_from_the_protocol(store: StateStore, tmp_path:
         assert where is None
     elif isinstance(store, SqliteStore):
         assert where == str(tmp_path / "state.db")
+    elif isinstance(store, RocksStore):
+        assert where == str(tmp_path / "state.rocksdb")
     else:
         assert where is not None and where.endswith(f" schema {store.schema}")
 
@@ -155,3 +163,4 @@ def test_origin_and_location_come_from_the_protocol(store: StateStore, tmp_path:
 def test_a_genesis_store_says_so(tmp_path: Path) -> None:
     assert MemoryStore(genesis=True).origin == "genesis"
     assert SqliteStore(tmp_path / "g.db", now_ms=NOW, genesis=True).origin == "genesis"
+    assert RocksStore(tmp_path / "g.rocksdb", now_ms=NOW, genesis=True).origin == "genesis"

@@ -1,0 +1,583 @@
+"""RocksDB store: the layout, buckets and counters of the package docstring
+(busguard/state/rocksdb/__init__.py) and layout.py, with the rules of
+state/writes.py, as SQLite's store keeps them (state/sqlite/store.py).
+
+One process holds the store (RocksDB's LOCK file), so what SQLite re-reads
+inside every transaction because another process may have changed it (the
+fence, the last expiry pass, the bucket catalog) is read once at open and
+kept in memory, changed only under this process's lock.
+"""
+
+from __future__ import annotations
+
+import errno
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Final, cast
+
+import msgspec
+import rocksdict
+
+from busguard.protocol.records import Coordinates, Decision, TaskEntry
+from busguard.state.codecs import bitmap_bytes, bitmap_int, encode, run_decoder, task_decoder
+from busguard.state.keys import KeySet, Partition, SourceKey
+from busguard.state.rocksdb.layout import (
+    BUCKETED,
+    BY_EXPIRY,
+    CATALOG,
+    COUNTED,
+    COUNTS,
+    HEADS,
+    META,
+    NONCES,
+    POLICY,
+    QI,
+    QQ,
+    RUNS,
+    SPANS,
+    TASKS,
+    WATERMARKS,
+    WINDOWS,
+    Q,
+    bucket,
+    by_expiry,
+    chain,
+    counter,
+    partition,
+    text,
+)
+from busguard.state.snapshot import Snapshot, StoredHead, WindowState, spans_of
+from busguard.state.sqlite.buckets import width_for
+from busguard.state.sqlite.store import RUN_SPAN
+from busguard.state.store import BatchFn, rearmed
+from busguard.state.writes import BatchWrites
+
+SCHEMA: Final = "1"
+GENESIS: Final = "genesis"
+CREATED: Final = "created"
+#: deletes per expiry write batch for windows and policy rows (as SQLite's EXPIRE_CHUNK)
+EXPIRE_CHUNK: Final = 20_000
+head_decoder: Final = msgspec.msgpack.Decoder(StoredHead)
+_partition_decoder: Final = msgspec.msgpack.Decoder(tuple[str, int])
+_SEQ_MAX: Final = b"\xff" * 8
+#: (kind, exp, change): a batch's change to the live entries of one expiry
+Count = Callable[[bytes, int, int], None]
+
+
+def rocks_options() -> rocksdict.Options:
+    """Quix Streams' RocksDB options (its rocksdb/options.py) but a 64 MiB
+    block cache (SQLite's `cache_size`; Quix takes 1 GiB) and fdatasync
+    (`use_fsync` false, as SQLite's commit on Linux; Quix: fsync)."""
+    opts = rocksdict.Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.set_write_buffer_size(64 * 2**20)
+    opts.set_max_write_buffer_number(3)
+    opts.set_target_file_size_base(64 * 2**20)
+    opts.set_use_fsync(False)
+    table = rocksdict.BlockBasedOptions()
+    table.set_block_cache(rocksdict.Cache(64 * 2**20))
+    table.set_bloom_filter(10, False)  # most lookups miss: a filter per SST answers them without a read
+    opts.set_block_based_table_factory(table)
+    opts.set_compression_type(rocksdict.DBCompressionType.lz4())
+    opts.set_max_total_wal_size(128 * 2**20)
+    return opts
+
+
+def _open(path: Path) -> rocksdict.Rdict:
+    """The store's database, with RocksDB's errors (plain Exceptions from
+    rocksdict) turned into the OSError a caller reports as "cannot open it"."""
+    if path.exists() and not path.is_dir():
+        # mkdir would say FileExistsError, which callers read as "a store is already there"
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory (a RocksDB store is one)", str(path))
+    path.mkdir(parents=True, exist_ok=True)
+    options = rocks_options()
+    try:
+        # the default family named with its options: without them rocksdict
+        # reopens a store with default table options (no bloom filter, no cache)
+        return rocksdict.Rdict(str(path), options, column_families={"default": options})
+    except Exception as exc:  # rocksdict raises Exception for every RocksDB error
+        said = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if "lock" in said.lower():
+            raise OSError(errno.EAGAIN, f"held by another process or handle: RocksDB admits one per store ({said})", str(path)) from None
+        raise OSError(errno.EIO, said, str(path)) from None
+
+
+class RocksStore:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        now_ms: int,
+        synchronous: str = "FULL",
+        task_retention_ms: int = 7 * 86_400_000,
+        decision_retention_ms: int = 7 * 86_400_000,
+        nonce_retention_ms: int = 600_000,
+        genesis: bool = False,
+    ) -> None:
+        """Open the store at directory `path`, creating it if it holds none.
+
+        `genesis=True` only with `busguard state init`: it refuses a
+        directory that already holds a store. `synchronous` "FULL" syncs the
+        WAL before a batch returns; "NORMAL" leaves it to the OS (a batch
+        survives `kill -9`, not a power loss)."""
+        self.path = Path(path)
+        self.task_retention_ms = task_retention_ms
+        self.decision_retention_ms = decision_retention_ms
+        self.nonce_retention_ms = nonce_retention_ms
+        self._write_options = rocksdict.WriteOptions()
+        self._write_options.sync = synchronous.upper() != "NORMAL"
+        self._lock = threading.Lock()
+        self._closed = False
+        self._db = _open(self.path)
+        try:
+            self._buckets: dict[bytes, list[tuple[int, int]]] = {k: [] for k in BUCKETED}
+            for k, _ in self._scan(CATALOG):
+                self._buckets[k[1:2]].append(QQ.unpack_from(k, 2))
+            for found in self._buckets.values():
+                found.sort()
+            meta = {k[1:].decode(): v for k, v in self._scan(META)}
+            self._created = "created_at_ms" not in meta
+            if self._created:
+                meta = {"created_at_ms": Q.pack(now_ms), "schema": SCHEMA.encode(), "origin": (GENESIS if genesis else CREATED).encode()}
+                if not genesis:
+                    meta["trusted_from_ms"] = Q.pack(now_ms)
+                wb = rocksdict.WriteBatch(raw_mode=True)
+                for name, value in meta.items():
+                    wb.put(META + name.encode(), value)
+                self._db.write(wb, self._write_options)
+            elif genesis:
+                raise FileExistsError(
+                    f"{self.path}: already holds a state store (created at {Q.unpack(meta['created_at_ms'])[0]}); genesis is for a new one"
+                )
+            elif meta.get("schema") != SCHEMA.encode():
+                raise RuntimeError(f"{self.path}: state schema {meta.get('schema')!r} is not {SCHEMA}")
+            self._created_at: int = Q.unpack(meta["created_at_ms"])[0]
+            self.origin: str = meta["origin"].decode()
+            self._trusted_from: int | None = _int(meta.get("trusted_from_ms"))
+            self._expired_to: int | None = _int(meta.get("expired_to_ms"))
+        except BaseException:
+            self._db.close()
+            raise
+        self._horizon = 0  # the running batch's: bucketed rows with exp <= it read as absent
+        #: per key kind, the (bucket, exp) of every key the running batch looked up, and the keys it looked up
+        self._held: dict[bytes, dict[bytes, tuple[tuple[int, int], int]]] = {NONCES: {}, TASKS: {}}
+        self._looked: dict[bytes, set[bytes]] = {NONCES: set(), TASKS: set()}
+
+    # ------------------------------------------------------------ the contract's small parts
+
+    @property
+    def created(self) -> bool:
+        return self._created
+
+    @property
+    def created_at(self) -> int:
+        return self._created_at
+
+    def location(self) -> str | None:
+        return str(self.path)
+
+    @property
+    def trusted_from(self) -> int | None:
+        return self._trusted_from
+
+    def rearm(self, now_ms: int) -> int:
+        """Fence the store from `now_ms` (never earlier than it already is); durable."""
+        with self._lock:
+            t = rearmed(self._trusted_from, now_ms)
+            self._db.put(META + b"trusted_from_ms", Q.pack(t), self._write_options)
+            self._trusted_from = t
+            return t
+
+    def partition_watermarks(self) -> dict[Partition, int]:
+        with self._lock:
+            return {_partition_decoder.decode(v[8:]): Q.unpack_from(v)[0] for _, v in self._scan(WATERMARKS)}
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._db.close()
+
+    # ------------------------------------------------------------ reads
+
+    def _scan(self, prefix: bytes, start: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) of every key under `prefix`, from `prefix + start` on."""
+        it = self._db.iter()
+        it.seek(prefix + start)
+        n = len(prefix)
+        while it.valid():
+            k = it.key()
+            if k[:n] != prefix:
+                return
+            yield k, it.value()
+            it.next()
+
+    def _multi(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        return cast("list[bytes | None]", self._db.get(cast("list[str | int | float | bytes | bool]", list(keys))))
+
+    def _width(self, kind: bytes) -> int:
+        if kind == NONCES:
+            return width_for(self.nonce_retention_ms)
+        return width_for(self.task_retention_ms if kind == TASKS else self.decision_retention_ms)
+
+    def _locate(self, kind: bytes, keys: Sequence[bytes]) -> Iterable[tuple[tuple[int, int], bytes, bytes]]:
+        """(bucket, key, value) of every row of `keys`, expired or not, in every bucket of `kind`."""
+        if not keys:
+            return
+        for b in self._buckets[kind]:
+            prefix = bucket(kind, *b)
+            for k, v in zip(keys, self._multi([prefix + k for k in keys]), strict=True):
+                if v is not None:
+                    yield b, k, v
+
+    def _runs(self, tp: bytes, lo: int, hi: int) -> Iterable[tuple[bytes, bytes]]:
+        """(key, value) of every run that may hold a position in [lo, hi] of
+        one partition, expired or not: last >= lo, last < hi + RUN_SPAN
+        (a run spans less than RUN_SPAN), first <= hi."""
+        for b in self._buckets[RUNS]:
+            prefix = bucket(RUNS, *b) + tp
+            n = len(prefix)
+            for k, v in self._scan(prefix, Q.pack(lo)):
+                last, first = QQ.unpack_from(k, n)
+                if last >= hi + RUN_SPAN:
+                    break
+                if first <= hi:
+                    yield k, v
+
+    def _load(self, keys: KeySet, now_ms: int) -> Snapshot:
+        snap = Snapshot(trusted_from=self._trusted_from)
+        horizon = self._horizon = now_ms if self._expired_to is None else max(now_ms, self._expired_to)
+        if keys.sources:
+            wanted = set(keys.sources)
+            for topic, part, lo, hi in spans_of(wanted):
+                for _k, v in self._runs(partition(topic, part), lo, hi):
+                    if Q.unpack_from(v)[0] > horizon:
+                        for d in run_decoder.decode(v[12:]):
+                            sk = (topic, part, d.source.offset)
+                            if sk in wanted:
+                                snap.decisions[sk] = d
+        by_key = {text(*n): n for n in keys.nonces}
+        held: dict[bytes, tuple[tuple[int, int], int]] = {}
+        self._held, self._looked = {NONCES: held, TASKS: {}}, {NONCES: set(by_key), TASKS: set()}
+        for b, k, v in self._locate(NONCES, list(by_key)):
+            exp = Q.unpack_from(v)[0]
+            held[k] = (b, exp)
+            if exp > horizon:
+                snap.nonces.add(by_key[k])
+        windows = {WINDOWS + text(*w): w for w in keys.windows}
+        for k, row in zip(windows, self._multi(list(windows)), strict=True):
+            if row is not None:
+                exp, top = QQ.unpack_from(row)
+                if exp > now_ms:
+                    snap.windows[windows[k]] = WindowState(top, bitmap_int(row[16:]))
+        task_keys = [text(*t) for t in keys.tasks]
+        self._looked[TASKS] = set(task_keys)
+        held = self._held[TASKS]
+        for b, k, v in self._locate(TASKS, task_keys):
+            exp = Q.unpack_from(v)[0]
+            held[k] = (b, exp)
+            if exp > horizon:
+                t = task_decoder.decode(v[8:])
+                snap.tasks[(t.kind, t.task_id)] = t
+        policy = {POLICY + text(*p): p for p in keys.policy}
+        for k, row in zip(policy, self._multi(list(policy)), strict=True):
+            if row is not None and Q.unpack_from(row)[0] > now_ms:
+                snap.policy[policy[k]] = row[8:]
+        if keys.chain is not None:
+            snap.tip = self._tip(keys.chain)
+        if snap.decisions:
+            self._load_heads(snap, horizon)
+        return snap
+
+    def _tip(self, name: str) -> tuple[int, bytes] | None:
+        """The chain's newest head no expiry pass has deleted (as SQLite's: expired or not)."""
+        best: tuple[int, bytes] | None = None
+        floor = self._floor()
+        c = chain(name)
+        for b in self._buckets[HEADS]:
+            prefix = bucket(HEADS, *b) + c
+            it = self._db.iter()
+            it.seek_for_prev(prefix + _SEQ_MAX)
+            while it.valid() and it.key()[: len(prefix)] == prefix:
+                v = it.value()
+                if Q.unpack_from(v)[0] > floor:
+                    seq = Q.unpack_from(it.key(), len(prefix))[0]
+                    if best is None or seq > best[0]:
+                        best = (seq, head_decoder.decode(v[8:]).head)
+                    break
+                it.prev()
+        return best
+
+    def _floor(self) -> int:
+        """Bucketed rows expiring at or before this were counted and forgotten
+        by an expiry pass: they read as deleted until their bucket goes."""
+        return -1 if self._expired_to is None else self._expired_to
+
+    def _load_heads(self, snap: Snapshot, horizon: int) -> None:
+        """The unexpired heads covering a position of `snap.decisions`, found by their spans."""
+        wanted: set[bytes] = set()
+        for topic, part, lo, hi in spans_of(snap.decisions):
+            tp = partition(topic, part)
+            for b in self._buckets[SPANS]:
+                prefix = bucket(SPANS, *b) + tp
+                n = len(prefix)
+                for k, v in self._scan(prefix, Q.pack(lo)):  # spans whose highest offset is >= lo ...
+                    if Q.unpack_from(k, n + 8)[0] <= hi and Q.unpack_from(v)[0] > horizon:  # ... and lowest <= hi
+                        wanted.add(k[n + 16 :])
+        for cs in sorted(wanted):
+            for row in self._multi([bucket(HEADS, *b) + cs for b in self._buckets[HEADS]]):
+                if row is not None and Q.unpack_from(row)[0] > horizon:
+                    head = head_decoder.decode(row[8:])
+                    if any(map(head.covers, snap.decisions)):
+                        snap.heads.append(head)
+
+    # ------------------------------------------------------------ writes
+
+    def run_batch(self, keys: KeySet, now_ms: int, fn: BatchFn) -> None:
+        with self._lock:
+            writes = fn(self._load(keys, now_ms))
+            wb = rocksdict.WriteBatch(raw_mode=True)
+            self._write(wb, writes)
+            self._db.write(wb, self._write_options)
+
+    def _bucket(self, wb: rocksdict.WriteBatch, kind: bytes, exp: int) -> bytes:
+        """The key prefix of `kind`'s bucket for `exp`, catalogued (in this batch) if new."""
+        width = self._width(kind)
+        lo = exp - exp % width
+        b = (lo, lo + width)
+        found = self._buckets[kind]
+        if b not in found:
+            wb.put(CATALOG + bucket(kind, *b), b"")
+            found.append(b)
+            found.sort()
+        return bucket(kind, *b)
+
+    def _prior(self, kind: bytes, keys: list[bytes]) -> dict[bytes, tuple[tuple[int, int], int]]:
+        """Where each of `keys` is held now: what the load found, and for a key it did not look up a look now."""
+        held, looked = self._held[kind], self._looked[kind]
+        for b, k, v in self._locate(kind, [k for k in keys if k not in looked]):
+            held[k] = (b, Q.unpack_from(v)[0])
+        return held
+
+    def _write(self, wb: rocksdict.WriteBatch, state: BatchWrites) -> None:
+        #: (kind, exp) -> the change in its live entries
+        counted: dict[tuple[bytes, int], int] = {}
+        floor = self._floor()
+
+        def count(kind: bytes, exp: int, n: int) -> None:
+            if exp > floor:  # an entry at or before the last pass was counted by it (and its counter deleted)
+                counted[(kind, exp)] = counted.get((kind, exp), 0) + n
+
+        marks = state.watermarks()
+        if marks:
+            mkeys = [WATERMARKS + text(t, p) for t, p in marks]
+            for mk, old, (where, off) in zip(mkeys, self._multi(mkeys), marks.items(), strict=True):
+                if old is None or Q.unpack_from(old)[0] < off:
+                    wb.put(mk, Q.pack(off) + encode(where))
+        if state.decisions:
+            self._write_decisions(wb, state.decisions, count)
+        if state.nonces:
+            rows = [(text(*n.key), n.expires_at) for n in state.nonces.values()]
+            held = self._prior(NONCES, [k for k, _ in rows])
+            for k, exp in rows:
+                self._move(wb, NONCES, k, exp, Q.pack(exp), held.get(k), count)
+        if state.tasks:
+            keyed = [(text(t.kind, t.task_id), t) for t in state.tasks.values()]
+            held = self._prior(TASKS, [k for k, _ in keyed])
+            for k, t in keyed:
+                prior = held.get(k)
+                if prior is not None and prior[1] > self._horizon:
+                    continue  # insert-only: the first admission stays the witness
+                exp = t.admitted_at + self.task_retention_ms
+                self._move(wb, TASKS, k, exp, Q.pack(exp) + encode(t), prior, count)
+        self._write_expiring(
+            wb,
+            WINDOWS,
+            [
+                (text(*w.key), w.expires_at, QQ.pack(w.expires_at, w.state.top) + bitmap_bytes(w.state.bitmap))
+                for w in state.windows.values()
+            ],
+        )
+        self._write_expiring(wb, POLICY, [(text(*p.key), p.expires_at, Q.pack(p.expires_at) + p.value) for p in state.policy.values()])
+        seen: set[bytes] = set()
+        for h in state.heads:
+            exp = h.sealed_at + self.decision_retention_ms
+            cs = chain(h.chain) + Q.pack(h.seq)
+            taken = self._multi([bucket(HEADS, *b) + cs for b in self._buckets[HEADS]])
+            if cs in seen or any(v is not None and Q.unpack_from(v)[0] > floor for v in taken):
+                raise ValueError(f"batch seal chain {h.chain!r} already has a head {h.seq}: a chain never forks")
+            seen.add(cs)
+            wb.put(self._bucket(wb, HEADS, exp) + cs, Q.pack(exp) + encode(h))
+            count(HEADS, exp, 1)
+            spans = self._bucket(wb, SPANS, exp)
+            for topic, part, lo, hi in h.spans:
+                wb.put(spans + partition(topic, part) + QQ.pack(hi, lo) + cs, Q.pack(exp))
+        if counted:
+            zkeys = [counter(kind, exp) for kind, exp in counted]
+            for zk, old, n in zip(zkeys, self._multi(zkeys), counted.values(), strict=True):
+                total = (0 if old is None else Q.unpack(old)[0]) + n
+                if total > 0:
+                    wb.put(zk, Q.pack(total))
+                else:
+                    wb.delete(zk)
+
+    def _move(
+        self,
+        wb: rocksdict.WriteBatch,
+        kind: bytes,
+        k: bytes,
+        exp: int,
+        value: bytes,
+        prior: tuple[tuple[int, int], int] | None,
+        count: Count,
+    ) -> None:
+        """Write `k` into its bucket for `exp`, taking it out of the one that held it, if another:
+        each key is held by one bucket of its kind, so it reads back as its newest write."""
+        prefix = self._bucket(wb, kind, exp)
+        if prior is not None:
+            if bucket(kind, *prior[0]) != prefix:
+                wb.delete(bucket(kind, *prior[0]) + k)
+            count(kind, prior[1], -1)
+        wb.put(prefix + k, value)
+        count(kind, exp, 1)
+
+    def _write_expiring(self, wb: rocksdict.WriteBatch, kind: bytes, rows: list[tuple[bytes, int, bytes]]) -> None:
+        """Windows or policy rows (key, exp, value), last write wins, each indexed by its expiry."""
+        if not rows:
+            return
+        for (k, exp, value), old in zip(rows, self._multi([kind + k for k, _, _ in rows]), strict=True):
+            if old is not None:
+                was = Q.unpack_from(old)[0]
+                if was != exp:
+                    wb.delete(by_expiry(kind, was, k))
+            wb.put(kind + k, value)
+            wb.put(by_expiry(kind, exp, k), b"")
+
+    def _write_decisions(self, wb: rocksdict.WriteBatch, decisions: dict[SourceKey, Decision], count: Count) -> None:
+        """Runs as SQLite's (`RUN_SPAN`, one expiry each); the positions taken
+        out of the runs that held them first, per partition at once (the
+        batch's writes are not readable before it is written)."""
+        by_part: dict[tuple[str, int], dict[int, list[tuple[int, Decision]]]] = {}
+        for (topic, part, offset), d in decisions.items():
+            by_part.setdefault((topic, part), {}).setdefault(d.decided_at + self.decision_retention_ms, []).append((offset, d))
+        for (topic, part), groups in by_part.items():
+            tp = partition(topic, part)
+            mine = {o for items in groups.values() for o, _ in items}
+            for k, v in list(self._runs(tp, min(mine), max(mine))):
+                old = run_decoder.decode(v[12:])
+                kept = [d for d in old if d.source.offset not in mine]
+                if len(kept) < len(old):
+                    exp = Q.unpack_from(v)[0]
+                    wb.delete(k)
+                    count(RUNS, exp, len(kept) - len(old))
+                    if kept:
+                        wb.put(k[:-16] + QQ.pack(kept[-1].source.offset, kept[0].source.offset), QI.pack(exp, len(kept)) + encode(kept))
+            for exp, items in groups.items():
+                items.sort(key=_offset)
+                start = 0
+                for i in range(1, len(items) + 1):
+                    if i == len(items) or items[i][0] - items[start][0] >= RUN_SPAN:
+                        run = items[start:i]
+                        key = self._bucket(wb, RUNS, exp) + tp + QQ.pack(run[-1][0], run[0][0])
+                        wb.put(key, QI.pack(exp, len(run)) + encode([d for _, d in run]))
+                        count(RUNS, exp, len(run))
+                        start = i
+
+    # ------------------------------------------------------------ one-off reads, expiry, counts
+
+    def decision_at(self, source: Coordinates) -> Decision | None:
+        """The decision stored at `source`, expired or not (but not forgotten by an expiry pass)."""
+        with self._lock:
+            offset, floor = source.offset, self._floor()
+            for _k, v in self._runs(partition(source.topic, source.partition), offset, offset):
+                if Q.unpack_from(v)[0] <= floor:
+                    continue
+                for d in run_decoder.decode(v[12:]):
+                    if d.source.offset == offset:
+                        return d
+            return None
+
+    def task(self, kind: str, task_id: str, now_ms: int) -> TaskEntry | None:
+        with self._lock:
+            horizon = now_ms if self._expired_to is None else max(now_ms, self._expired_to)
+            for _b, _k, v in self._locate(TASKS, [text(kind, task_id)]):
+                if Q.unpack_from(v)[0] > horizon:
+                    return task_decoder.decode(v[8:])
+            return None
+
+    def expire(self, now_ms: int) -> int:
+        """Forget what has expired by `now_ms`; returns how many entries (a
+        run counts its decisions; a head's spans are not counted).
+
+        Bucketed rows are counted from their per-expiry counters and go
+        with their bucket: one `delete_range` per passed bucket, no row
+        visited. Rows of a bucket still live that expire by `now_ms` stay
+        until it passes, reading as absent: `expired_to_ms` records the
+        pass, and every read takes `max(now, expired_to_ms)` as its horizon.
+        That, the counters and the dropped buckets are one write; windows
+        and policy rows, found through their expiry index, are then deleted
+        in writes of `EXPIRE_CHUNK`."""
+        with self._lock:
+            before = 0 if self._expired_to is None else self._expired_to
+            wb = rocksdict.WriteBatch(raw_mode=True)
+            total = 0
+            for kind in COUNTED:
+                for k, v in self._scan(COUNTS + kind):
+                    if Q.unpack_from(k, 2)[0] > now_ms:
+                        break
+                    total += Q.unpack(v)[0]
+                    wb.delete(k)
+            passed = {kind: [b for b in found if b[1] <= now_ms] for kind, found in self._buckets.items()}
+            for kind, gone in passed.items():
+                for lo, hi in gone:
+                    wb.delete_range(bucket(kind, lo, hi), bucket(kind, lo, hi + 1))
+                    wb.delete(CATALOG + bucket(kind, lo, hi))
+            if now_ms > before:
+                wb.put(META + b"expired_to_ms", Q.pack(now_ms))
+            self._db.write(wb, self._write_options)
+            if now_ms > before:
+                self._expired_to = now_ms
+            for kind, gone in passed.items():
+                self._buckets[kind] = [b for b in self._buckets[kind] if b not in gone]
+            for kind in (WINDOWS, POLICY):
+                total += self._expire_rows(kind, now_ms)
+            return total
+
+    def _expire_rows(self, kind: bytes, now_ms: int) -> int:
+        n = 0
+        while True:
+            wb = rocksdict.WriteBatch(raw_mode=True)
+            chunk = 0
+            prefix = BY_EXPIRY + kind
+            for k, _ in self._scan(prefix):
+                if Q.unpack_from(k, 2)[0] > now_ms or chunk == EXPIRE_CHUNK:
+                    break
+                wb.delete(k)
+                wb.delete(kind + k[10:])
+                chunk += 1
+            if chunk:
+                self._db.write(wb, self._write_options)
+            n += chunk
+            if chunk < EXPIRE_CHUNK:
+                return n
+
+    def counts(self) -> dict[str, int]:
+        """Entries held, as if every expiry pass had deleted what it expired."""
+        with self._lock:
+            live = {kind: sum(Q.unpack(v)[0] for _, v in self._scan(COUNTS + kind)) for kind in (NONCES, TASKS, RUNS)}
+            return {
+                "decisions": live[RUNS],
+                "nonces": live[NONCES],
+                "windows": sum(1 for _ in self._scan(WINDOWS)),
+                "tasks": live[TASKS],
+                "policy": sum(1 for _ in self._scan(POLICY)),
+            }
+
+
+def _int(raw: bytes | None) -> int | None:
+    return None if raw is None else int(Q.unpack(raw)[0])
+
+
+def _offset(item: tuple[int, Decision]) -> int:
+    return item[0]

@@ -1,0 +1,266 @@
+"""The RocksDB store (state/rocksdb/). What must hold with its layout: for
+any sequence of batches and expiry passes it answers as the memory store
+does (every snapshot, count, expiry count, task, decision and watermark); a
+passed bucket goes whole; a lookup probes a bounded number of buckets;
+it survives a reopen and refuses what it must (genesis over a store, a
+second holder, a file where its directory should be); and the guard's
+config, `busguard state init` and the held-store error work on it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from busguard.protocol.records import Coordinates, Decision, TaskEntry
+from busguard.state.keys import KeySet
+from busguard.state.memory.store import MemoryStore
+from busguard.state.rocksdb.layout import CATALOG, NONCES, TASKS, bucket
+from busguard.state.rocksdb.store import RocksStore
+from busguard.state.snapshot import Snapshot, StoredHead, WindowState, spans_of
+from busguard.state.sqlite.buckets import BUCKETS_PER_LIFETIME, width_for
+from busguard.state.store import StateStore
+from busguard.state.writes import BatchWrites, NonceRecord, PolicyRecord, WindowRecord
+
+from .harness import NOW
+
+LIFETIME = 4_000  # nonces, tasks and decisions: buckets of 1 s
+
+
+def _store(path: Path, now: int = NOW, genesis: bool = True) -> RocksStore:
+    return RocksStore(
+        path, now_ms=now, genesis=genesis, nonce_retention_ms=LIFETIME, task_retention_ms=LIFETIME, decision_retention_ms=LIFETIME
+    )
+
+
+def _task(task_id: str, at: int) -> TaskEntry:
+    return TaskEntry(
+        "handoff", task_id, f"rid-{task_id}-{at}", f"did-{at}", "p", f"n-{task_id}", "0" * 64, None, None,
+        Coordinates(topic="in", partition=0, offset=at), b"r", b"s" * 64, at,
+    )  # fmt: skip
+
+
+def _decision(partition: int, offset: int, variant: str, at: int) -> Decision:
+    return Decision(
+        f"{variant}@{partition}/{offset}@{at}", "reject", "bad_signature", Coordinates(topic="in", partition=partition, offset=offset), at
+    )
+
+
+def _batch(store: StateStore, keys: KeySet, now: int, writes: BatchWrites) -> Snapshot:
+    seen: list[Snapshot] = []
+
+    def fn(snap: Snapshot) -> BatchWrites:
+        seen.append(snap)
+        return writes
+
+    store.run_batch(keys, now, fn)
+    return seen[-1]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[RocksStore]:
+    s = _store(tmp_path / "s.rocksdb")
+    yield s
+    s.close()
+
+
+def _keys_under(s: RocksStore, prefix: bytes) -> list[bytes]:
+    return [k for k, _ in s._scan(prefix)]
+
+
+# -- the same answers as the memory store ------------------------------------------------------------
+
+_keys = st.sampled_from(["a", "b", "c", "d"])
+_offsets = st.one_of(st.integers(0, 12), st.integers(4093, 4099))
+#: a batch: the clock step first; nonces (key, life), tasks, decisions (partition, offset, variant),
+#: windows (key, life, top), policy (key, life) written; whether it seals a head; whether it expires after
+_batch_st = st.tuples(
+    st.integers(0, 1_500),
+    st.lists(st.tuples(_keys, st.integers(1, 3 * LIFETIME)), max_size=4),
+    st.lists(_keys, max_size=3),
+    st.lists(st.tuples(st.integers(0, 1), _offsets, st.sampled_from("ab")), max_size=6),
+    st.lists(st.tuples(_keys, st.integers(1, 3 * LIFETIME), st.integers(0, 9)), max_size=2),
+    st.lists(st.tuples(_keys, st.integers(1, 3 * LIFETIME)), max_size=2),
+    st.booleans(),
+    st.booleans(),
+)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(batches=st.lists(_batch_st, min_size=1, max_size=14))
+def test_rocksdb_answers_as_the_memory_store_does(tmp_path_factory: pytest.TempPathFactory, batches: list) -> None:  # type: ignore[type-arg]
+    tmp = tmp_path_factory.mktemp("rocks")
+    memory = MemoryStore(NOW, genesis=True, task_retention_ms=LIFETIME, decision_retention_ms=LIFETIME)
+    rocks = _store(tmp / "s.rocksdb")
+    stores: list[StateStore] = [memory, rocks]
+    now, positions, seq = NOW, set[tuple[str, int, int]](), 0
+    try:
+        for step, nonces, tasks, decisions, windows, policy, seal, expire in batches:
+            now += step
+            ds = {("in", p, o): _decision(p, o, v, now) for p, o, v in decisions}
+            writes = BatchWrites(
+                nonces={("", k): NonceRecord(("", k), now + life) for k, life in nonces},
+                tasks={("handoff", k): _task(k, now) for k in tasks},
+                decisions=ds,
+                windows={("p", k): WindowRecord(("p", k), WindowState(top, 1 << top), now + life) for k, life, top in windows},
+                policy={("award", k): PolicyRecord(("award", k), f"{k}@{now}".encode(), now + life) for k, life in policy},
+            )
+            keys = KeySet(
+                sources=sorted({*positions, *ds}),
+                nonces={("", k) for k in "abcd"},
+                windows={("p", k) for k in "abcd"},
+                tasks={("handoff", k) for k in "ac"},  # some written tasks looked up first, some not
+                policy={("award", k) for k in "abcd"},
+                chain="c",
+            )
+            snaps = []
+            for s in stores:
+                snap = _batch(s, keys, now, writes)
+                snaps.append(snap)
+                if seal and ds:
+                    tip = snap.tip
+                    seq = 0 if tip is None else tip[0] + 1
+                    head = StoredHead("c", seq, f"head-{seq}-{now}".encode(), b"seal", b"", spans_of(ds), now)
+                    s.run_batch(KeySet(), now, lambda _s, head=head: BatchWrites(heads=[head]))
+            assert snaps[0] == snaps[1]
+            positions.update(ds)
+            if expire:
+                assert memory.expire(now) == rocks.expire(now)
+            assert memory.counts() == rocks.counts()
+            for k in "abcd":
+                assert memory.task("handoff", k, now) == rocks.task("handoff", k, now)
+            for t, p, o in positions:
+                c = Coordinates(topic=t, partition=p, offset=o)
+                assert memory.decision_at(c) == rocks.decision_at(c)
+            assert memory.partition_watermarks() == rocks.partition_watermarks()
+    finally:
+        rocks.close()
+
+
+def test_the_equivalence_check_sees_a_store_that_forgets_to_move_a_key(tmp_path: Path) -> None:
+    """The comparison above can fail: a store that writes a nonce into its
+    new bucket without taking it out of the old one answers differently."""
+
+    class Stale(RocksStore):
+        def _prior(self, kind: bytes, keys: list[bytes]) -> dict[bytes, tuple[tuple[int, int], int]]:
+            return {}
+
+    memory = MemoryStore(NOW, genesis=True)
+    stale = Stale(tmp_path / "s.rocksdb", now_ms=NOW, genesis=True, nonce_retention_ms=LIFETIME)
+    for s in (memory, stale):
+        _batch(s, KeySet(), NOW, BatchWrites(nonces={("", "a"): NonceRecord(("", "a"), NOW + LIFETIME)}))
+        _batch(s, KeySet(), NOW, BatchWrites(nonces={("", "a"): NonceRecord(("", "a"), NOW + 3 * LIFETIME)}))
+    assert memory.counts()["nonces"] != stale.counts()["nonces"]
+    stale.close()
+
+
+# -- the layout's bounds ---------------------------------------------------------------------------
+
+
+def test_expiry_drops_passed_buckets_whole_and_counts_what_it_expired(store: RocksStore) -> None:
+    w = width_for(LIFETIME)
+    for i in range(12):  # a row every quarter second: 12 rows over 3 buckets
+        at = NOW + i * 250
+        _batch(store, KeySet(), at, BatchWrites(nonces={("", f"n{i}"): NonceRecord(("", f"n{i}"), at + LIFETIME)}))
+    live = store._buckets[NONCES]
+    assert len(live) >= 3 and all(hi - lo == w for lo, hi in live)
+    first = live[0]
+    assert _keys_under(store, bucket(NONCES, *first))
+    assert store.expire(first[1]) == sum(1 for i in range(12) if NOW + i * 250 + LIFETIME <= first[1])
+    assert first not in store._buckets[NONCES]
+    assert _keys_under(store, bucket(NONCES, *first)) == [] and CATALOG + bucket(NONCES, *first) not in _keys_under(store, CATALOG)
+    assert store.counts()["nonces"] == sum(1 for i in range(12) if NOW + i * 250 + LIFETIME > first[1])
+    assert store.expire(NOW + 20 * LIFETIME) == store.counts()["nonces"] + sum(1 for i in range(12) if NOW + i * 250 + LIFETIME > first[1])
+    assert store.counts()["nonces"] == 0 and store._buckets[NONCES] == [] and _keys_under(store, b"Z") == []
+
+
+def test_a_lookup_probes_at_most_buckets_per_lifetime_plus_one_buckets(store: RocksStore) -> None:
+    """Rows written with the configured lifetime and an expiry pass per
+    write: every bucket a lookup probes is one of at most 5 per kind."""
+    now = NOW
+    for i in range(40):
+        now += LIFETIME // 7
+        _batch(
+            store,
+            KeySet(),
+            now,
+            BatchWrites(
+                nonces={("", f"n{i}"): NonceRecord(("", f"n{i}"), now + LIFETIME)},
+                tasks={("handoff", f"t{i}"): _task(f"t{i}", now)},
+            ),
+        )
+        store.expire(now)
+        for kind in (NONCES, TASKS):
+            assert len(store._buckets[kind]) <= BUCKETS_PER_LIFETIME + 1
+
+
+def test_windows_and_policy_expire_through_their_expiry_index_only(store: RocksStore) -> None:
+    for i, life in enumerate((10, 20, 30)):
+        k = ("p", f"s{i}")
+        _batch(store, KeySet(), NOW, BatchWrites(windows={k: WindowRecord(k, WindowState(1, 1), NOW + life)}))
+    k = ("p", "s0")
+    _batch(store, KeySet(), NOW, BatchWrites(windows={k: WindowRecord(k, WindowState(2, 3), NOW + 40)}))  # moved later
+    assert len(_keys_under(store, b"XV")) == 3  # one index entry per row: the moved row's old one is gone
+    assert store.expire(NOW + 25) == 1 and store.counts()["windows"] == 2  # s1
+    assert store.expire(NOW + 35) == 1 and store.counts()["windows"] == 1  # s2; s0 was moved past it
+    assert _batch(store, KeySet(windows={k}), NOW + 35, BatchWrites()).windows == {k: WindowState(2, 3)}
+    assert len(_keys_under(store, b"XV")) == 1
+
+
+# -- open, reopen, refuse --------------------------------------------------------------------------
+
+
+def test_created_at_and_the_fence_survive_a_reopen(tmp_path: Path) -> None:
+    s = RocksStore(tmp_path / "a", now_ms=100)
+    assert s.created and s.trusted_from == 100 and s.origin == "created"
+    assert s.rearm(500) == 500
+    s.close()
+    s = RocksStore(tmp_path / "a", now_ms=999)
+    assert not s.created and s.created_at == 100 and s.trusted_from == 500
+    s.close()
+    assert RocksStore(tmp_path / "b", now_ms=999).created_at == 999
+
+
+def test_genesis_refuses_a_directory_that_holds_a_store(tmp_path: Path) -> None:
+    RocksStore(tmp_path / "a", now_ms=100, genesis=True).close()
+    with pytest.raises(FileExistsError, match="already holds a state store"):
+        RocksStore(tmp_path / "a", now_ms=200, genesis=True)
+    s = RocksStore(tmp_path / "a", now_ms=300)  # and the refusal left it as it was
+    assert s.origin == "genesis" and s.trusted_from is None and s.created_at == 100
+    s.close()
+
+
+def test_a_second_holder_and_a_file_in_its_place_are_os_errors_that_say_why(tmp_path: Path) -> None:
+    s = RocksStore(tmp_path / "a", now_ms=100)
+    with pytest.raises(OSError, match="RocksDB admits one per store"):
+        RocksStore(tmp_path / "a", now_ms=100)
+    s.close()
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(NotADirectoryError):
+        RocksStore(tmp_path / "f", now_ms=100)
+
+
+# -- through the config: state init, a held store ----------------------------------------------------
+
+
+def test_state_init_makes_a_rocksdb_genesis_store_once_and_a_held_store_is_an_unwritable_path(tmp_path: Path) -> None:
+    from busguard.config import load_config
+    from busguard.errors import ConfigError, StoreUnreachable
+    from busguard.wiring import init_state, open_guard_store
+
+    route = '[[routes]]\nname = "r"\ninputs = ["in"]\ndownstream = "out"\n'
+    (tmp_path / "busguard.toml").write_text(route + '[state]\nbackend = "rocksdb"\npath = "state.rocksdb"\n')
+    cfg = load_config(tmp_path / "busguard.toml", env={})
+    assert init_state(cfg, NOW) == tmp_path / "state.rocksdb"
+    with pytest.raises(ConfigError) as refused:
+        init_state(cfg, NOW + 1)
+    assert (refused.value.field, refused.value.value) == ("state.path", str(tmp_path / "state.rocksdb"))
+    held = open_guard_store(cfg, NOW + 2)
+    assert (held.origin, held.trusted_from, held.created) == ("genesis", None, False)
+    with pytest.raises(StoreUnreachable, match="RocksDB admits one per store") as unreachable:
+        open_guard_store(cfg, NOW + 3)
+    assert "state.path" in str(unreachable.value) and str(tmp_path / "state.rocksdb") in str(unreachable.value)
+    held.close()
