@@ -145,8 +145,8 @@ def test_the_equivalence_check_sees_a_store_that_forgets_to_move_a_key(tmp_path:
     new bucket without taking it out of the old one answers differently."""
 
     class Stale(RocksStore):
-        def _prior(self, kind: bytes, keys: list[bytes]) -> dict[bytes, tuple[tuple[int, int], int]]:
-            return {}
+        def _keyed(self, kind: bytes, keys: list[tuple[str, str]]) -> tuple[list[bytes], dict[bytes, tuple[bytes, int]]]:
+            return super()._keyed(kind, keys)[0], {}
 
     memory = MemoryStore(NOW, genesis=True)
     stale = Stale(tmp_path / "s.rocksdb", now_ms=NOW, genesis=True, nonce_retention_ms=LIFETIME)

@@ -160,9 +160,10 @@ class RocksStore:
             self._db.close()
             raise
         self._horizon = 0  # the running batch's: bucketed rows with exp <= it read as absent
-        #: per key kind, the (bucket, exp) of every key the running batch looked up, and the keys it looked up
-        self._held: dict[bytes, dict[bytes, tuple[tuple[int, int], int]]] = {NONCES: {}, TASKS: {}}
-        self._looked: dict[bytes, set[bytes]] = {NONCES: set(), TASKS: set()}
+        #: per key kind, the (bucket prefix, exp) of every key the running batch looked up, and the
+        #: text key of each key it looked up (so its writes do not build them again)
+        self._held: dict[bytes, dict[bytes, tuple[bytes, int]]] = {NONCES: {}, TASKS: {}}
+        self._texts: dict[bytes, dict[tuple[str, str], bytes]] = {NONCES: {}, TASKS: {}}
 
     # ------------------------------------------------------------ the contract's small parts
 
@@ -221,15 +222,15 @@ class RocksStore:
             return width_for(self.nonce_retention_ms)
         return width_for(self.task_retention_ms if kind == TASKS else self.decision_retention_ms)
 
-    def _locate(self, kind: bytes, keys: Sequence[bytes]) -> Iterable[tuple[tuple[int, int], bytes, bytes]]:
-        """(bucket, key, value) of every row of `keys`, expired or not, in every bucket of `kind`."""
+    def _locate(self, kind: bytes, keys: Sequence[bytes]) -> Iterable[tuple[bytes, bytes, bytes]]:
+        """(bucket prefix, key, value) of every row of `keys`, expired or not, in every bucket of `kind`."""
         if not keys:
             return
         for b in self._buckets[kind]:
             prefix = bucket(kind, *b)
             for k, v in zip(keys, self._multi([prefix + k for k in keys]), strict=True):
                 if v is not None:
-                    yield b, k, v
+                    yield prefix, k, v
 
     def _runs(self, tp: bytes, lo: int, hi: int) -> Iterable[tuple[bytes, bytes]]:
         """(key, value) of every run that may hold a position in [lo, hi] of
@@ -257,9 +258,10 @@ class RocksStore:
                             sk = (topic, part, d.source.offset)
                             if sk in wanted:
                                 snap.decisions[sk] = d
-        by_key = {text(*n): n for n in keys.nonces}
-        held: dict[bytes, tuple[tuple[int, int], int]] = {}
-        self._held, self._looked = {NONCES: held, TASKS: {}}, {NONCES: set(by_key), TASKS: set()}
+        texts = {n: text(*n) for n in keys.nonces}
+        by_key = {k: n for n, k in texts.items()}
+        held: dict[bytes, tuple[bytes, int]] = {}
+        self._held, self._texts = {NONCES: held, TASKS: {}}, {NONCES: texts, TASKS: {}}
         for b, k, v in self._locate(NONCES, list(by_key)):
             exp = Q.unpack_from(v)[0]
             held[k] = (b, exp)
@@ -271,10 +273,9 @@ class RocksStore:
                 exp, top = QQ.unpack_from(row)
                 if exp > now_ms:
                     snap.windows[windows[k]] = WindowState(top, bitmap_int(row[16:]))
-        task_keys = [text(*t) for t in keys.tasks]
-        self._looked[TASKS] = set(task_keys)
+        texts = self._texts[TASKS] = {t: text(*t) for t in keys.tasks}
         held = self._held[TASKS]
-        for b, k, v in self._locate(TASKS, task_keys):
+        for b, k, v in self._locate(TASKS, list(texts.values())):
             exp = Q.unpack_from(v)[0]
             held[k] = (b, exp)
             if exp > horizon:
@@ -353,12 +354,33 @@ class RocksStore:
             found.sort()
         return bucket(kind, *b)
 
-    def _prior(self, kind: bytes, keys: list[bytes]) -> dict[bytes, tuple[tuple[int, int], int]]:
-        """Where each of `keys` is held now: what the load found, and for a key it did not look up a look now."""
-        held, looked = self._held[kind], self._looked[kind]
-        for b, k, v in self._locate(kind, [k for k in keys if k not in looked]):
+    def _prefixes(self, wb: rocksdict.WriteBatch, kind: bytes) -> Callable[[int], bytes]:
+        """`_bucket` for one batch's rows of `kind`, once per distinct expiry
+        (a batch's rows share one), not once per row."""
+        seen: dict[int, bytes] = {}
+
+        def prefix(exp: int) -> bytes:
+            found = seen.get(exp)
+            if found is None:
+                found = seen[exp] = self._bucket(wb, kind, exp)
+            return found
+
+        return prefix
+
+    def _keyed(self, kind: bytes, keys: list[tuple[str, str]]) -> tuple[list[bytes], dict[bytes, tuple[bytes, int]]]:
+        """The text key of each of `keys`, and where each is held now: what
+        the load found, and for a key it did not look up, a look now."""
+        texts, held = self._texts[kind], self._held[kind]
+        out, unseen = [], []
+        for t in keys:
+            k = texts.get(t)
+            if k is None:
+                k = text(*t)
+                unseen.append(k)
+            out.append(k)
+        for b, k, v in self._locate(kind, unseen):
             held[k] = (b, Q.unpack_from(v)[0])
-        return held
+        return out, held
 
     def _write(self, wb: rocksdict.WriteBatch, state: BatchWrites) -> None:
         #: (kind, exp) -> the change in its live entries
@@ -377,20 +399,36 @@ class RocksStore:
                     wb.put(mk, Q.pack(off) + encode(where))
         if state.decisions:
             self._write_decisions(wb, state.decisions, count)
+        # Each key is held by one bucket of its kind (so it reads back as its
+        # newest write): a row moving to another bucket leaves the old one.
         if state.nonces:
-            rows = [(text(*n.key), n.expires_at) for n in state.nonces.values()]
-            held = self._prior(NONCES, [k for k, _ in rows])
-            for k, exp in rows:
-                self._move(wb, NONCES, k, exp, Q.pack(exp), held.get(k), count)
+            nonces = list(state.nonces.values())
+            ks, held = self._keyed(NONCES, [n.key for n in nonces])
+            prefix_for = self._prefixes(wb, NONCES)
+            for k, n in zip(ks, nonces, strict=True):
+                exp, prefix, prior = n.expires_at, prefix_for(n.expires_at), held.get(k)
+                if prior is not None:
+                    if prior[0] != prefix:
+                        wb.delete(prior[0] + k)
+                    count(NONCES, prior[1], -1)
+                wb.put(prefix + k, Q.pack(exp))
+                count(NONCES, exp, 1)
         if state.tasks:
-            keyed = [(text(t.kind, t.task_id), t) for t in state.tasks.values()]
-            held = self._prior(TASKS, [k for k, _ in keyed])
-            for k, t in keyed:
+            tasks = list(state.tasks.values())
+            ks, held = self._keyed(TASKS, [(t.kind, t.task_id) for t in tasks])
+            prefix_for, retention = self._prefixes(wb, TASKS), self.task_retention_ms
+            for k, t in zip(ks, tasks, strict=True):
                 prior = held.get(k)
                 if prior is not None and prior[1] > self._horizon:
                     continue  # insert-only: the first admission stays the witness
-                exp = t.admitted_at + self.task_retention_ms
-                self._move(wb, TASKS, k, exp, Q.pack(exp) + encode(t), prior, count)
+                exp = t.admitted_at + retention
+                prefix = prefix_for(exp)
+                if prior is not None:
+                    if prior[0] != prefix:
+                        wb.delete(prior[0] + k)
+                    count(TASKS, prior[1], -1)
+                wb.put(prefix + k, Q.pack(exp) + encode(t))
+                count(TASKS, exp, 1)
         self._write_expiring(
             wb,
             WINDOWS,
@@ -415,32 +453,12 @@ class RocksStore:
                 wb.put(spans + partition(topic, part) + QQ.pack(hi, lo) + cs, Q.pack(exp))
         if counted:
             zkeys = [counter(kind, exp) for kind, exp in counted]
-            for zk, old, n in zip(zkeys, self._multi(zkeys), counted.values(), strict=True):
-                total = (0 if old is None else Q.unpack(old)[0]) + n
+            for zk, old, change in zip(zkeys, self._multi(zkeys), counted.values(), strict=True):
+                total = (0 if old is None else Q.unpack(old)[0]) + change
                 if total > 0:
                     wb.put(zk, Q.pack(total))
                 else:
                     wb.delete(zk)
-
-    def _move(
-        self,
-        wb: rocksdict.WriteBatch,
-        kind: bytes,
-        k: bytes,
-        exp: int,
-        value: bytes,
-        prior: tuple[tuple[int, int], int] | None,
-        count: Count,
-    ) -> None:
-        """Write `k` into its bucket for `exp`, taking it out of the one that held it, if another:
-        each key is held by one bucket of its kind, so it reads back as its newest write."""
-        prefix = self._bucket(wb, kind, exp)
-        if prior is not None:
-            if bucket(kind, *prior[0]) != prefix:
-                wb.delete(bucket(kind, *prior[0]) + k)
-            count(kind, prior[1], -1)
-        wb.put(prefix + k, value)
-        count(kind, exp, 1)
 
     def _write_expiring(self, wb: rocksdict.WriteBatch, kind: bytes, rows: list[tuple[bytes, int, bytes]]) -> None:
         """Windows or policy rows (key, exp, value), last write wins, each indexed by its expiry."""
