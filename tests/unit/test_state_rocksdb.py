@@ -264,3 +264,23 @@ def test_state_init_makes_a_rocksdb_genesis_store_once_and_a_held_store_is_an_un
         open_guard_store(cfg, NOW + 3)
     assert "state.path" in str(unreachable.value) and str(tmp_path / "state.rocksdb") in str(unreachable.value)
     held.close()
+
+
+def test_state_show_on_rocksdb_looks_and_a_store_a_guard_holds_is_one_line_and_status_3(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from busguard.cli import main
+
+    route = '[[routes]]\nname = "r"\ninputs = ["in"]\ndownstream = "out"\n'
+    config = tmp_path / "busguard.toml"
+    config.write_text(route + '[state]\nbackend = "rocksdb"\npath = "state.rocksdb"\n')
+    assert main(["state", "show", "--config", str(config)]) == 2
+    assert "there is none" in capsys.readouterr().err and not (tmp_path / "state.rocksdb").exists()
+    assert main(["state", "init", "--config", str(config)]) == 0
+    assert main(["state", "show", "--config", str(config)]) == 0
+    assert "origin genesis" in capsys.readouterr().out
+    held = RocksStore(tmp_path / "state.rocksdb", now_ms=NOW)
+    assert main(["state", "show", "--config", str(config)]) == 3
+    err = capsys.readouterr().err
+    assert "state.path" in err and "RocksDB admits one per store" in err and len(err.strip().splitlines()) == 1, err
+    held.close()
