@@ -241,6 +241,11 @@ def test_a_second_holder_and_a_file_in_its_place_are_os_errors_that_say_why(tmp_
     (tmp_path / "f").write_text("x")
     with pytest.raises(NotADirectoryError):
         RocksStore(tmp_path / "f", now_ms=100)
+    (tmp_path / "var").mkdir()
+    (tmp_path / "var" / "other.log").write_text("x")
+    with pytest.raises(OSError, match="not a RocksDB store"):
+        RocksStore(tmp_path / "var", now_ms=100)
+    assert sorted(p.name for p in (tmp_path / "var").iterdir()) == ["other.log"]
 
 
 # -- through the config: state init, a held store ----------------------------------------------------

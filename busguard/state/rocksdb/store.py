@@ -90,6 +90,11 @@ def _open(path: Path) -> rocksdict.Rdict:
     if path.exists() and not path.is_dir():
         # mkdir would say FileExistsError, which callers read as "a store is already there"
         raise NotADirectoryError(errno.ENOTDIR, "not a directory (a RocksDB store is one)", str(path))
+    if path.is_dir() and not (path / "CURRENT").exists() and any(path.iterdir()):
+        # RocksDB would create its files among someone else's (a path set to "../var")
+        raise OSError(
+            errno.ENOTEMPTY, "a directory holding other files, not a RocksDB store (give the store a directory of its own)", str(path)
+        )
     path.mkdir(parents=True, exist_ok=True)
     options = rocks_options()
     try:
