@@ -19,7 +19,12 @@ in rotating order:
   (``make bench`` installs it); without it the defaults leave both out and
   selecting them fails;
 * ``busguard``: ``busguard run`` started from its config as a separate
-  process: full admission, SQLite state (synchronous=full), audit output.
+  process: full admission, SQLite state (synchronous=full), audit output;
+  ``--state-backend rocksdb`` puts it (and ``busguard_preload``,
+  ``busguard_base``) on the RocksDB backend instead;
+* ``busguard_rocksdb`` (only when named): the same on the RocksDB backend,
+  beside ``busguard`` in the same rounds (``ratio_rocksdb``,
+  ``cpu_ratio_rocksdb``).
 
 Fairness. Each contender gets fresh topics (input and output) in every
 round, and busguard a fresh state file, so no run reads a log or a store
@@ -90,6 +95,8 @@ people):
     python benchmarks/compare.py --rate 200                         # steady load at 200 records/s
     python benchmarks/compare.py --preload 1000000                  # busguard on an empty vs a filled store
     python benchmarks/compare.py --preload 1000000 --preload-spread # ... its expiries spread over their lifetimes
+    python benchmarks/compare.py --preload 1000000 --state-backend rocksdb  # ... both stores RocksDB ones
+    python benchmarks/compare.py --contenders busguard,busguard_rocksdb      # SQLite against RocksDB, same rounds
     python benchmarks/compare.py --soak 600 [--rate 500]            # RSS and state size over time
 
 Soak. One guard, steady signed load, retention 15 s for every table and
@@ -182,10 +189,10 @@ from busguard.protocol.keyfile import Identity, new_identity, write_key  # noqa:
 from busguard.protocol.receipt import signing_input  # noqa: E402
 from busguard.runtime.topics import create_topics  # noqa: E402
 from busguard.sdk.sender import Sender  # noqa: E402
-from busguard.state.sqlite.store import SqliteStore  # noqa: E402
+from busguard.state.backends import StoreOptions, backend, open_store  # noqa: E402
 
 BENCH = REPO / "benchmarks"
-STREAM = ("direct", "relay", "naive", "quix", "quix_stateless", "busguard", "busguard_preload", "busguard_base")
+STREAM = ("direct", "relay", "naive", "quix", "quix_stateless", "busguard", "busguard_rocksdb", "busguard_preload", "busguard_base")
 QUIX = ("quix", "quix_stateless")
 QUIX_MISSING = "quixstreams is not installed: `make bench` installs it, or pip install '.[bench]'"
 CONTENDERS = ("verify_1t", "verify_nt", *STREAM)
@@ -493,10 +500,46 @@ class Setup:
     runs: int = 0
 
 
-def guard_config(setup: Setup, topics: Topics, group: str, state: Path, soak: bool = False) -> str:
+def state_backend(setup: Setup, kind: str) -> str:
+    """The state backend a busguard contender runs on: `busguard_rocksdb`
+    always RocksDB, the others `--state-backend`."""
+    return "rocksdb" if kind == "busguard_rocksdb" else str(setup.args.state_backend)
+
+
+def state_path(run_dir: Path, name: str) -> Path:
+    return run_dir / ("state.rocksdb" if name == "rocksdb" else "state.db")
+
+
+def new_store(name: str, path: Path, created_ms: int, **retentions: int) -> Any:
+    """A genesis store of backend `name` at `path`, opened as busguard opens it (`synchronous = full`)."""
+    options = backend(name).options(_StateSection(str(path)), Path, str(path.parent / "reconcile.db"))
+    return open_store(name, options, StoreOptions(now_ms=created_ms, genesis=True, **retentions))
+
+
+class _StateSection:
+    """The `[state]` keys a backend's options() reads."""
+
+    def __init__(self, path: str, synchronous: str = "full") -> None:
+        self.path, self.synchronous = path, synchronous
+
+
+def store_mb(path: Path) -> float:
+    """A store's size on disk: a SQLite file with its -wal and -shm, or a RocksDB directory."""
+    files = [f for f in path.rglob("*") if f.is_file()] if path.is_dir() else list(path.parent.glob(path.name + "*"))
+    return sum(f.stat().st_size for f in files) / 2**20
+
+
+def remove_store(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    for f in path.parent.glob(path.name + "*"):
+        f.unlink()
+
+
+def guard_config(setup: Setup, topics: Topics, group: str, state: Path, soak: bool = False, backend_name: str = "sqlite") -> str:
     args = setup.args
     admission: dict[str, object] = {"max_age_ms": LONG_MAX_AGE_MS, "nonce_retention_ms": LONG_MAX_AGE_MS + 60_000}
-    state_cfg: dict[str, object] = {"path": str(state)}
+    state_cfg: dict[str, object] = {"backend": backend_name, "path": str(state)}
     if soak:
         r = SOAK_RETENTION_MS
         admission = {
@@ -567,19 +610,25 @@ def start_contender(
             *routes,
         ]
         return Process(argv, run_dir / f"{kind}.log", fetch), None
-    state = run_dir / "state.db"
+    name = state_backend(setup, kind)
+    state = state_path(run_dir, name)
     if kind == "busguard_preload":
         assert setup.preload_template is not None
-        shutil.copyfile(setup.preload_template, state)
-        fd = os.open(state, os.O_RDONLY)
-        try:
-            os.fsync(fd)  # the copy's writeback must not compete with the guard's own fsyncs
-        finally:
-            os.close(fd)
+        if setup.preload_template.is_dir():
+            shutil.copytree(setup.preload_template, state)
+        else:
+            shutil.copyfile(setup.preload_template, state)
+        for f in [state, *state.rglob("*")] if state.is_dir() else [state]:
+            if f.is_file():
+                fd = os.open(f, os.O_RDONLY)
+                try:
+                    os.fsync(fd)  # the copy's writeback must not compete with the guard's own fsyncs
+                finally:
+                    os.close(fd)
     else:
-        SqliteStore(state, now_ms=created_ms, genesis=True).close()  # no fence: the records are signed before the store exists
+        new_store(name, state, created_ms).close()  # no fence: the records are signed before the store exists
     config = run_dir / "busguard.toml"
-    config.write_text(guard_config(setup, topics, group, state, soak))
+    config.write_text(guard_config(setup, topics, group, state, soak, name))
     port = free_port()
     env = {"BUSGUARD_OPS__PORT": str(port)}
     if kind == "busguard_base":
@@ -877,36 +926,43 @@ async def run_stream(kind: str, setup: Setup, work: Workload, rate: float | None
             names = [*names, *await changelog_topics(setup.bootstrap, f"{run_dir.name}-group")]
         await delete_topics(setup.bootstrap, names)
     if not setup.args.keep:
-        for f in run_dir.glob("state.db*"):
-            f.unlink()
+        for name in ("sqlite", "rocksdb"):
+            remove_store(state_path(run_dir, name))
     return out
 
 
 # --------------------------------------------------------------------------- preload
 
 
-def fill_store(path: Path, created_ms: int, n: int, chunk: int = 20_000, spread: bool = False) -> dict[str, Any]:
-    """`n` live nonces and `n` live tasks, written through SqliteStore.run_batch
-    (the guard's own write path) in transactions of `chunk`. Expiries are a
-    day (nonces) and the store's task retention (tasks) ahead; with `spread`,
-    spread evenly over the guard's nonce retention and the task retention
-    ahead instead, as in a store that has run at a steady rate for a whole
-    lifetime (the newest rows then share their expiry buckets with the
-    guard's new ones, state/sqlite/buckets.py)."""
+def fill_store(path: Path, name: str, created_ms: int, n: int, chunk: int = 20_000, spread: bool = False) -> dict[str, Any]:
+    """`n` live nonces and `n` live tasks, written through the backend's
+    run_batch (the guard's own write path) in transactions of `chunk`.
+    Expiries are a day (nonces) and the store's task retention (tasks)
+    ahead; with `spread`, spread evenly over the guard's nonce retention and
+    the task retention ahead instead, as in a store that has run at a steady
+    rate for a whole lifetime (the newest rows then share their expiry
+    buckets with the guard's new ones, state/sqlite/buckets.py). A RocksDB
+    store is flushed and its compactions waited for before it is closed, as
+    in a store that has run a while: the copies do not pay for the fill's."""
     t0 = time.perf_counter()
-    store = SqliteStore(
-        path, now_ms=created_ms, synchronous="NORMAL", genesis=True, nonce_retention_ms=LONG_MAX_AGE_MS + 60_000
-    )  # the guard's, so its buckets
+    store = new_store(name, path, created_ms, nonce_retention_ms=LONG_MAX_AGE_MS + 60_000)  # the guard's, so its buckets
     now_ms = time.time_ns() // 1_000_000
     try:
         preload(store, n, now_ms, LONG_MAX_AGE_MS + 60_000, store.task_retention_ms, spread, chunk)
         counts = store.counts()
+        if name == "rocksdb":
+            db = store._db
+            db.flush(True)
+            while (db.property_int_value("rocksdb.compaction-pending") or 0) or (
+                db.property_int_value("rocksdb.num-running-compactions") or 0
+            ):
+                time.sleep(0.2)
     finally:
         store.close()
     return {
         "preload_s": round(time.perf_counter() - t0, 1),
         "preload_rows": counts,
-        "preload_file_mb": round(path.stat().st_size / 2**20, 1),
+        "preload_file_mb": round(store_mb(path), 1),
     }
 
 
@@ -983,6 +1039,7 @@ async def throughput_mode(setup: Setup, work: Workload, contenders: list[str], r
         "ratio_naive": per_round_ratio("busguard", "naive"),
         "ratio_relay": per_round_ratio("busguard", "relay"),
         "ratio_preload": per_round_ratio("busguard_preload", "busguard"),
+        "ratio_rocksdb": per_round_ratio("busguard_rocksdb", "busguard"),
         "ratio_base": per_round_ratio("busguard", "busguard_base"),
     }
 
@@ -996,6 +1053,9 @@ async def throughput_mode(setup: Setup, work: Workload, contenders: list[str], r
     if "busguard" in results and "quix" in results:
         # busguard's over the Quix stateful guard's (issue 20's way round: <= 1.0 is the target)
         ratios["cpu_ratio_quix"] = [x / y for x, y in zip(cpu("busguard"), cpu("quix"), strict=False)]
+    if "busguard" in results and "busguard_rocksdb" in results:
+        # busguard on RocksDB over busguard on --state-backend (below 1: RocksDB is cheaper)
+        ratios["cpu_ratio_rocksdb"] = [x / y for x, y in zip(cpu("busguard_rocksdb"), cpu("busguard"), strict=False)]
     if "busguard" in results and "busguard_base" in results:
         # this tree's CPU per record over the --baseline tree's, per round (below 1: this tree is cheaper)
         ratios["cpu_ratio_base"] = [x / y for x, y in zip(cpu("busguard"), cpu("busguard_base"), strict=False)]
@@ -1125,7 +1185,7 @@ async def soak_mode(setup: Setup, gen: Generator, seconds: float) -> tuple[dict[
     producer = new_producer(setup.bootstrap, load_linger_ms(args, soak=True))
     await producer.start()
     samples: list[dict[str, Any]] = []
-    state = run_dir / "state.db"
+    state = state_path(run_dir, state_backend(setup, "busguard"))
     sent_n = 0
     try:
         deadline = time.monotonic() + 60
@@ -1150,7 +1210,7 @@ async def soak_mode(setup: Setup, gen: Generator, seconds: float) -> tuple[dict[
                 metrics = http_get(port, "/metrics")
                 rows = {t: int(float(v)) for t, v in _ROWS.findall(metrics)}
                 hk = {k: float(v) for k, v in _HOUSEKEEPING.findall(metrics)}
-                size = sum(f.stat().st_size for f in run_dir.glob("state.db*"))
+                size = store_mb(state) * 2**20
                 sample = {
                     "t_s": round(elapsed),
                     "rss_mb": rss_mb(proc.pid),
@@ -1244,7 +1304,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--contenders",
         help=(
-            f"comma list from {', '.join(CONTENDERS)} (default: all but direct and busguard_preload; "
+            f"comma list from {', '.join(CONTENDERS)} (default: all but direct, busguard_preload and busguard_rocksdb; "
             "with --preload: busguard,busguard_preload; with --rate: relay,quix,busguard; quix* only with the bench extra installed)"
         ),
     )
@@ -1286,6 +1346,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="busguard [kafka] compression (default: the config default)",
     )
     p.add_argument("--timeout", type=float, default=300, help="seconds a run may take to drain")
+    p.add_argument(
+        "--state-backend",
+        choices=("sqlite", "rocksdb"),
+        default="sqlite",
+        help="the state backend of busguard, busguard_preload and busguard_base (busguard_rocksdb always runs on RocksDB)",
+    )
     p.add_argument("--keep", metavar="DIR", help="keep the run directories (logs, configs, state) under DIR")
     p.add_argument(
         "--baseline",
@@ -1321,7 +1387,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         elif args.preload:
             args.contender_list = ["busguard", "busguard_preload"]
         else:
-            args.contender_list = [c for c in CONTENDERS if c not in ("busguard_preload", "busguard_base", "direct")]
+            args.contender_list = [c for c in CONTENDERS if c not in ("busguard_preload", "busguard_base", "busguard_rocksdb", "direct")]
         if not have_quix:
             # the defaults of a plain install (make test) run without the bench extra; --check then says "not measured"
             args.not_run = {c: QUIX_MISSING for c in args.contender_list if c in QUIX}
@@ -1371,13 +1437,16 @@ async def main(args: argparse.Namespace) -> int:
                 work = generate(gen, args.records)
                 result["sign_s"] = round(time.perf_counter() - t_gen, 1)
                 if args.preload:
-                    setup.preload_template = tmp / "preload-template.db"
-                    result.update(fill_store(setup.preload_template, work.created_before_ms, args.preload, spread=args.preload_spread))
+                    name = args.state_backend
+                    setup.preload_template = tmp / ("preload-template.rocksdb" if name == "rocksdb" else "preload-template.db")
+                    result.update(
+                        fill_store(setup.preload_template, name, work.created_before_ms, args.preload, spread=args.preload_spread)
+                    )
                     print(f"preloaded: {result['preload_rows']} in {result['preload_s']} s", file=sys.stderr, flush=True)
                     rows = result["preload_rows"]
                     setup.preload_note = (
                         f"busguard_preload: a store holding {rows['nonces']:,} live nonces and {rows['tasks']:,} live tasks "
-                        f"({result['preload_file_mb']:,} MB, filled through SqliteStore.run_batch in {result['preload_s']} s, copied per run)"
+                        f"({result['preload_file_mb']:,} MB, filled through the {name} store's run_batch in {result['preload_s']} s, copied per run)"
                     )
                 sizes = [len(it.value) + sum(len(k) + len(v) for k, v in it.headers) for it in work.items]
                 result.update(
@@ -1385,7 +1454,7 @@ async def main(args: argparse.Namespace) -> int:
                 )
                 out, text = await throughput_mode(setup, work, args.contender_list, args.rounds)
     result.update(out)
-    result.update(senders=args.senders, partitions=args.partitions, preload=args.preload or None)
+    result.update(senders=args.senders, partitions=args.partitions, preload=args.preload or None, state_backend=args.state_backend)
     m = result["machine"]
     print(
         f"\nbusguard compare ({mode}) on {m['nproc']} × {m['cpu']}, Python {m['python']}, load average {m['loadavg_at_start']:.1f} at start"

@@ -1,52 +1,20 @@
-"""Would RocksDB make busguard's per-batch state transaction cheaper than SQLite?
+"""busguard's per-batch state transaction on the RocksDB backend against SQLite.
 
 Issue 20, lever 2 ("state laid out for keys that expire") names an LSM engine
 built for random-key inserts, RocksDB through `rocksdict` (what Quix Streams
 keeps its state in), as a single-host alternative to the SQLite store. This
-benchmark answers that with numbers before anyone builds a backend: the same
-batch workload as benchmarks/state_postgres.py (its records, keys, batches
-and `admit_batch` with the signature step skipped) against
+benchmark measures the two backends' stores on the same batch workload as
+benchmarks/state_postgres.py (its records, keys, batches and `admit_batch`
+with the signature step skipped):
 
-- `sqlite`: the real `SqliteStore.run_batch` (schema 4, time-bucketed
-  nonce and task tables, `synchronous = FULL`, the guard's checkpoint
-  thread as `busguard run` opens it: `checkpoint_every_s=1.0`), and
-- `rocksdb`: `RocksBatchStore` below, a minimal store doing the same reads
-  and writes in RocksDB, not a backend (no reconcile store, no CLI, no
-  schema upgrades, one process).
+- `sqlite`: `SqliteStore.run_batch` (schema 4, time-bucketed nonce and task
+  tables, `synchronous = FULL`, the guard's checkpoint thread as `busguard
+  run` opens it: `checkpoint_every_s=1.0`), and
+- `rocksdb`: `RocksStore.run_batch` (state/rocksdb/, `synchronous = FULL`:
+  one synced `WriteBatch` per batch, the call SQLite's FULL commit makes).
 
-Equal durability: each batch's writes are one `WriteBatch`, written with
-`WriteOptions.sync = True` and the WAL on, so `write` returns only after
-the WAL is synced (fdatasync, `use_fsync = false`: the call SQLite's
-`synchronous = FULL` commit makes on Linux, one per commit), and a
-WriteBatch is applied atomically, on recovery too
-(`wal_recovery_mode` left at point-in-time). SQLite's `BEGIN IMMEDIATE` also
-serialises several processes on one file; RocksDB's LOCK file admits one
-process, so this store serialises batches with a lock in its process only:
-the "several guards sharing one file" shape of docs/operations.md section 1
-has no RocksDB equivalent.
-
-Layout (one default column family, raw bytes keys; `!Q` is 8 bytes
-big-endian, `K` the store's text key, state/sqlite/db.py `key`):
-
-    N  lo!Q K                  -> exp!Q                   nonces, by expiry bucket
-    T  lo!Q K                  -> exp!Q task msgpack       tasks, by expiry bucket
-    R  lo!Q K(topic,part) last!Q first!Q -> exp!Q run msgpack   decision runs
-    H  lo!Q chain NUL seq!Q    -> exp!Q head msgpack       batch seals
-    S  lo!Q K(topic,part) hi!Q lo!Q chain NUL seq!Q -> exp!Q    seal spans
-    V  K -> exp!Q top!Q bitmap       W  K -> offset!Q       M  name -> value
-    C  kind lo!Q -> hi!Q            the bucket catalog
-
-Expiry is by time-bucket key prefix, as in SQLite's schema 4: a row goes to
-the bucket its expiry falls in (`lo = exp - exp % width`, the same widths:
-buckets.width_for), and `expire` drops every passed bucket with one
-`delete_range` (the tombstone is one record; compaction reclaims the
-space later). Not a TTL database or a compaction filter: RocksDB's TTL is
-one age per database from the write time, while a busguard row carries its
-own expiry (a task's from its admission, a seal's from its batch), and
-rocksdict has no Python compaction filter. A lookup probes every live
-bucket of its kind (one `multi_get` each; bloom filters answer most
-misses), as SQLite's probes every bucket table. Session windows and policy
-rows are few (one per session, per policy key) and expire by a scan.
+The layout, buckets and expiry of the RocksDB store: its package docstring
+(busguard/state/rocksdb/__init__.py) and docs/operations.md section 1.
 
 RocksDB options (Quix Streams' defaults, rocksdb/options.py, except where
 said): 64 MiB write buffer, 3 of them, 64 MiB target SST size, block-based
@@ -64,9 +32,7 @@ on a `MemoryStore` (admission's own CPU: `memory_empty`) the state's CPU
 per record (`state_cpu_us_per_record`); the CPU of what the run left
 behind, per record of the run (`tail_cpu_us`: RocksDB's memtable flush and
 the compactions it starts, waited for; SQLite's closing checkpoint; both
-after the check below, so including its 1 000 records); for RocksDB also the
-part of each batch spent reading (`read_us`), building the WriteBatch
-(`build_us`) and in the synced write (`write_us`). Both on an empty
+after the check below, so including its 1 000 records). Both on an empty
 store and on one holding `--preload` live nonces and as many live tasks
 (benchmarks/preload.py's rows, as compare.py `--preload` writes them, through each
 store's own `run_batch` in transactions of 20 000, synced; its fill time
@@ -88,18 +54,14 @@ import json
 import os
 import shutil
 import statistics
-import struct
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterable, Sequence
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Any
 
 import msgspec
-import rocksdict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -108,390 +70,34 @@ from benchmarks.state_postgres import build, registry, run, skip_verify  # noqa:
 from busguard.admission.batch import Input, admit_batch  # noqa: E402
 from busguard.admission.types import AdmissionPolicy  # noqa: E402
 from busguard.protocol.records import Coordinates, Decision  # noqa: E402
-from busguard.state.codecs import bitmap_bytes, bitmap_int, encode, run_decoder, task_decoder  # noqa: E402
-from busguard.state.keys import KeySet, SourceKey  # noqa: E402
+from busguard.state.keys import KeySet  # noqa: E402
 from busguard.state.memory.store import MemoryStore  # noqa: E402
-from busguard.state.snapshot import Snapshot, StoredHead, WindowState, spans_of  # noqa: E402
-from busguard.state.sqlite.buckets import width_for  # noqa: E402
-from busguard.state.sqlite.db import key  # noqa: E402
-from busguard.state.sqlite.store import RUN_SPAN, SqliteStore  # noqa: E402
-from busguard.state.store import BatchFn  # noqa: E402
+from busguard.state.rocksdb.store import RocksStore  # noqa: E402
+from busguard.state.snapshot import Snapshot  # noqa: E402
+from busguard.state.sqlite.store import SqliteStore  # noqa: E402
 from busguard.state.writes import BatchWrites  # noqa: E402
-
-Q: Final = struct.Struct("!Q")
-QQ: Final = struct.Struct("!QQ")
-head_decoder: Final = msgspec.msgpack.Decoder(StoredHead)
-#: the kinds kept in expiry buckets, by key prefix
-BUCKETED: Final = (b"N", b"T", b"R", b"H", b"S")
-SYNCED: Final = rocksdict.WriteOptions()
-SYNCED.sync = True  # the WAL is synced before write() returns: synchronous = FULL's promise
-
-
-def rocks_options() -> rocksdict.Options:
-    opts = rocksdict.Options(raw_mode=True)
-    opts.create_if_missing(True)
-    opts.set_write_buffer_size(64 * 2**20)
-    opts.set_max_write_buffer_number(3)
-    opts.set_target_file_size_base(64 * 2**20)
-    opts.set_use_fsync(False)  # fdatasync, as SQLite's commit on Linux (strace shows it)
-    table = rocksdict.BlockBasedOptions()
-    table.set_block_cache(rocksdict.Cache(64 * 2**20))
-    table.set_bloom_filter(10, False)  # a full filter per SST (Quix passes True, the legacy flag)
-    opts.set_block_based_table_factory(table)
-    opts.set_compression_type(rocksdict.DBCompressionType.lz4())
-    opts.set_max_total_wal_size(128 * 2**20)
-    return opts
-
-
-def _multi(db: rocksdict.Rdict, keys: Sequence[bytes]) -> list[bytes | None]:
-    """One multi_get (rocksdict's `get` of a list)."""
-    return cast("list[bytes | None]", db.get(cast("list[str | int | float | bytes | bool]", list(keys))))
-
-
-def _tp(topic: str, part: int) -> bytes:
-    return key(topic, part).encode() + b"\x00"
-
-
-class RocksBatchStore:
-    """The reads and writes of `SqliteStore.run_batch` (state/writes.py's
-    rules) in one RocksDB, for this benchmark only: see the module docstring."""
-
-    def __init__(
-        self,
-        path: Path,
-        *,
-        now_ms: int,
-        task_retention_ms: int = 7 * 86_400_000,
-        decision_retention_ms: int = 7 * 86_400_000,
-        nonce_retention_ms: int = 600_000,
-    ) -> None:
-        self.path = path
-        self.task_retention_ms = task_retention_ms
-        self.decision_retention_ms = decision_retention_ms
-        options = rocks_options()
-        # the default family named with its options: without, rocksdict reopens an
-        # existing store with default table options (no bloom filter, no block cache)
-        self._db = rocksdict.Rdict(str(path), options, column_families={"default": options})
-        self._lock = threading.Lock()
-        #: seconds spent by run_batch: reading the snapshot, building the WriteBatch, writing it (synced)
-        self.spent = {"read": 0.0, "build": 0.0, "write": 0.0}
-        self._horizon = 0  # the running batch's: rows with exp <= it read as absent
-        #: per bucketed kind, the (bucket lo, exp) of every key the running batch looked up, and the keys it looked up
-        self._held: dict[bytes, dict[bytes, tuple[int, int]]] = {b"N": {}, b"T": {}}
-        self._looked: dict[bytes, set[bytes]] = {b"N": set(), b"T": set()}
-        self._width = {
-            b"N": width_for(nonce_retention_ms),
-            b"T": width_for(task_retention_ms),
-            b"R": width_for(decision_retention_ms),
-            b"H": width_for(decision_retention_ms),
-            b"S": width_for(decision_retention_ms),
-        }
-        #: per bucketed kind, the `lo` of every bucket it has (the C rows, read once: one process)
-        self._buckets: dict[bytes, list[int]] = {k: [] for k in BUCKETED}
-        it = self._db.iter()
-        it.seek(b"C")
-        while it.valid() and it.key()[:1] == b"C":
-            k = it.key()
-            self._buckets[k[1:2]].append(Q.unpack_from(k, 2)[0])
-            it.next()
-        for los in self._buckets.values():
-            los.sort()
-        if self._db.get(b"Mcreated_at_ms") is None:
-            wb = rocksdict.WriteBatch(raw_mode=True)
-            wb.put(b"Mcreated_at_ms", Q.pack(now_ms))
-            wb.put(b"Mtrusted_from_ms", Q.pack(now_ms))
-            self._db.write(wb, SYNCED)
-
-    # ------------------------------------------------------------ reads
-
-    def _locate(self, kind: bytes, keys: Sequence[bytes]) -> Iterable[tuple[int, bytes, bytes]]:
-        """(bucket lo, key, value) of every row of `keys`, expired or not, in every bucket of `kind`."""
-        if not keys:
-            return
-        for lo in self._buckets[kind]:
-            prefix = kind + Q.pack(lo)
-            for k, v in zip(keys, _multi(self._db, [prefix + k for k in keys]), strict=True):
-                if v is not None:
-                    yield lo, k, v
-
-    def _runs(self, it: Any, lo_b: int, tp: bytes, lo: int, hi: int) -> Iterable[tuple[bytes, bytes]]:
-        """(key, value) of the runs of bucket `lo_b` that may hold a position in [lo, hi]
-        of one partition (SQLite's `_RUNS_IN`: last >= lo, last < hi + RUN_SPAN, first <= hi)."""
-        prefix = b"R" + Q.pack(lo_b) + tp
-        n = len(prefix)
-        it.seek(prefix + Q.pack(lo))
-        while it.valid():
-            k = it.key()
-            if k[:n] != prefix:
-                break
-            last, first = QQ.unpack_from(k, n)
-            if last >= hi + RUN_SPAN:
-                break
-            if first <= hi:
-                yield k, it.value()
-            it.next()
-
-    def _load(self, keys: KeySet, now_ms: int) -> Snapshot:
-        db = self._db
-        trusted, expired = _multi(db, [b"Mtrusted_from_ms", b"Mexpired_to_ms"])
-        snap = Snapshot(trusted_from=None if trusted is None else Q.unpack(trusted)[0])
-        horizon = now_ms if expired is None else max(now_ms, Q.unpack(expired)[0])
-        self._horizon = horizon
-        if keys.sources:
-            wanted = set(keys.sources)
-            it = db.iter()
-            for topic, part, lo, hi in spans_of(wanted):
-                tp = _tp(topic, part)
-                for lo_b in self._buckets[b"R"]:
-                    for _k, v in self._runs(it, lo_b, tp, lo, hi):
-                        if Q.unpack_from(v)[0] > now_ms:
-                            for d in run_decoder.decode(v[8:]):
-                                sk = (topic, part, d.source.offset)
-                                if sk in wanted:
-                                    snap.decisions[sk] = d
-            del it
-        by_key = {key(*n).encode(): n for n in keys.nonces}
-        self._held = {b"N": {}, b"T": {}}
-        self._looked = {b"N": set(by_key), b"T": set()}
-        for lo, k, v in self._locate(b"N", list(by_key)):
-            exp = Q.unpack_from(v)[0]
-            self._held[b"N"][k] = (lo, exp)
-            if exp > horizon:
-                snap.nonces.add(by_key[k])
-        wkeys = {b"V" + key(*w).encode(): w for w in keys.windows}
-        if wkeys:
-            for k, row in zip(wkeys, _multi(db, list(wkeys)), strict=True):
-                if row is not None:
-                    exp, top = QQ.unpack_from(row)
-                    if exp > now_ms:
-                        snap.windows[wkeys[k]] = WindowState(top, bitmap_int(row[16:]))
-        task_keys = [key(*t).encode() for t in keys.tasks]
-        self._looked[b"T"] = set(task_keys)
-        for lo, k, v in self._locate(b"T", task_keys):
-            exp = Q.unpack_from(v)[0]
-            self._held[b"T"][k] = (lo, exp)
-            if exp > horizon:
-                t = task_decoder.decode(v[8:])
-                snap.tasks[(t.kind, t.task_id)] = t
-        pkeys = {b"P" + key(*p).encode(): p for p in keys.policy}
-        if pkeys:
-            for k, row in zip(pkeys, _multi(db, list(pkeys)), strict=True):
-                if row is not None and Q.unpack_from(row)[0] > now_ms:
-                    snap.policy[pkeys[k]] = row[8:]
-        self._load_heads(snap, keys.chain, now_ms)
-        return snap
-
-    def _load_heads(self, snap: Snapshot, chain: str | None, now_ms: int) -> None:
-        db = self._db
-        if chain is not None:
-            # the tip: the highest seq of the chain in any bucket (expired or not, as SQLite's)
-            best: tuple[int, bytes] | None = None
-            it = db.iter()
-            c = chain.encode() + b"\x00"
-            for lo_b in self._buckets[b"H"]:
-                prefix = b"H" + Q.pack(lo_b) + c
-                it.seek_for_prev(prefix + b"\xff" * 8)
-                if it.valid() and it.key()[: len(prefix)] == prefix:
-                    seq = Q.unpack_from(it.key(), len(prefix))[0]
-                    if best is None or seq > best[0]:
-                        best = (seq, head_decoder.decode(it.value()[8:]).head)
-            snap.tip = best
-            del it
-        if not snap.decisions:
-            return
-        wanted: set[bytes] = set()
-        it = db.iter()
-        for topic, part, lo, hi in spans_of(snap.decisions):
-            tp = _tp(topic, part)
-            for lo_b in self._buckets[b"S"]:
-                prefix = b"S" + Q.pack(lo_b) + tp
-                n = len(prefix)
-                it.seek(prefix + Q.pack(lo))  # spans with hi >= lo ...
-                while it.valid() and it.key()[:n] == prefix:
-                    k = it.key()
-                    if Q.unpack_from(k, n + 8)[0] <= hi and Q.unpack_from(it.value())[0] > now_ms:  # ... and lo <= hi
-                        wanted.add(k[n + 16 :])
-                    it.next()
-        del it
-        for cs in sorted(wanted):
-            for lo_b in self._buckets[b"H"]:
-                v = db.get(b"H" + Q.pack(lo_b) + cs)
-                if v is not None and Q.unpack_from(v)[0] > now_ms:
-                    head = head_decoder.decode(v[8:])
-                    if any(map(head.covers, snap.decisions)):
-                        snap.heads.append(head)
-
-    # ------------------------------------------------------------ writes
-
-    def _bucket(self, wb: rocksdict.WriteBatch, kind: bytes, exp: int) -> bytes:
-        """The key prefix of `kind`'s bucket for `exp`, catalogued (in this batch) if new."""
-        width = self._width[kind]
-        lo = exp - exp % width
-        los = self._buckets[kind]
-        if lo not in los:
-            wb.put(b"C" + kind + Q.pack(lo), Q.pack(lo + width))
-            los.append(lo)
-            los.sort()
-        return kind + Q.pack(lo)
-
-    def _prior(self, kind: bytes, keys: list[bytes]) -> dict[bytes, tuple[int, int]]:
-        held, looked = self._held[kind], self._looked[kind]
-        unseen = [k for k in keys if k not in looked]
-        for lo, k, v in self._locate(kind, unseen):
-            held[k] = (lo, Q.unpack_from(v)[0])
-        return held
-
-    def _write(self, wb: rocksdict.WriteBatch, state: BatchWrites, now_ms: int) -> None:
-        db = self._db
-        marks = state.watermarks()
-        if marks:
-            mkeys = [b"W" + key(t, p).encode() for t, p in marks]
-            for mk, old, off in zip(mkeys, _multi(db, mkeys), marks.values(), strict=True):
-                if old is None or Q.unpack(old)[0] < off:
-                    wb.put(mk, Q.pack(off))
-        if state.decisions:
-            self._write_decisions(wb, state.decisions)
-        if state.nonces:
-            rows = [(key(*n.key).encode(), n.expires_at) for n in state.nonces.values()]
-            held = self._prior(b"N", [k for k, _ in rows])
-            for k, exp in rows:
-                prefix = self._bucket(wb, b"N", exp)
-                prior = held.get(k)
-                if prior is not None and b"N" + Q.pack(prior[0]) != prefix:
-                    wb.delete(b"N" + Q.pack(prior[0]) + k)
-                wb.put(prefix + k, Q.pack(exp))
-        for w in state.windows.values():
-            wb.put(b"V" + key(*w.key).encode(), QQ.pack(w.expires_at, w.state.top) + bitmap_bytes(w.state.bitmap))
-        if state.tasks:
-            keyed = [(key(t.kind, t.task_id).encode(), t) for t in state.tasks.values()]
-            held = self._prior(b"T", [k for k, _ in keyed])
-            for k, t in keyed:
-                prior = held.get(k)
-                if prior is not None and prior[1] > self._horizon:
-                    continue  # insert-only: the first admission stays the witness
-                exp = t.admitted_at + self.task_retention_ms
-                prefix = self._bucket(wb, b"T", exp)
-                if prior is not None and b"T" + Q.pack(prior[0]) != prefix:
-                    wb.delete(b"T" + Q.pack(prior[0]) + k)
-                wb.put(prefix + k, Q.pack(exp) + encode(t))
-        for p in state.policy.values():
-            wb.put(b"P" + key(*p.key).encode(), Q.pack(p.expires_at) + p.value)
-        for h in state.heads:
-            exp = h.sealed_at + self.decision_retention_ms
-            cs = h.chain.encode() + b"\x00" + Q.pack(h.seq)
-            if any(v is not None for v in _multi(db, [b"H" + Q.pack(lo) + cs for lo in self._buckets[b"H"]])):
-                raise ValueError(f"batch seal chain {h.chain!r} already has a head {h.seq}: a chain never forks")
-            wb.put(self._bucket(wb, b"H", exp) + cs, Q.pack(exp) + encode(h))
-            spans = self._bucket(wb, b"S", exp)
-            for topic, part, lo, hi in h.spans:
-                wb.put(spans + _tp(topic, part) + QQ.pack(hi, lo) + cs, Q.pack(exp))
-
-    def _write_decisions(self, wb: rocksdict.WriteBatch, decisions: dict[SourceKey, Decision]) -> None:
-        groups: dict[tuple[str, int, int], list[tuple[int, Decision]]] = {}
-        for (topic, partition, offset), d in decisions.items():
-            groups.setdefault((topic, partition, d.decided_at + self.decision_retention_ms), []).append((offset, d))
-        it = self._db.iter()
-        for (topic, partition, exp), items in groups.items():
-            items.sort(key=_offset)
-            start = 0
-            for i in range(1, len(items) + 1):
-                if i == len(items) or items[i][0] - items[start][0] >= RUN_SPAN:
-                    self._write_run(wb, it, topic, partition, exp, items[start:i])
-                    start = i
-        del it
-
-    def _write_run(
-        self, wb: rocksdict.WriteBatch, it: Any, topic: str, partition: int, exp: int, items: list[tuple[int, Decision]]
-    ) -> None:
-        tp = _tp(topic, partition)
-        first, last = items[0][0], items[-1][0]
-        # the newest decision at a position wins: take these positions out of any run holding them
-        held = [(k, v) for lo_b in self._buckets[b"R"] for k, v in self._runs(it, lo_b, tp, first, last)]
-        mine = {o for o, _ in items} if held else set()
-        for k, v in held:
-            old = run_decoder.decode(v[8:])
-            kept = [d for d in old if d.source.offset not in mine]
-            if len(kept) < len(old):
-                wb.delete(k)
-                if kept:
-                    prefix = k[:-16]
-                    wb.put(prefix + QQ.pack(kept[-1].source.offset, kept[0].source.offset), v[:8] + encode(kept))
-        prefix = self._bucket(wb, b"R", exp) + tp
-        wb.put(prefix + QQ.pack(last, first), Q.pack(exp) + encode([d for _, d in items]))
-
-    # ------------------------------------------------------------ the contract's batch
-
-    def run_batch(self, keys: KeySet, now_ms: int, fn: BatchFn) -> None:
-        with self._lock:
-            t0 = time.perf_counter()
-            snap = self._load(keys, now_ms)
-            t1 = time.perf_counter()
-            writes = fn(snap)
-            t2 = time.perf_counter()
-            wb = rocksdict.WriteBatch(raw_mode=True)
-            self._write(wb, writes, now_ms)
-            t3 = time.perf_counter()
-            self._db.write(wb, SYNCED)
-            t4 = time.perf_counter()
-            spent = self.spent
-            spent["read"] += t1 - t0
-            spent["build"] += t3 - t2
-            spent["write"] += t4 - t3
-
-    def expire(self, now_ms: int) -> int:
-        """Drop every passed bucket with one delete_range each, in one synced
-        WriteBatch; windows and policy rows by a scan. Returns the buckets and
-        rows dropped (a bucket's rows are not counted: nothing visits them)."""
-        with self._lock:
-            wb = rocksdict.WriteBatch(raw_mode=True)
-            dropped = 0
-            for kind, los in self._buckets.items():
-                for lo in [lo for lo in los if lo + self._width[kind] <= now_ms]:
-                    wb.delete_range(kind + Q.pack(lo), kind + Q.pack(lo + 1))
-                    wb.delete(b"C" + kind + Q.pack(lo))
-                    los.remove(lo)
-                    dropped += 1
-            for prefix in (b"V", b"P"):
-                it = self._db.iter()
-                it.seek(prefix)
-                while it.valid() and it.key()[:1] == prefix:
-                    if Q.unpack_from(it.value())[0] <= now_ms:
-                        wb.delete(it.key())
-                        dropped += 1
-                    it.next()
-                del it
-            wb.put(b"Mexpired_to_ms", Q.pack(now_ms))
-            self._db.write(wb, SYNCED)
-            return dropped
-
-    def settle(self) -> None:
-        """Flush the memtable and wait for background compaction to finish
-        (after a fill, so the measured runs do not pay for the fill's)."""
-        self._db.flush(True)
-        while (self._db.property_int_value("rocksdb.compaction-pending") or 0) or (
-            self._db.property_int_value("rocksdb.num-running-compactions") or 0
-        ):
-            time.sleep(0.2)
-
-    def close(self) -> None:
-        self._db.close()
-
-
-def _offset(item: tuple[int, Decision]) -> int:
-    return item[0]
-
 
 # --------------------------------------------------------------------------- the runs
 
-Store = Any  # SqliteStore, RocksBatchStore or MemoryStore: each has run_batch and close
+Store = Any  # SqliteStore, RocksStore or MemoryStore: each has run_batch and close
 
 
 def open_store(engine: str, where: Path, created: int) -> Store:
+    """Each store as `busguard run` opens it (`synchronous = full`)."""
     if engine == "sqlite":
         return SqliteStore(where, now_ms=created, synchronous="FULL", checkpoint_every_s=1.0)
     if engine == "memory":
         return MemoryStore(created)  # the baseline: admission's own CPU, next to nothing for state
-    return RocksBatchStore(where, now_ms=created)
+    return RocksStore(where, now_ms=created, synchronous="FULL")
+
+
+def settle(store: RocksStore) -> None:
+    """Flush the memtable and wait for background compaction to finish
+    (after a fill, so the measured runs do not pay for the fill's)."""
+    db = store._db
+    db.flush(True)
+    while (db.property_int_value("rocksdb.compaction-pending") or 0) or (db.property_int_value("rocksdb.num-running-compactions") or 0):
+        time.sleep(0.2)
 
 
 def disk_mb(where: Path) -> float:
@@ -530,14 +136,13 @@ def measure(engine: str, where: Path, inputs: list[Input], batch: int, now: int,
         c0 = time.process_time()
         samples, wall = run(store, inputs, batch, now)
         cpu = time.process_time() - c0
-        spent = dict(store.spent) if isinstance(store, RocksBatchStore) else {}
         first = inputs[:batch]
         check(store, first, stored_decisions(store, first), now)
         # the work the run left behind: RocksDB's memtable flush and the
         # compactions it starts, SQLite's closing checkpoint
         c0 = time.process_time()
-        if isinstance(store, RocksBatchStore):
-            store.settle()
+        if isinstance(store, RocksStore):
+            settle(store)
         store.close()
         closed = True
         tail = time.process_time() - c0
@@ -550,7 +155,6 @@ def measure(engine: str, where: Path, inputs: list[Input], batch: int, now: int,
         "cpu_us": cpu / len(inputs) * 1e6,
         "tail_cpu_us": tail / len(inputs) * 1e6,
         "wall_us": wall / len(inputs) * 1e6,
-        **{f"{part}_us": seconds / len(inputs) * 1e6 for part, seconds in spent.items()},
     }
 
 
@@ -653,8 +257,8 @@ def main() -> None:
                 c0 = time.process_time()
                 fill(store, args.preload, now, args.spread)
                 result[f"{e}_fill_s"] = round(time.perf_counter() - t0, 1)
-                if isinstance(store, RocksBatchStore):
-                    store.settle()
+                if isinstance(store, RocksStore):
+                    settle(store)
                     result[f"{e}_fill_settled_s"] = round(time.perf_counter() - t0, 1)
                 result[f"{e}_fill_cpu_s"] = round(time.process_time() - c0, 1)
                 store.close()
