@@ -62,6 +62,23 @@ def test_compare_smoke(tmp_path: Path) -> None:
         assert name in proc.stdout
 
 
+def test_compare_runs_busguard_on_rocksdb_beside_sqlite(tmp_path: Path) -> None:
+    """`busguard_rocksdb`: the same guard on the RocksDB backend in the same round, with its ratios."""
+    argv = [sys.executable, str(REPO / "benchmarks" / "compare.py"), "--records", "200", "--rounds", "1"]
+    proc = subprocess.run(
+        [*argv, "--contenders", "busguard,busguard_rocksdb", "--keep", str(tmp_path / "runs")], capture_output=True, text=True, timeout=180
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    runs = result["runs"]
+    assert result["ratio_rocksdb"] == round(runs["busguard_rocksdb"][0]["per_s"] / runs["busguard"][0]["per_s"], 3)
+    assert result["cpu_ratio_rocksdb"] > 0 and result["state_backend"] == "sqlite"
+    (rocks,) = sorted((tmp_path / "runs").glob("run*-busguard_rocksdb"))
+    assert 'backend = "rocksdb"' in (rocks / "busguard.toml").read_text() and (rocks / "state.rocksdb" / "CURRENT").is_file()
+    (sqlite,) = sorted((tmp_path / "runs").glob("run*-busguard"))
+    assert 'backend = "sqlite"' in (sqlite / "busguard.toml").read_text()
+
+
 def test_compare_rate_with_the_broker_floor(tmp_path: Path) -> None:
     """--rate with the `direct` contender (nothing between producer and
     reader): the broker's own latency, beside busguard's, in one run."""
