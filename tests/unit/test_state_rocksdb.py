@@ -289,3 +289,16 @@ def test_state_show_on_rocksdb_looks_and_a_store_a_guard_holds_is_one_line_and_s
     err = capsys.readouterr().err
     assert "state.path" in err and "RocksDB admits one per store" in err and len(err.strip().splitlines()) == 1, err
     held.close()
+
+
+def test_the_store_is_opened_with_its_bounded_buffers_and_cache(tmp_path: Path) -> None:
+    """The memory bound docs/operations.md ("Bounds") gives: three 64 MiB
+    memtables and a 64 MiB block cache, on a new store and on a reopened one
+    (rocksdict drops table options on a reopen unless they are passed again)."""
+    for _ in range(2):
+        s = RocksStore(tmp_path / "s", now_ms=NOW)
+        assert s._db.property_int_value("rocksdb.block-cache-capacity") == 64 * 2**20
+        s.close()
+        (options,) = sorted((tmp_path / "s").glob("OPTIONS-*"))[-1:]
+        text = options.read_text()
+        assert "  write_buffer_size=67108864\n" in text and "  max_write_buffer_number=3\n" in text
