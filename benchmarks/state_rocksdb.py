@@ -10,8 +10,10 @@ with the signature step skipped):
 - `sqlite`: `SqliteStore.run_batch` (schema 4, time-bucketed nonce and task
   tables, `synchronous = FULL`, the guard's checkpoint thread as `busguard
   run` opens it: `checkpoint_every_s=1.0`), and
-- `rocksdb`: `RocksStore.run_batch` (state/rocksdb/, `synchronous = FULL`:
-  one synced `WriteBatch` per batch, the call SQLite's FULL commit makes).
+- `rocksdb`: the RocksDB backend's store (state/rocksdb/), opened as
+  `busguard run` opens it, through `busguard.state.backends.open_store`
+  with `RocksOptions(synchronous="FULL")` (one synced `WriteBatch` per
+  batch, the call SQLite's FULL commit makes) and SQLite's retentions.
 
 The layout, buckets and expiry of the RocksDB store: its package docstring
 (busguard/state/rocksdb/__init__.py) and docs/operations.md section 1.
@@ -70,8 +72,10 @@ from benchmarks.state_postgres import build, registry, run, skip_verify  # noqa:
 from busguard.admission.batch import Input, admit_batch  # noqa: E402
 from busguard.admission.types import AdmissionPolicy  # noqa: E402
 from busguard.protocol.records import Coordinates, Decision  # noqa: E402
+from busguard.state.backends import StoreOptions, open_store  # noqa: E402
 from busguard.state.keys import KeySet  # noqa: E402
 from busguard.state.memory.store import MemoryStore  # noqa: E402
+from busguard.state.rocksdb.backend import RocksOptions  # noqa: E402
 from busguard.state.rocksdb.store import RocksStore  # noqa: E402
 from busguard.state.snapshot import Snapshot  # noqa: E402
 from busguard.state.sqlite.store import SqliteStore  # noqa: E402
@@ -82,13 +86,15 @@ from busguard.state.writes import BatchWrites  # noqa: E402
 Store = Any  # SqliteStore, RocksStore or MemoryStore: each has run_batch and close
 
 
-def open_store(engine: str, where: Path, created: int) -> Store:
+def open_engine(engine: str, where: Path, created: int) -> Store:
     """Each store as `busguard run` opens it (`synchronous = full`)."""
     if engine == "sqlite":
         return SqliteStore(where, now_ms=created, synchronous="FULL", checkpoint_every_s=1.0)
     if engine == "memory":
         return MemoryStore(created)  # the baseline: admission's own CPU, next to nothing for state
-    return RocksStore(where, now_ms=created, synchronous="FULL")
+    # the reconciler's SQLite file is named, never opened: the guard's store is measured
+    options = RocksOptions(path=where, reconcile_path=where.with_name(f"{where.name}-reconcile.db"), synchronous="FULL")
+    return open_store("rocksdb", options, StoreOptions(now_ms=created))  # SqliteStore's retentions (StoreOptions' defaults)
 
 
 def settle(store: RocksStore) -> None:
@@ -130,7 +136,7 @@ def check(store: Store, inputs: list[Input], decided: list[Decision], now: int) 
 
 
 def measure(engine: str, where: Path, inputs: list[Input], batch: int, now: int, created: int) -> dict[str, float]:
-    store = open_store(engine, where, created)
+    store = open_engine(engine, where, created)
     closed = False
     try:
         c0 = time.process_time()
@@ -252,7 +258,7 @@ def main() -> None:
             templates: dict[str, Path] = {}
             for e in engines:
                 where = templates[e] = tmp / f"template{suffix[e]}"
-                store = open_store(e, where, created)
+                store = open_engine(e, where, created)
                 t0 = time.perf_counter()
                 c0 = time.process_time()
                 fill(store, args.preload, now, args.spread)
@@ -271,7 +277,7 @@ def main() -> None:
                     copy(templates[e], where)
                     filled[e].append(measure(e, where, inputs, args.batch, now, created))
                     if args.expire and i == args.repeat - 1:
-                        store = open_store(e, where, created)
+                        store = open_engine(e, where, created)
                         t0 = time.perf_counter()
                         store.expire(now + 8 * 86_400_000)
                         result[f"{e}_expire_all_s"] = round(time.perf_counter() - t0, 3)
