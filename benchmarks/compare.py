@@ -133,7 +133,10 @@ guard's over busguard's (the older, inverted one). With ``--baseline DIR``
 (another busguard source tree, run as the contender ``busguard_base`` in
 the same rounds) ``ratio_base`` and ``cpu_ratio_base`` are this tree's
 records/s and CPU per record over that tree's: an A/B of a change in one
-run, on the same broker and records. In ``--rate`` runs
+run, on the same broker and records. With the contender
+``busguard_rocksdb`` (busguard on RocksDB beside ``busguard`` on SQLite)
+``ratio_rocksdb`` and ``cpu_ratio_rocksdb`` are its records/s and CPU per
+record over ``busguard``'s (CPU below 1: RocksDB is cheaper). In ``--rate`` runs
 ``p99_over_relay_ms`` is busguard's p99 minus the relay's in the same round.
 
 ``--check`` exits 1 when a target of the mode from issue 20 is missed, or
@@ -510,9 +513,9 @@ def state_path(run_dir: Path, name: str) -> Path:
     return run_dir / ("state.rocksdb" if name == "rocksdb" else "state.db")
 
 
-def new_store(name: str, path: Path, created_ms: int, **retentions: int) -> Any:
-    """A genesis store of backend `name` at `path`, opened as busguard opens it (`synchronous = full`)."""
-    options = backend(name).options(_StateSection(str(path)), Path, str(path.parent / "reconcile.db"))
+def new_store(name: str, path: Path, created_ms: int, synchronous: str = "full", **retentions: int) -> Any:
+    """A genesis store of backend `name` at `path`, opened as busguard opens it (`synchronous = full` unless told)."""
+    options = backend(name).options(_StateSection(str(path), synchronous), Path, str(path.parent / "reconcile.db"))
     return open_store(name, options, StoreOptions(now_ms=created_ms, genesis=True, **retentions))
 
 
@@ -945,7 +948,9 @@ def fill_store(path: Path, name: str, created_ms: int, n: int, chunk: int = 20_0
     store is flushed and its compactions waited for before it is closed, as
     in a store that has run a while: the copies do not pay for the fill's."""
     t0 = time.perf_counter()
-    store = new_store(name, path, created_ms, nonce_retention_ms=LONG_MAX_AGE_MS + 60_000)  # the guard's, so its buckets
+    # synchronous normal, as the SQLite fill always was: the fill's durability is not measured (close() checkpoints
+    # or flushes, and the copies are synced); the nonce retention is the guard's, so its buckets
+    store = new_store(name, path, created_ms, "normal", nonce_retention_ms=LONG_MAX_AGE_MS + 60_000)
     now_ms = time.time_ns() // 1_000_000
     try:
         preload(store, n, now_ms, LONG_MAX_AGE_MS + 60_000, store.task_retention_ms, spread, chunk)
@@ -1401,6 +1406,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             args.contender_list.append("busguard_base")
     elif "busguard_base" in args.contender_list:
         p.error("--contenders busguard_base needs --baseline DIR")
+    if "busguard_rocksdb" in args.contender_list and args.state_backend == "rocksdb":
+        # its ratios are RocksDB over SQLite: busguard must be the SQLite one
+        p.error("--contenders busguard_rocksdb compares against busguard on SQLite: not with --state-backend rocksdb")
     if args.rate and args.rate != "auto":
         try:
             if float(args.rate) <= 0:
@@ -1459,6 +1467,8 @@ async def main(args: argparse.Namespace) -> int:
     print(
         f"\nbusguard compare ({mode}) on {m['nproc']} × {m['cpu']}, Python {m['python']}, load average {m['loadavg_at_start']:.1f} at start"
     )
+    rocks_beside = " (busguard_rocksdb: rocksdb)" if "busguard_rocksdb" in args.contender_list else ""
+    print(f"busguard state backend: {args.state_backend}{rocks_beside}")
     if mode == "throughput":
         print(
             f"{result['records']:,} records of {result['record_bytes_mean']} bytes (value + headers), {result['duplicates']} exact re-sends, "
