@@ -24,7 +24,12 @@ in rotating order:
   ``busguard_base``) on the RocksDB backend instead;
 * ``busguard_rocksdb`` (only when named): the same on the RocksDB backend,
   beside ``busguard`` in the same rounds (``ratio_rocksdb``,
-  ``cpu_ratio_rocksdb``).
+  ``cpu_ratio_rocksdb``);
+* ``busguard_auditbatch`` (only when named): the same with batch audit
+  records (``[batch] audit = "batch"``, docs/protocol.md 12.7), beside
+  ``busguard`` in the same rounds (``ratio_auditbatch``,
+  ``cpu_ratio_auditbatch``). ``--audit batch`` puts every busguard
+  contender on batch audit records instead.
 
 Fairness. Each contender gets fresh topics (input and output) in every
 round, and busguard a fresh state file, so no run reads a log or a store
@@ -33,7 +38,7 @@ and sent one warm-up record; once that record comes out downstream it has
 joined its group and is running, and the N records are produced as fast as
 this process can (all contenders compete with that producer the same way).
 Throughput is the inputs decided between the first and the last read of
-decided outputs (busguard: audit records, one per input; the others:
+decided outputs (busguard: audit records' decisions, one per input; the others:
 downstream records) over that time; the run only counts once every output
 has arrived (busguard: forwards, dead letters and audit records) and fails
 unless every count is exact. Starting the clock at the first output leaves
@@ -136,7 +141,9 @@ records/s and CPU per record over that tree's: an A/B of a change in one
 run, on the same broker and records. With the contender
 ``busguard_rocksdb`` (busguard on RocksDB beside ``busguard`` on SQLite)
 ``ratio_rocksdb`` and ``cpu_ratio_rocksdb`` are its records/s and CPU per
-record over ``busguard``'s (CPU below 1: RocksDB is cheaper). In ``--rate`` runs
+record over ``busguard``'s (CPU below 1: RocksDB is cheaper); with
+``busguard_auditbatch``, ``ratio_auditbatch`` and ``cpu_ratio_auditbatch``
+the same for batch audit records over per-record ones. In ``--rate`` runs
 ``p99_over_relay_ms`` is busguard's p99 minus the relay's in the same round.
 
 ``--check`` exits 1 when a target of the mode from issue 20 is missed, or
@@ -178,6 +185,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import msgspec  # noqa: E402
 import nacl.bindings  # noqa: E402
 import structlog  # noqa: E402
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
@@ -187,6 +195,7 @@ from preload import preload  # noqa: E402
 
 from busguard.devconfig import Topics, embedded_config  # noqa: E402
 from busguard.devtools.broker import EmbeddedBroker, free_port  # noqa: E402
+from busguard.protocol.auditbatch import HEADER_AUDIT_BATCH  # noqa: E402
 from busguard.protocol.envelope import HEADER_RECEIPT  # noqa: E402
 from busguard.protocol.keyfile import Identity, new_identity, write_key  # noqa: E402
 from busguard.protocol.receipt import signing_input  # noqa: E402
@@ -195,7 +204,18 @@ from busguard.sdk.sender import Sender  # noqa: E402
 from busguard.state.backends import StoreOptions, backend, open_store  # noqa: E402
 
 BENCH = REPO / "benchmarks"
-STREAM = ("direct", "relay", "naive", "quix", "quix_stateless", "busguard", "busguard_rocksdb", "busguard_preload", "busguard_base")
+STREAM = (
+    "direct",
+    "relay",
+    "naive",
+    "quix",
+    "quix_stateless",
+    "busguard",
+    "busguard_rocksdb",
+    "busguard_auditbatch",
+    "busguard_preload",
+    "busguard_base",
+)
 QUIX = ("quix", "quix_stateless")
 QUIX_MISSING = "quixstreams is not installed: `make bench` installs it, or pip install '.[bench]'"
 CONTENDERS = ("verify_1t", "verify_nt", *STREAM)
@@ -539,7 +559,9 @@ def remove_store(path: Path) -> None:
         f.unlink()
 
 
-def guard_config(setup: Setup, topics: Topics, group: str, state: Path, soak: bool = False, backend_name: str = "sqlite") -> str:
+def guard_config(
+    setup: Setup, topics: Topics, group: str, state: Path, soak: bool = False, backend_name: str = "sqlite", audit: str = "record"
+) -> str:
     args = setup.args
     admission: dict[str, object] = {"max_age_ms": LONG_MAX_AGE_MS, "nonce_retention_ms": LONG_MAX_AGE_MS + 60_000}
     state_cfg: dict[str, object] = {"backend": backend_name, "path": str(state)}
@@ -564,6 +586,8 @@ def guard_config(setup: Setup, topics: Topics, group: str, state: Path, soak: bo
         batch["max_records"] = args.max_records
     if args.verify_threads:
         batch["verify_threads"] = args.verify_threads
+    if audit != "record":
+        batch["audit"] = audit
     return embedded_config(
         setup.bootstrap,
         group_id=group,
@@ -631,7 +655,8 @@ def start_contender(
     else:
         new_store(name, state, created_ms).close()  # no fence: the records are signed before the store exists
     config = run_dir / "busguard.toml"
-    config.write_text(guard_config(setup, topics, group, state, soak, name))
+    audit = "batch" if kind == "busguard_auditbatch" else str(setup.args.audit)
+    config.write_text(guard_config(setup, topics, group, state, soak, name, audit))
     port = free_port()
     env = {"BUSGUARD_OPS__PORT": str(port)}
     if kind == "busguard_base":
@@ -641,6 +666,17 @@ def start_contender(
 
 
 # --------------------------------------------------------------------------- watching outputs
+
+
+_entries: Any = msgspec.msgpack.Decoder(list[msgspec.Raw]).decode
+
+
+def decisions_in(record: Any) -> int:
+    """How many decisions a counted record holds: a batch audit record its
+    entries (docs/protocol.md 12.7), any other record one."""
+    if record.value is not None and any(k == HEADER_AUDIT_BATCH for k, _ in record.headers):
+        return len(_entries(record.value))
+    return 1
 
 
 class Watcher:
@@ -704,7 +740,7 @@ class Watcher:
                                 del self.sent[receipt], self.taken[receipt]
                         self.counts[tp.topic] += 1
                 else:
-                    self.counts[tp.topic] += len(records)
+                    self.counts[tp.topic] += sum(map(decisions_in, records))
             self.last_at = now
             if self.base is not None and self.first_at is None and (c := self.decided_count() - self.base) > 0:
                 self.first_at, self.first_count = now, c
@@ -1045,6 +1081,7 @@ async def throughput_mode(setup: Setup, work: Workload, contenders: list[str], r
         "ratio_relay": per_round_ratio("busguard", "relay"),
         "ratio_preload": per_round_ratio("busguard_preload", "busguard"),
         "ratio_rocksdb": per_round_ratio("busguard_rocksdb", "busguard"),
+        "ratio_auditbatch": per_round_ratio("busguard_auditbatch", "busguard"),
         "ratio_base": per_round_ratio("busguard", "busguard_base"),
     }
 
@@ -1061,6 +1098,9 @@ async def throughput_mode(setup: Setup, work: Workload, contenders: list[str], r
     if "busguard" in results and "busguard_rocksdb" in results:
         # busguard on RocksDB over busguard on --state-backend (below 1: RocksDB is cheaper)
         ratios["cpu_ratio_rocksdb"] = [x / y for x, y in zip(cpu("busguard_rocksdb"), cpu("busguard"), strict=False)]
+    if "busguard" in results and "busguard_auditbatch" in results:
+        # busguard with batch audit records over busguard with --audit's (below 1: batch records are cheaper)
+        ratios["cpu_ratio_auditbatch"] = [x / y for x, y in zip(cpu("busguard_auditbatch"), cpu("busguard"), strict=False)]
     if "busguard" in results and "busguard_base" in results:
         # this tree's CPU per record over the --baseline tree's, per round (below 1: this tree is cheaper)
         ratios["cpu_ratio_base"] = [x / y for x, y in zip(cpu("busguard"), cpu("busguard_base"), strict=False)]
@@ -1357,6 +1397,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="sqlite",
         help="the state backend of busguard, busguard_preload and busguard_base (busguard_rocksdb always runs on RocksDB)",
     )
+    p.add_argument(
+        "--audit",
+        choices=("record", "batch"),
+        default="record",
+        help="busguard [batch] audit of every busguard contender (busguard_auditbatch always batch)",
+    )
     p.add_argument("--keep", metavar="DIR", help="keep the run directories (logs, configs, state) under DIR")
     p.add_argument(
         "--baseline",
@@ -1392,7 +1438,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         elif args.preload:
             args.contender_list = ["busguard", "busguard_preload"]
         else:
-            args.contender_list = [c for c in CONTENDERS if c not in ("busguard_preload", "busguard_base", "busguard_rocksdb", "direct")]
+            named_only = ("busguard_preload", "busguard_base", "busguard_rocksdb", "busguard_auditbatch", "direct")
+            args.contender_list = [c for c in CONTENDERS if c not in named_only]
         if not have_quix:
             # the defaults of a plain install (make test) run without the bench extra; --check then says "not measured"
             args.not_run = {c: QUIX_MISSING for c in args.contender_list if c in QUIX}
@@ -1409,6 +1456,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if "busguard_rocksdb" in args.contender_list and args.state_backend == "rocksdb":
         # its ratios are RocksDB over SQLite: busguard must be the SQLite one
         p.error("--contenders busguard_rocksdb compares against busguard on SQLite: not with --state-backend rocksdb")
+    if "busguard_auditbatch" in args.contender_list and args.audit == "batch":
+        p.error("--contenders busguard_auditbatch compares against busguard with per-record audit records: not with --audit batch")
     if args.rate and args.rate != "auto":
         try:
             if float(args.rate) <= 0:
@@ -1462,13 +1511,17 @@ async def main(args: argparse.Namespace) -> int:
                 )
                 out, text = await throughput_mode(setup, work, args.contender_list, args.rounds)
     result.update(out)
-    result.update(senders=args.senders, partitions=args.partitions, preload=args.preload or None, state_backend=args.state_backend)
+    result.update(
+        senders=args.senders, partitions=args.partitions, preload=args.preload or None, state_backend=args.state_backend, audit=args.audit
+    )
     m = result["machine"]
     print(
         f"\nbusguard compare ({mode}) on {m['nproc']} × {m['cpu']}, Python {m['python']}, load average {m['loadavg_at_start']:.1f} at start"
     )
     rocks_beside = " (busguard_rocksdb: rocksdb)" if "busguard_rocksdb" in args.contender_list else ""
     print(f"busguard state backend: {args.state_backend}{rocks_beside}")
+    batch_beside = " (busguard_auditbatch: batch)" if "busguard_auditbatch" in args.contender_list else ""
+    print(f"busguard audit records: {args.audit}{batch_beside}")
     if mode == "throughput":
         print(
             f"{result['records']:,} records of {result['record_bytes_mean']} bytes (value + headers), {result['duplicates']} exact re-sends, "

@@ -178,6 +178,10 @@ class BatchConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     #: "batch": one signature per batch over a chained Merkle tree head
     #: (docs/protocol.md 12.6); "record": one per decision, as before it existed
     seal: Literal["batch", "record"] = "batch"
+    #: "batch": the batch-sealed decisions of a batch share batch audit
+    #: records (docs/protocol.md 12.7; needs seal = "batch"); "record": one
+    #: audit record per decision
+    audit: Literal["batch", "record"] = "record"
 
     def threads(self, cpus: int) -> int:
         """The verify and seal threads for a process that may run on `cpus`

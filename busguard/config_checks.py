@@ -145,6 +145,14 @@ def validate(cfg: Config) -> None:
             f"at least admission.nonce_retention_ms ({a.nonce_retention_ms}): the task index must outlive the nonces "
             "so an exact resend is always recognised as a duplicate",
         )
+    if cfg.batch.audit == "batch" and cfg.batch.seal != "batch":
+        raise ConfigError(
+            f,
+            "batch.audit",
+            cfg.batch.audit,
+            '"record" while batch.seal is "record": a batch audit record holds batch-sealed decisions '
+            '(their tree head, its seal and each inclusion proof), so "batch" needs batch.seal = "batch"',
+        )
     _validate_compromise(cfg)
     _validate_inflated(cfg)
     if not cfg.routes:

@@ -35,6 +35,7 @@ from busguard.config import Config
 from busguard.protocol.attestation import (
     HeadCache,
 )
+from busguard.protocol.auditbatch import AuditBatchError, expand, is_batch
 from busguard.protocol.reasons import Reason
 from busguard.protocol.records import Decision, Resolution, audit_decoder
 from busguard.runtime.clients import partitions_of, reader
@@ -61,6 +62,22 @@ class AuditReadError(RuntimeError):
 
 def _headers(record: Any) -> list[tuple[str, bytes]]:
     return [(k, v if v is not None else b"") for k, v in record.headers]
+
+
+def _raws(topic: str, r: Any, audit: str | None) -> list[RawRecord]:
+    """A consumed record as the records the checks judge: a batch audit
+    record on the audit topic as the per-record audit records its entries
+    stand for (busguard.protocol.auditbatch), read at its place; anything
+    else as itself."""
+    if topic == audit and type(r) is not Undecodable:
+        headers = _headers(r)
+        if is_batch(headers):
+            try:
+                return [RawRecord(topic, v, h, None, r.partition, r.offset) for v, h in expand(r.value, headers)]
+            except AuditBatchError as exc:
+                return [RawRecord(topic, r.value, headers, f"not a well-formed batch audit record: {exc}", r.partition, r.offset)]
+        return [RawRecord(topic, r.value, headers, None, r.partition, r.offset)]
+    return [_raw(topic, r)]
 
 
 def _raw(topic: str, r: Any) -> RawRecord:
@@ -92,10 +109,12 @@ async def scan(
     handle: Callable[[list[RawRecord]], Awaitable[None]],
     progress: Progress | None = None,
     required: str | None = None,
+    audit: str | None = None,
 ) -> Offsets:
     """Read `topics` from `offsets` (or the beginning) until `idle_ms` pass
     without a new record, handing each poll's records to `handle` (in log
-    order per partition). Returns the offsets to resume from."""
+    order per partition; a batch audit record on the `audit` topic as its
+    entries). Returns the offsets to resume from."""
     parts = await partitions_of(cfg, topics, name="audit")
     if required is not None and required not in parts:
         raise AuditReadError(f"topic {required!r} does not exist on {cfg.kafka.bootstrap_servers}")
@@ -136,7 +155,9 @@ async def scan(
         try:
             while True:
                 batch = await consumer.getmany(timeout_ms=max(1, min(_POLL_MS, idle_ms)), max_records=MAX_RECORDS_PER_POLL)
-                records = [_raw(tp.topic, r) for tp in sorted(batch, key=lambda t: (t.topic, t.partition)) for r in batch[tp]]
+                records = [
+                    x for tp in sorted(batch, key=lambda t: (t.topic, t.partition)) for r in batch[tp] for x in _raws(tp.topic, r, audit)
+                ]
                 await settle()
                 if not records:
                     if time.monotonic() - last_new >= idle_s:
@@ -199,7 +220,7 @@ async def read_log(
             apply_forwarded(ledger, f, r.at)
 
     try:
-        return await scan(cfg, [audit, *downstream], offsets, idle_ms, handle, progress, required=audit)
+        return await scan(cfg, [audit, *downstream], offsets, idle_ms, handle, progress, required=audit, audit=audit)
     finally:
         pool.shutdown(wait=True)
 
@@ -250,5 +271,5 @@ async def find_escalation(
             else:
                 found.resolutions.append((rec, verified))
 
-    await scan(cfg, [cfg.topics.audit], None, idle_ms, handle, progress, required=cfg.topics.audit)
+    await scan(cfg, [cfg.topics.audit], None, idle_ms, handle, progress, required=cfg.topics.audit, audit=cfg.topics.audit)
     return found

@@ -94,8 +94,10 @@ async def make_setup(
     max_payload_bytes: int = 1_048_576,
     operators: Sequence[tuple[str, Identity]] = (),
     state: dict[str, object] | None = None,
+    batch: dict[str, object] | None = None,
 ) -> Setup:
-    """`state` adds to the [state] table, e.g. a PostgreSQL backend and DSN."""
+    """`state` adds to the [state] table, e.g. a PostgreSQL backend and DSN;
+    `batch` to the [batch] table, e.g. `audit = "batch"`."""
     state_extra = state
     tag = uuid.uuid4().hex[:8]
     t = Topics.under(f"it.{tag}")
@@ -124,7 +126,7 @@ async def make_setup(
                 "create_reconciler_key": False,
                 **({"operators": "operators.toml"} if operators else {}),
             },
-            batch={"max_records": max_records, "max_payload_bytes": max_payload_bytes, "linger_ms": 20},
+            batch={"max_records": max_records, "max_payload_bytes": max_payload_bytes, "linger_ms": 20, **(batch or {})},
             log={"format": "json", "level": "info"},
             ops={"port": 0},
             reconcile={"group_id": f"reconcile-{tag}", "state_path": str(tmp / "reconcile.db")},

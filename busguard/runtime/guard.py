@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import os
 import secrets
 import time
@@ -42,6 +43,7 @@ from busguard.protocol.reasons import Reason
 from busguard.protocol.records import Coordinates, Decision
 from busguard.protocol.registry import KeyRegistry, KeyWindow
 from busguard.protocol.treehead import MAX_LEAVES, BatchTree, ChainTip, next_link, rebuild, seal_batch
+from busguard.runtime.auditgroups import GroupKey, Member, audit_records, complete, group_key, member
 from busguard.runtime.faults import Faults
 from busguard.runtime.ops import Metrics
 from busguard.runtime.outputs import BatchProof, Output, OutputBudget, Sealed, outputs_for, worst_batch_sealed
@@ -83,6 +85,8 @@ class BatchSeal(NamedTuple):
     #: re-emitted decisions found under a persisted head
     reused: dict[int, Sealed]
     tip: ChainTip | None
+    #: the persisted heads the batch's decisions were looked up under
+    heads: Sequence[StoredHead] = ()
 
 
 def find_leaf(leaves: bytes, leaf: bytes) -> int | None:
@@ -112,6 +116,8 @@ class Guard(SealingStage):
         self.receivers = cfg.receivers
         self.budget = OutputBudget(cfg.kafka.max_message_bytes, cfg.kafka.compression, identity.agent_id)
         self.batch_seal = cfg.batch.seal == "batch"
+        #: batch audit records (busguard.protocol.auditbatch) for batch-sealed decisions
+        self.audit_batch = self.batch_seal and cfg.batch.audit == "batch"
         #: this process's chain of batch seals: a new one at every start, so
         #: guard processes sharing a store never contend for one tip
         #: (docs/protocol.md 12.6, "Chains")
@@ -250,7 +256,7 @@ class Guard(SealingStage):
                     found = self._under_stored_head(d, snapshot.heads, trees)
                     if found is not None:
                         reused[id(d)] = found
-        return BatchSeal(attested, tree, index, reused, tip)
+        return BatchSeal(attested, tree, index, reused, tip, snapshot.heads)
 
     def _under_stored_head(self, d: Decision, heads: Sequence[StoredHead], trees: dict[tuple[str, int], BatchTree]) -> Sealed | None:
         """A decision persisted under a batch seal, sealed as first emitted."""
@@ -265,6 +271,9 @@ class Guard(SealingStage):
                     tree = trees[(h.chain, h.seq)] = rebuild(h.head, h.seal, h.leaves)
                 return Sealed(d, body, att, b"", BatchProof(h.head, h.seal, tree.inclusion(i)))
         return None
+
+    def _under_stored(self, heads: Sequence[StoredHead], trees: dict[tuple[str, int], BatchTree], d: Decision) -> Sealed | None:
+        return self._under_stored_head(d, heads, trees)
 
     def _seal_many(self, decisions: Sequence[Decision]) -> list[Sealed]:
         return [s for part in self._seal_pool.map(self._seal_part, chunks(decisions, self.threads)) for s in part]
@@ -283,7 +292,7 @@ class Guard(SealingStage):
             receivers=self.receivers,
         )
 
-    def _decide_and_persist(self, ready: Ready) -> tuple[list[Decision], list[Sealed]]:
+    def _decide_and_persist(self, ready: Ready) -> tuple[list[Decision], list[Sealed], list[Output]]:
         """Decide and persist; batch mode seals inside the transaction, record
         mode on `_seal_pool` while the store writes and commits (nothing is
         emitted before it has)."""
@@ -320,8 +329,37 @@ class Guard(SealingStage):
             sealed = [s for f in sealing[0][1] for s in f.result()]
         if done.reused and not self.batch_seal:
             sealed = [done.reused.get(id(s.decision), s) for s in sealed]
+        audits = self._audit_records(sealed, done) if self.audit_batch else []
         self.metrics.phase_seconds.labels("seal").observe(time.perf_counter() - t)  # what sealing adds after the commit
-        return decisions, sealed
+        return decisions, sealed, audits
+
+    def _audit_records(self, sealed: Sequence[Sealed], done: BatchSeal) -> list[Output]:
+        """The batch audit records of the batch-sealed decisions
+        (runtime/auditgroups.py): a re-delivered group is completed from the
+        store, so it is re-emitted as first emitted."""
+        groups: dict[GroupKey, dict[int, Member]] = {}
+        offsets: dict[GroupKey, set[int]] = {}
+        seals: dict[bytes, bytes] = {}
+        for s in sealed:
+            if s.batch is None:
+                continue
+            key = group_key(s)
+            m = member(s)
+            found = groups.get(key)
+            if found is None:
+                groups[key], offsets[key], seals[s.batch.head] = {m.leaf: m}, set(), s.batch.head_seal
+                found = groups[key]
+            found[m.leaf] = m
+            offsets[key].add(s.decision.source.offset)
+        new_head = done.tree.head if done.tree is not None else None
+        trees: dict[tuple[str, int], BatchTree] = {}
+        for key, members in groups.items():
+            if key[0] == new_head:
+                continue  # every decision under the new head is in this batch
+            stored = next((h for h in done.heads if h.head == key[0]), None)
+            if stored is not None:
+                complete(key, members, offsets[key], stored, functools.partial(self._under_stored, [stored], trees), self.store.decision_at)
+        return audit_records(self.cfg.topics.audit, groups, seals, self.budget.batch_size)
 
     def _batch_sealed(self, d: Decision, done: BatchSeal) -> Sealed:
         reused = done.reused.get(id(d))
@@ -378,15 +416,24 @@ class Guard(SealingStage):
     async def process_prepared(self, ready: Ready) -> list[Output]:
         max_payload = self.cfg.batch.max_payload_bytes
         t0 = time.perf_counter()
-        decisions, sealed = await asyncio.to_thread(self._decide_and_persist, ready)
+        decisions, sealed, audits = await asyncio.to_thread(self._decide_and_persist, ready)
         self.metrics.phase_seconds.labels("decide_persist").observe(time.perf_counter() - t0)
+        grouped = self.audit_batch
         outputs: list[Output] = []
         for record, s, item in zip(ready.records, sealed, ready.inputs, strict=True):
             outputs += outputs_for(
-                s, record.key, item.value, item.headers, self.downstreams[record.topic], self.cfg.topics, max_payload, self.budget
+                s,
+                record.key,
+                item.value,
+                item.headers,
+                self.downstreams[record.topic],
+                self.cfg.topics,
+                max_payload,
+                self.budget,
+                audit=not grouped or s.batch is None,
             )
         self._account(decisions)
-        return outputs
+        return outputs + audits if audits else outputs
 
     @staticmethod
     def _undecodable(r: Undecodable, max_payload: int) -> Input:

@@ -132,9 +132,12 @@ def outputs_for(
     topics: TopicsConfig,
     max_payload_bytes: int,
     budget: OutputBudget | None = None,
+    audit: bool = True,
 ) -> tuple[Output, ...]:
     """(primary, audit, *notices): a kind's policy may add notices to its
-    routes (busguard.policies.seam); every other decision has two outputs."""
+    routes (busguard.policies.seam); every other decision has two outputs.
+    `audit` False: no audit record, the decision is an entry of its batch's
+    batch audit record (runtime/auditgroups.py)."""
     d = sealed.decision
     proof = sealed.proof()
     did = proof[0][1]  # busguard-decision-id, first in either kind of proof
@@ -142,7 +145,8 @@ def outputs_for(
     at, part = d.decided_at, d.source.partition
     # The audit topic is placed by input partition, not by hashing unique task ids.
     verdict = verdict_headers(d.outcome, d.reason)
-    audit = Output(topics.audit, task_key, sealed.decision_json, [*proof, *verdict], at, part)
+    audited = [*proof, *verdict]
+    own = (Output(topics.audit, task_key, sealed.decision_json, audited, at, part),) if audit else ()
     notices = (
         tuple(
             Output(
@@ -160,16 +164,16 @@ def outputs_for(
     )
     if d.outcome == Outcome.FORWARD:
         primary = forward_output(downstream, record_key, *forwarded(d, value, headers), proof, at, part)
-        return (primary, audit, *notices) if notices else (primary, audit)
+        return (primary, *own, *notices)
     if d.outcome == Outcome.ESCALATE:
         # keyed by task id: operators' resolve commands follow it into the same partition
-        return Output(topics.reconciliation, task_key, sealed.decision_json, audit.headers, at), audit, *notices
+        return Output(topics.reconciliation, task_key, sealed.decision_json, audited, at), *own, *notices
     prior = d.prior.decision_id if d.prior is not None else None
     why = (d.decision_id, d.reason, d.detail, d.source, d.outcome, prior, proof[1:])
     primary = dead_letter(topics.dead_letter, record_key, value, headers, *why, max_payload_bytes, at)
     if budget is not None and not budget.fits(primary):
         primary = bounded_dead_letter(topics.dead_letter, record_key, value, headers, *why, at)
-    return primary, audit, *notices
+    return primary, *own, *notices
 
 
 #: (outcome, reason) -> their two headers, built once: every output but a

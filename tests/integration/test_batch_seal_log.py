@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from busguard.devtools.broker import EmbeddedBroker
-from busguard.devtools.guardkit import GuardProcess, all_decided, collect, collect_all, make_setup, produce
+from busguard.devtools.guardkit import Collected, GuardProcess, all_decided, collect, collect_all, make_setup, produce
 from busguard.protocol.attestation import HEADER_SEAL
+from busguard.protocol.auditbatch import expand, is_batch
 from busguard.protocol.treehead import HEADER_TREE_HEAD, decode_head
 
 from .test_audit import _audit, workload
@@ -45,3 +46,34 @@ async def test_a_crash_after_commit_re_emits_under_the_old_head_and_both_chains_
     # the victim sealed two batches: the first produced, the second only committed and re-emitted by the survivor
     assert sorted((c.heads, c.tip_seq) for c in report.chains)[0] == (2, 1)
     assert all(c.first_seq == 0 and c.heads == c.tip_seq + 1 for c in report.chains)
+
+
+async def test_batch_audit_records_survive_the_same_crash_and_audit_whole(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    """`[batch] audit = "batch"` (docs/protocol.md 12.7): the same kill after
+    the commit; the survivor re-emits the dead process's groups completed
+    from the store, and the auditor, reading every decision from the batch
+    audit records' entries, proves both chains whole."""
+    s = await make_setup(tmp_path, broker.bootstrap, max_records=20, batch={"audit": "batch"})
+    victim = GuardProcess(s, fault="persisted:2")
+    victim.wait_ready()
+    handoffs, acks, _ = workload(tmp_path, n=60)
+    await produce(s.bootstrap, s.handoffs, handoffs, key=b"planner")
+    await produce(s.bootstrap, s.acks, acks, key=b"executor")
+    total = len(handoffs) + len(acks)
+    assert victim.wait(60) == -9, victim.tail()
+
+    def decided(c: Collected) -> int:
+        return len({v for r in c[s.audit] for v, _ in expand(r.value, r.headers)})
+
+    survivor = GuardProcess(s)
+    try:
+        survivor.wait_ready()
+        await collect(s.bootstrap, s.outputs, lambda c: decided(c) >= total)
+    finally:
+        assert survivor.terminate() == 0, survivor.tail()
+    raw = (await collect_all(s.bootstrap, [s.audit]))[s.audit]
+    assert raw and all(is_batch(r.headers) for r in raw) and len(raw) < total / 2
+    report, _ = await _audit(s, idle_ms=1000)
+    assert report.ok, report.violations
+    assert report.summary.decisions == total
+    assert len(report.chains) == 2 and sum(c.leaves for c in report.chains) == total

@@ -79,6 +79,26 @@ def test_compare_runs_busguard_on_rocksdb_beside_sqlite(tmp_path: Path) -> None:
     assert 'backend = "sqlite"' in (sqlite / "busguard.toml").read_text()
 
 
+def test_compare_runs_batch_audit_records_beside_per_record_ones(tmp_path: Path) -> None:
+    """`busguard_auditbatch`: batch audit records in the same round, every input's decision counted from their entries."""
+    argv = [sys.executable, str(REPO / "benchmarks" / "compare.py"), "--records", "200", "--rounds", "1"]
+    proc = subprocess.run(
+        [*argv, "--contenders", "busguard,busguard_auditbatch", "--keep", str(tmp_path / "runs")],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    runs = result["runs"]
+    assert result["ratio_auditbatch"] == round(runs["busguard_auditbatch"][0]["per_s"] / runs["busguard"][0]["per_s"], 3)
+    assert result["cpu_ratio_auditbatch"] > 0 and result["audit"] == "record"
+    (batched,) = sorted((tmp_path / "runs").glob("run*-busguard_auditbatch"))
+    assert 'audit = "batch"' in (batched / "busguard.toml").read_text()
+    (plain,) = sorted((tmp_path / "runs").glob("run*-busguard"))
+    assert 'audit = "batch"' not in (plain / "busguard.toml").read_text()
+
+
 def test_compare_rate_with_the_broker_floor(tmp_path: Path) -> None:
     """--rate with the `direct` contender (nothing between producer and
     reader): the broker's own latency, beside busguard's, in one run."""
