@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from busguard.devtools.broker import EmbeddedBroker
-from busguard.devtools.guardkit import Collected, GuardProcess, all_decided, collect, collect_all, make_setup, produce
+from busguard.devtools.guardkit import Collected, GuardProcess, Setup, all_decided, collect, collect_all, make_setup, produce
 from busguard.protocol.attestation import HEADER_SEAL
 from busguard.protocol.auditbatch import expand, is_batch
 from busguard.protocol.treehead import HEADER_TREE_HEAD, decode_head
@@ -17,15 +17,23 @@ from busguard.protocol.treehead import HEADER_TREE_HEAD, decode_head
 from .test_audit import _audit, workload
 
 
-async def test_a_crash_after_commit_re_emits_under_the_old_head_and_both_chains_audit_whole(broker: EmbeddedBroker, tmp_path: Path) -> None:
-    s = await make_setup(tmp_path, broker.bootstrap, max_records=20)
-    victim = GuardProcess(s, fault="persisted:2")  # its 2nd batch (and head) committed in the store, never produced
+async def _killed_after_its_second_commit(
+    broker: EmbeddedBroker, tmp_path: Path, batch: dict[str, object] | None = None
+) -> tuple[Setup, int]:
+    """A guard whose 2nd batch (and head) committed in the store, never
+    produced, killed there; returns the setup and the inputs sent."""
+    s = await make_setup(tmp_path, broker.bootstrap, max_records=20, batch=batch)
+    victim = GuardProcess(s, fault="persisted:2")
     victim.wait_ready()
     handoffs, acks, _ = workload(tmp_path, n=60)
     await produce(s.bootstrap, s.handoffs, handoffs, key=b"planner")
     await produce(s.bootstrap, s.acks, acks, key=b"executor")
-    total = len(handoffs) + len(acks)
     assert victim.wait(60) == -9, victim.tail()
+    return s, len(handoffs) + len(acks)
+
+
+async def test_a_crash_after_commit_re_emits_under_the_old_head_and_both_chains_audit_whole(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    s, total = await _killed_after_its_second_commit(broker, tmp_path)
     survivor = GuardProcess(s)
     try:
         survivor.wait_ready()
@@ -53,14 +61,7 @@ async def test_batch_audit_records_survive_the_same_crash_and_audit_whole(broker
     the commit; the survivor re-emits the dead process's groups completed
     from the store, and the auditor, reading every decision from the batch
     audit records' entries, proves both chains whole."""
-    s = await make_setup(tmp_path, broker.bootstrap, max_records=20, batch={"audit": "batch"})
-    victim = GuardProcess(s, fault="persisted:2")
-    victim.wait_ready()
-    handoffs, acks, _ = workload(tmp_path, n=60)
-    await produce(s.bootstrap, s.handoffs, handoffs, key=b"planner")
-    await produce(s.bootstrap, s.acks, acks, key=b"executor")
-    total = len(handoffs) + len(acks)
-    assert victim.wait(60) == -9, victim.tail()
+    s, total = await _killed_after_its_second_commit(broker, tmp_path, {"audit": "batch"})
 
     def decided(c: Collected) -> int:
         return len({v for r in c[s.audit] for v, _ in expand(r.value, r.headers)})
