@@ -30,8 +30,6 @@ from busguard.runtime.guard import Guard
 from busguard.runtime.outputs import Output
 from busguard.runtime.watched import WatchedFile
 from busguard.state.memory.store import MemoryStore
-from busguard.state.rocksdb.store import RocksStore
-from busguard.state.sqlite.store import SqliteStore
 from busguard.state.store import StateStore
 
 from .harness import NOW, Rec, agent
@@ -61,15 +59,6 @@ def _audits(outputs: list[Output]) -> list[Output]:
 
 def _entries(outputs: list[Output]) -> list[tuple[bytes, list[tuple[str, bytes]]]]:
     return [e for o in _audits(outputs) for e in expand(o.value, o.headers)]
-
-
-@pytest.fixture(params=["memory", "sqlite", "rocksdb"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> StateStore:
-    if request.param == "memory":
-        return MemoryStore(created_at=NOW - 3_600_000, genesis=True)
-    if request.param == "rocksdb":
-        return RocksStore(tmp_path / "state.rocksdb", now_ms=NOW - 3_600_000, synchronous="NORMAL", genesis=True)
-    return SqliteStore(tmp_path / "state.db", now_ms=NOW - 3_600_000, synchronous="NORMAL", genesis=True)
 
 
 def test_one_audit_record_per_head_and_partition_holding_every_decision(tmp_path: Path, store: StateStore) -> None:

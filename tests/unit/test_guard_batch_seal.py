@@ -21,8 +21,6 @@ from busguard.runtime.guard import Guard
 from busguard.runtime.outputs import Output
 from busguard.runtime.watched import WatchedFile
 from busguard.state.memory.store import MemoryStore
-from busguard.state.rocksdb.store import RocksStore
-from busguard.state.sqlite.store import SqliteStore
 from busguard.state.store import StateStore
 
 from .harness import NOW, Rec, agent, sender
@@ -53,15 +51,6 @@ def _records(offsets: range, partition: int = 0) -> list[Rec]:
 
 def _run(guard: Guard, records: list[Rec]) -> list[Output]:
     return asyncio.run(guard.process(records))
-
-
-@pytest.fixture(params=["memory", "sqlite", "rocksdb"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> StateStore:
-    if request.param == "memory":
-        return MemoryStore(created_at=NOW - 3_600_000, genesis=True)
-    if request.param == "rocksdb":
-        return RocksStore(tmp_path / "state.rocksdb", now_ms=NOW - 3_600_000, synchronous="NORMAL", genesis=True)
-    return SqliteStore(tmp_path / "state.db", now_ms=NOW - 3_600_000, synchronous="NORMAL", genesis=True)
 
 
 def test_one_head_per_batch_chained_and_every_output_proves_its_decision(tmp_path: Path, store: StateStore) -> None:
