@@ -12,6 +12,7 @@ import msgspec
 from busguard.config import Config
 from busguard.demo.scenario import Step
 from busguard.protocol.attestation import HEADER_DECISION_ID
+from busguard.protocol.auditbatch import AuditBatchError, audit_records_of
 from busguard.protocol.records import Decision, Reply, Resolution, audit_decoder
 from busguard.runtime.undecodable import Undecodable
 
@@ -63,13 +64,14 @@ class Tap:
         t = self.cfg.topics
         if record.topic == t.audit:
             try:
-                rec = audit_decoder.decode(record.value)
-            except msgspec.MsgspecError:
+                recs = [audit_decoder.decode(v or b"") for v, _ in audit_records_of(record.value, record.headers)]
+            except (msgspec.MsgspecError, AuditBatchError):
                 return
-            if isinstance(rec, Decision):
-                self.decisions[(rec.source.topic, rec.source.partition, rec.source.offset)] = rec
-            else:
-                self.resolutions[(rec.escalation_id, rec.stage)] = rec
+            for rec in recs:
+                if isinstance(rec, Decision):
+                    self.decisions[(rec.source.topic, rec.source.partition, rec.source.offset)] = rec
+                else:
+                    self.resolutions[(rec.escalation_id, rec.stage)] = rec
         elif record.topic == t.replies:
             try:
                 reply = msgspec.json.decode(record.value, type=Reply)

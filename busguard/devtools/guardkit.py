@@ -34,6 +34,7 @@ from busguard.config import load_config
 from busguard.devconfig import Topics, embedded_config
 from busguard.devtools.broker import free_port
 from busguard.protocol.attestation import verify_decision_record
+from busguard.protocol.auditbatch import audit_records_of
 from busguard.protocol.identity import agent_id_for_key, multikey_encode
 from busguard.protocol.keyfile import Identity, read_key, write_key
 from busguard.protocol.records import Decision
@@ -317,15 +318,22 @@ def header(record: Any, name: str) -> bytes | None:
     return values[0] if values else None
 
 
+def audit_entries(setup: Setup, got: Collected) -> list[tuple[bytes, list[tuple[str, bytes]]]]:
+    """Every per-record audit record collected so far, a batch audit record
+    (docs/protocol.md 12.7) as its entries; value and headers each."""
+    return [(v or b"", h) for r in got[setup.audit] for v, h in audit_records_of(r.value, r.headers)]
+
+
 def all_decided(setup: Setup, got: Collected, total: int) -> bool:
     """Every input has its audit record and its primary output."""
     primary = sum(len(got[t]) for t in (setup.downstream_handoffs, setup.downstream_acks, setup.reconciliation, setup.dead_letter))
-    return len(got[setup.audit]) >= total and primary >= total
+    return primary >= total and len(audit_entries(setup, got)) >= total
 
 
 def distinct_sources(setup: Setup, got: Collected) -> int:
-    """How many distinct inputs (partition, offset) the audit records collected so far decide."""
-    return len({(d.source.partition, d.source.offset) for d in (msgspec.json.decode(r.value, type=Decision) for r in got[setup.audit])})
+    """How many distinct inputs (topic, partition, offset) the audit records collected so far decide."""
+    decided = (msgspec.json.decode(v, type=Decision) for v, _ in audit_entries(setup, got))
+    return len({(d.source.topic, d.source.partition, d.source.offset) for d in decided})
 
 
 def decisions_by_source(setup: Setup, got: Collected) -> dict[tuple[int, int], set[bytes]]:
@@ -333,10 +341,10 @@ def decisions_by_source(setup: Setup, got: Collected) -> dict[tuple[int, int], s
     for it, every one verified under the guard's key. Re-emissions are
     byte-identical, so one record per input is one decision per input."""
     decided: dict[tuple[int, int], set[bytes]] = defaultdict(set)
-    for r in got[setup.audit]:
-        verify_decision_record(r.value, list(r.headers), setup.guard.public_key)
-        d = msgspec.json.decode(r.value, type=Decision)
-        decided[(d.source.partition, d.source.offset)].add(r.value)
+    for value, headers in audit_entries(setup, got):
+        verify_decision_record(value, headers, setup.guard.public_key)
+        d = msgspec.json.decode(value, type=Decision)
+        decided[(d.source.partition, d.source.offset)].add(value)
     return decided
 
 

@@ -115,4 +115,16 @@ def expand(value: bytes | None, headers: Sequence[tuple[str, bytes | None]]) -> 
     ]
 
 
+def audit_records_of(
+    value: bytes | None, headers: Sequence[tuple[str, bytes | None]]
+) -> list[tuple[bytes | None, list[tuple[str, bytes]]]]:
+    """The per-record audit records one audit-topic record stands for: a
+    batch audit record's entries, else the record itself (for readers that
+    count or decode decisions and need not care which form the guard wrote).
+    AuditBatchError for a malformed batch audit record."""
+    if is_batch(headers):
+        return list(expand(value, headers))
+    return [(value, [(k, v if v is not None else b"") for k, v in headers])]
+
+
 _BATCH_HEADERS: Final = frozenset({HEADER_AUDIT_BATCH, HEADER_TREE_HEAD, HEADER_HEAD_SEAL, HEADER_ATTESTATION, HEADER_INCLUSION})

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from busguard.devtools.broker import EmbeddedBroker
-from busguard.devtools.guardkit import Collected, GuardProcess, Setup, all_decided, collect, collect_all, make_setup, produce
+from busguard.devtools.guardkit import GuardProcess, Setup, all_decided, collect, collect_all, distinct_sources, make_setup, produce
 from busguard.protocol.attestation import HEADER_SEAL
-from busguard.protocol.auditbatch import expand, is_batch
+from busguard.protocol.auditbatch import is_batch
 from busguard.protocol.treehead import HEADER_TREE_HEAD, decode_head
 
 from .test_audit import _audit, workload
@@ -62,14 +62,10 @@ async def test_batch_audit_records_survive_the_same_crash_and_audit_whole(broker
     from the store, and the auditor, reading every decision from the batch
     audit records' entries, proves both chains whole."""
     s, total = await _killed_after_its_second_commit(broker, tmp_path, {"audit": "batch"})
-
-    def decided(c: Collected) -> int:
-        return len({v for r in c[s.audit] for v, _ in expand(r.value, r.headers)})
-
     survivor = GuardProcess(s)
     try:
         survivor.wait_ready()
-        await collect(s.bootstrap, s.outputs, lambda c: decided(c) >= total)
+        await collect(s.bootstrap, s.outputs, lambda c: all_decided(s, c, total) and distinct_sources(s, c) >= total)
     finally:
         assert survivor.terminate() == 0, survivor.tail()
     raw = (await collect_all(s.bootstrap, [s.audit]))[s.audit]

@@ -20,7 +20,7 @@ from busguard.audit.reader import _raws
 from busguard.config import load_config
 from busguard.errors import ConfigError
 from busguard.protocol.attestation import HEADER_ATTESTATION
-from busguard.protocol.auditbatch import HEADER_AUDIT_BATCH, AuditBatchError, Entry, batch_headers, expand, is_batch, pack
+from busguard.protocol.auditbatch import HEADER_AUDIT_BATCH, AuditBatchError, Entry, audit_records_of, batch_headers, expand, is_batch, pack
 from busguard.protocol.records import Decision
 from busguard.protocol.registry import KeyRegistry
 from busguard.protocol.treehead import HEADER_HEAD_SEAL, HEADER_INCLUSION, HEADER_TREE_HEAD
@@ -185,3 +185,14 @@ def test_record_mode_and_record_sealed_decisions_keep_their_own_audit_records(tm
     # re-delivered to a guard writing batch audit records: sealed per record, audited per record, as first emitted
     assert _run(_guard(tmp_path, store), recs) == record_sealed
     assert not any(is_batch(o.headers) for o in record_sealed)
+
+
+def test_audit_records_of_reads_either_form_as_per_record_audit_records(tmp_path: Path) -> None:
+    recs = _records(range(0, 3))
+    (batch,) = _audits(_run(_guard(tmp_path / "a", MemoryStore(created_at=NOW - 3_600_000, genesis=True)), recs))
+    singles = _audits(_run(_guard(tmp_path / "b", MemoryStore(created_at=NOW - 3_600_000, genesis=True), "record"), recs))
+    assert audit_records_of(batch.value, batch.headers) == expand(batch.value, batch.headers)
+    assert [v for o in singles for v, _ in audit_records_of(o.value, o.headers)] == [v for v, _ in expand(batch.value, batch.headers)]
+    assert audit_records_of(singles[0].value, singles[0].headers) == [(singles[0].value, list(singles[0].headers))]
+    with pytest.raises(AuditBatchError):
+        audit_records_of(b"\xc1", batch.headers)
