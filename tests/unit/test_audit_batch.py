@@ -30,7 +30,9 @@ from busguard.runtime.guard import Guard
 from busguard.runtime.outputs import Output
 from busguard.runtime.watched import WatchedFile
 from busguard.state.memory.store import MemoryStore
+from busguard.state.postgres.store import PostgresStore
 from busguard.state.store import StateStore
+from tests.pgkit import EmbeddedPostgres
 
 from .harness import NOW, Rec, agent
 from .test_guard_batch_seal import IDENT, KEY, _records
@@ -110,6 +112,20 @@ def test_the_auditor_reads_a_batch_record_as_its_entries_at_its_place(tmp_path: 
 
 
 def test_a_redelivered_group_is_re_emitted_byte_for_byte_from_the_store(tmp_path: Path, store: StateStore) -> None:
+    _redelivered_groups_re_emit_byte_for_byte(tmp_path, store)
+
+
+def test_a_redelivered_group_is_re_emitted_byte_for_byte_from_postgresql(
+    tmp_path: Path, postgres: EmbeddedPostgres, pg_schema: str
+) -> None:
+    store = PostgresStore(postgres.dsn, now_ms=NOW - 3_600_000, schema=pg_schema)
+    try:
+        _redelivered_groups_re_emit_byte_for_byte(tmp_path, store)
+    finally:
+        store.close()
+
+
+def _redelivered_groups_re_emit_byte_for_byte(tmp_path: Path, store: StateStore) -> None:
     recs = _records(range(0, 8)) + _records(range(0, 3), partition=1)
     first = _audits(_run(_guard(tmp_path, store), recs[:6] + recs[8:]))
     restarted = _guard(tmp_path, store)
