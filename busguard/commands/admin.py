@@ -90,7 +90,7 @@ def cmd_state_show(args: argparse.Namespace) -> int:
         decision_retention_ms=a.decision_retention_ms,
         nonce_retention_ms=a.nonce_retention_ms,
     )
-    store = reachable(cfg, chosen.where, lambda: chosen.open(options, common))  # a RocksDB store a guard holds: one line, status 3
+    store = reachable(cfg, chosen.where, lambda: chosen.view(options, common))  # RocksDB: a secondary instance, beside a running guard
     try:
         ends = fence_ends(store.trusted_from, cfg.admission.max_age_ms, cfg.admission.max_future_ms)
         print(f"{store.location()}: origin {store.origin}, created_at_ms {store.created_at}")

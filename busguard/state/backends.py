@@ -43,6 +43,27 @@ class StoreOptions(msgspec.Struct, frozen=True, kw_only=True):
     genesis: bool = False
 
 
+class StoreView(Protocol):
+    """What `busguard state show` reads of a store, while a guard may hold
+    it: a StateStore is one; a backend whose store admits one process
+    (RocksDB) gives a reader that takes no lock."""
+
+    @property
+    def origin(self) -> str: ...
+
+    @property
+    def created_at(self) -> int: ...
+
+    @property
+    def trusted_from(self) -> int | None: ...
+
+    def location(self) -> str | None: ...
+
+    def partition_watermarks(self) -> dict[tuple[str, int], int]: ...
+
+    def close(self) -> None: ...
+
+
 class Backend(Protocol):
     """A state backend. `Options` is its own settings struct, built by
     `options()` from the `[state]` section (any object with the attributes
@@ -60,6 +81,8 @@ class Backend(Protocol):
     def options(self, state: Any, resolve: Callable[[str], Path], reconcile_path: str) -> Any: ...
 
     def open(self, options: Any, common: StoreOptions) -> StateStore: ...
+
+    def view(self, options: Any, common: StoreOptions) -> StoreView: ...
 
     def exists(self, options: Any) -> bool: ...
 

@@ -8,6 +8,8 @@ config, `busguard state init` and the held-store error work on it."""
 
 from __future__ import annotations
 
+import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -271,9 +273,7 @@ def test_state_init_makes_a_rocksdb_genesis_store_once_and_a_held_store_is_an_un
     held.close()
 
 
-def test_state_show_on_rocksdb_looks_and_a_store_a_guard_holds_is_one_line_and_status_3(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_state_show_on_rocksdb_looks_and_reads_a_store_a_guard_holds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from busguard.cli import main
 
     route = '[[routes]]\nname = "r"\ninputs = ["in"]\ndownstream = "out"\n'
@@ -284,11 +284,55 @@ def test_state_show_on_rocksdb_looks_and_a_store_a_guard_holds_is_one_line_and_s
     assert main(["state", "init", "--config", str(config)]) == 0
     assert main(["state", "show", "--config", str(config)]) == 0
     assert "origin genesis" in capsys.readouterr().out
-    held = RocksStore(tmp_path / "state.rocksdb", now_ms=NOW)
-    assert main(["state", "show", "--config", str(config)]) == 3
-    err = capsys.readouterr().err
-    assert "state.path" in err and "RocksDB admits one per store" in err and len(err.strip().splitlines()) == 1, err
-    held.close()
+    held = RocksStore(tmp_path / "state.rocksdb", now_ms=NOW)  # the guard's handle, kept open
+    try:
+        _batch(held, KeySet(), NOW, BatchWrites(decisions={("in", 0, 41): _decision(0, 41, "a", NOW)}))
+        assert main(["state", "show", "--config", str(config)]) == 0  # a secondary instance: no lock taken
+        out = capsys.readouterr().out
+        assert "origin genesis" in out and "decided up to in:0@41" in out, out
+        _batch(held, KeySet(), NOW, BatchWrites(decisions={("in", 0, 42): _decision(0, 42, "a", NOW)}))
+        assert main(["state", "show", "--config", str(config)]) == 0
+        assert "decided up to in:0@42" in capsys.readouterr().out  # caught up with the unflushed WAL
+    finally:
+        held.close()
+    assert not list(Path(tempfile.gettempdir()).glob("busguard-rocksdb-view-*"))  # every scratch directory removed
+
+
+def test_a_view_beside_a_writing_and_flushing_primary_is_never_stale(tmp_path: Path) -> None:
+    """What made a secondary instance the reader (state/rocksdb/view.py):
+    each view sees every batch the primary committed before it opened,
+    while the primary keeps writing and flushing its memtable."""
+    from busguard.state.rocksdb.view import RocksView
+
+    primary = _store(tmp_path / "s")
+    committed = [-1]
+    stop = threading.Event()
+
+    def write() -> None:
+        offset = 0
+        while not stop.is_set():
+            _batch(primary, KeySet(), NOW, BatchWrites(decisions={("in", 0, offset): _decision(0, offset, "a", NOW)}))
+            committed[0] = offset
+            if offset % 25 == 0:
+                primary._db.flush(True)
+            offset += 1
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        for _ in range(60):
+            before = committed[0]
+            view = RocksView(tmp_path / "s")
+            try:
+                seen = view.partition_watermarks().get(("in", 0), -1)
+                assert seen >= before and view.origin == "genesis", (seen, before)
+            finally:
+                view.close()
+        assert committed[0] > 60
+    finally:
+        stop.set()
+        writer.join()
+        primary.close()
 
 
 def test_the_store_is_opened_with_its_bounded_buffers_and_cache(tmp_path: Path) -> None:

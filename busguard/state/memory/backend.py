@@ -9,7 +9,7 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
-from busguard.state.backends import StoreOptions
+from busguard.state.backends import StoreOptions, StoreView
 from busguard.state.reconcile import ReconcileStateStore
 from busguard.state.store import StateStore
 
@@ -43,6 +43,9 @@ class MemoryBackend:
             task_retention_ms=common.task_retention_ms,
             decision_retention_ms=common.decision_retention_ms,
         )
+
+    def view(self, options: MemoryOptions, common: StoreOptions) -> StoreView:
+        return self.open(options, common)  # its store admits other processes beside a running guard
 
     def exists(self, options: MemoryOptions) -> bool:
         return False

@@ -9,7 +9,7 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
-from busguard.state.backends import StoreOptions
+from busguard.state.backends import StoreOptions, StoreView
 from busguard.state.reconcile import ReconcileStateStore
 from busguard.state.redact import redact
 from busguard.state.store import StateStore
@@ -51,6 +51,9 @@ class PostgresBackend:
             genesis=common.genesis,
             max_policy_locks=options.max_policy_locks,
         )
+
+    def view(self, options: PostgresOptions, common: StoreOptions) -> StoreView:
+        return self.open(options, common)  # its store admits other processes beside a running guard
 
     def exists(self, options: PostgresOptions) -> bool:
         from busguard.state.postgres.store import store_exists

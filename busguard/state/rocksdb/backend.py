@@ -8,7 +8,7 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
-from busguard.state.backends import StoreOptions
+from busguard.state.backends import StoreOptions, StoreView
 from busguard.state.reconcile import ReconcileStateStore
 from busguard.state.store import StateStore
 
@@ -47,6 +47,12 @@ class RocksBackend:
             nonce_retention_ms=common.nonce_retention_ms,
             genesis=common.genesis,
         )
+
+    def view(self, options: RocksOptions, common: StoreOptions) -> StoreView:
+        """A secondary instance (state/rocksdb/view.py): the guard holding the store keeps running."""
+        from busguard.state.rocksdb.view import RocksView
+
+        return RocksView(options.path)
 
     def exists(self, options: RocksOptions) -> bool:
         return (options.path / "CURRENT").is_file()

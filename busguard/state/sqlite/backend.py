@@ -8,7 +8,7 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
-from busguard.state.backends import StoreOptions
+from busguard.state.backends import StoreOptions, StoreView
 from busguard.state.reconcile import ReconcileStateStore
 from busguard.state.store import StateStore
 
@@ -51,6 +51,9 @@ class SqliteBackend:
             genesis=common.genesis,
             checkpoint_every_s=options.checkpoint_every_s,
         )
+
+    def view(self, options: SqliteOptions, common: StoreOptions) -> StoreView:
+        return self.open(options, common)  # its store admits other processes beside a running guard
 
     def exists(self, options: SqliteOptions) -> bool:
         return options.path.exists()
