@@ -59,7 +59,7 @@ CREATED: Final = "created"
 #: deletes per expiry write batch for windows and policy rows (as SQLite's EXPIRE_CHUNK)
 EXPIRE_CHUNK: Final = 20_000
 head_decoder: Final = msgspec.msgpack.Decoder(StoredHead)
-_partition_decoder: Final = msgspec.msgpack.Decoder(tuple[str, int])
+partition_decoder: Final = msgspec.msgpack.Decoder(tuple[str, int])
 _SEQ_MAX: Final = b"\xff" * 8
 #: (kind, exp, change): a batch's change to the live entries of one expiry
 Count = Callable[[bytes, int, int], None]
@@ -197,7 +197,7 @@ class RocksStore:
 
     def partition_watermarks(self) -> dict[Partition, int]:
         with self._lock:
-            return {_partition_decoder.decode(v[8:]): Q.unpack_from(v)[0] for _, v in self._scan(WATERMARKS)}
+            return {partition_decoder.decode(v[8:]): Q.unpack_from(v)[0] for _, v in self._scan(WATERMARKS)}
 
     def close(self) -> None:
         """Flush the memtable first: the next open then reads its files
@@ -215,16 +215,7 @@ class RocksStore:
     # ------------------------------------------------------------ reads
 
     def _scan(self, prefix: bytes, start: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
-        """(key, value) of every key under `prefix`, from `prefix + start` on."""
-        it = self._db.iter()
-        it.seek(prefix + start)
-        n = len(prefix)
-        while it.valid():
-            k = it.key()
-            if k[:n] != prefix:
-                return
-            yield k, it.value()
-            it.next()
+        return scan(self._db, prefix, start)
 
     def _multi(self, keys: Sequence[bytes]) -> list[bytes | None]:
         return cast("list[bytes | None]", self._db.get(cast("list[str | int | float | bytes | bool]", list(keys))))
@@ -603,6 +594,19 @@ class RocksStore:
                 "tasks": live[TASKS],
                 "policy": sum(1 for _ in self._scan(POLICY)),
             }
+
+
+def scan(db: rocksdict.Rdict, prefix: bytes, start: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+    """(key, value) of every key under `prefix`, from `prefix + start` on."""
+    it = db.iter()
+    it.seek(prefix + start)
+    n = len(prefix)
+    while it.valid():
+        k = it.key()
+        if k[:n] != prefix:
+            return
+        yield k, it.value()
+        it.next()
 
 
 def _int(raw: bytes | None) -> int | None:

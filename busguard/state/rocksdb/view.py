@@ -21,16 +21,12 @@ import errno
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Final
 
-import msgspec
 import rocksdict
 
 from busguard.state.keys import Partition
 from busguard.state.rocksdb.layout import META, WATERMARKS, Q
-from busguard.state.rocksdb.store import SCHEMA, rocks_options
-
-_partition_decoder: Final = msgspec.msgpack.Decoder(tuple[str, int])
+from busguard.state.rocksdb.store import SCHEMA, partition_decoder, rocks_options, scan
 
 
 class RocksView:
@@ -54,28 +50,17 @@ class RocksView:
         self._closed = False
         try:
             self._db.try_catch_up_with_primary()
-            meta = dict(self._scan(META))
+            meta = {k[len(META) :]: v for k, v in scan(self._db, META)}
             if meta.get(b"schema") != SCHEMA.encode():
                 raise RuntimeError(f"{self.path}: state schema {meta.get(b'schema')!r} is not {SCHEMA}")
             self.origin: str = meta[b"origin"].decode()
             self._created_at: int = Q.unpack(meta[b"created_at_ms"])[0]
             trusted = meta.get(b"trusted_from_ms")
             self._trusted_from = None if trusted is None else int(Q.unpack(trusted)[0])
-            self._watermarks = {_partition_decoder.decode(v[8:]): int(Q.unpack_from(v)[0]) for _, v in self._scan(WATERMARKS)}
+            self._watermarks = {partition_decoder.decode(v[8:]): int(Q.unpack_from(v)[0]) for _, v in scan(self._db, WATERMARKS)}
         except BaseException:
             self.close()
             raise
-
-    def _scan(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
-        """(key without `prefix`, value) of every key under `prefix`."""
-        out: list[tuple[bytes, bytes]] = []
-        it = self._db.iter()
-        it.seek(prefix)
-        while it.valid() and it.key().startswith(prefix):
-            out.append((it.key()[len(prefix) :], it.value()))
-            it.next()
-        del it
-        return out
 
     @property
     def created_at(self) -> int:
