@@ -218,6 +218,8 @@ def open_sealed(headers: Sequence[tuple[str, bytes]], guard_public_key: bytes, h
     found: dict[str, list[bytes]] = {}
     for k, v in headers:
         if k in _SEAL_HEADERS:
+            if v is None:  # Kafka allows a null header value; anyone who may write the topic can send one
+                raise AttestationError(f"{k} has a null value")
             found.setdefault(k, []).append(v)
     if any(len(vs) != 1 for vs in found.values()) or HEADER_ATTESTATION not in found:
         raise AttestationError("exactly one busguard-attestation header, and at most one of each seal header, are required")
@@ -293,8 +295,8 @@ def check_receiver(headers: Sequence[tuple[str, bytes]], receiver: str) -> None:
     """The (single) receipt in `headers` is addressed to `receiver`, as canonical principals."""
     want = canonical_principal(receiver)  # a malformed own id is the caller's bug: ValueError
     raw = [v for k, v in headers if k == HEADER_RECEIPT]
-    if len(raw) != 1:
-        raise AttestationError("exactly one busguard-receipt header is required")
+    if len(raw) != 1 or raw[0] is None:
+        raise AttestationError("exactly one busguard-receipt header, with a value, is required")
     try:
         addressed = decode_receipt(raw[0]).receiver
         to = canonical_principal(addressed)
@@ -322,8 +324,8 @@ def check_admitted(
     if ids != [att.decision_id.encode()]:
         raise AttestationError("busguard-decision-id is missing, repeated, or not the attested decision id")
     receipts = [v for k, v in headers if k == HEADER_RECEIPT]
-    if len(receipts) != 1:
-        raise AttestationError("exactly one busguard-receipt header is required")
+    if len(receipts) != 1 or receipts[0] is None:
+        raise AttestationError("exactly one busguard-receipt header, with a value, is required")
     if receipt_id(receipts[0]) != att.receipt_id:
         raise AttestationError("the attestation is for a different receipt")
     check_annotations(att, headers, unbound=unbound_annotations)

@@ -86,7 +86,7 @@ def test_annotation_headers_are_handed_back_by_name() -> None:
 
 _header = st.tuples(
     st.sampled_from(["busguard-attestation", "busguard-seal", "busguard-receipt", "busguard-decision-id", "busguard-tree-head", "x"]),
-    st.binary(max_size=64),
+    st.one_of(st.none(), st.binary(max_size=64)),  # Kafka allows a null header value
 )
 
 
@@ -97,6 +97,24 @@ def test_any_bytes_get_exactly_one_outcome_each(records: list[tuple[bytes | None
     mixed = [*records, (value, headers)]
     batch = _inbox().admit([Fetched("t", 0, i, v, h) for i, (v, h) in enumerate(mixed)])
     assert len(batch.deliveries) + len(batch.refusals) == len(mixed)
+    assert [d.offset for d in batch.deliveries] == [len(records)]
+
+
+def test_a_genuine_forward_with_any_header_value_nulled_is_refused_not_raised() -> None:
+    """Issue 35 finding 1: a null busguard-attestation (with any seal) or a
+    genuine sealed forward whose busguard-receipt is null raised TypeError
+    out of admit, so the agent re-read it at every start."""
+    value, headers = _forward()
+    # the sender's busguard-signature is not what a receiver checks: the guard's seal covers the receipt
+    nulled = [
+        [(k, None if j == i else v) for j, (k, v) in enumerate(headers)]
+        for i in range(len(headers))
+        if headers[i][0] != "busguard-signature"
+    ]
+    forged = [[("busguard-attestation", None), ("busguard-seal", b"A" * 86)]]
+    records = [Fetched("out", 0, i, value, h) for i, h in enumerate([*nulled, *forged])]  # type: ignore[arg-type]
+    batch = _inbox().admit([*records, Fetched("out", 0, len(records), value, headers)])
+    assert [r.reason for r in batch.refusals] == ["unattested"] * len(records)
     assert [d.offset for d in batch.deliveries] == [len(records)]
 
 
