@@ -94,6 +94,11 @@ def _over(codec_name: str, exc: OverLimit) -> str:
     return f"{codec_name} records inflate to more than {exc.limit} bytes (batch.max_inflated_bytes){claim}; refused unread, the batch is kept compressed"
 
 
+def _no_record(lo: int, hi: int) -> str:
+    span = f"offset {lo}" if lo == hi else f"offsets {lo}-{hi}"
+    return f"the batch header claims {span} but the batch holds no record there"
+
+
 def _clip(text: str) -> str:
     return text if len(text) <= _MAX_DETAIL else text[: _MAX_DETAIL - 1] + "…"
 
@@ -157,11 +162,13 @@ class PartitionDecoder:
             return base + max(delta, 0)
         return base
 
-    def _placeholders(self, batch: bytes, base: int, lo: int, hi: int, why: str) -> Iterator[Undecodable]:
+    def _placeholders(self, batch: bytes, base: int, lo: int, hi: int, why: str, *, carrier: bool = True) -> Iterator[Undecodable]:
         """One `undecodable_batch` placeholder for the offsets in [lo, hi] not
         yet consumed: one item whatever the span, so a header claiming 2^31
-        offsets costs what a header claiming one does. It always carries the
-        batch's bytes (`carrier`): no other item of the batch does."""
+        offsets costs what a header claiming one does. The first placeholder
+        of a batch carries the batch's bytes (`carrier`); a later one of the
+        same batch names them by offset and hash only, so the output a batch
+        causes stays one copy of it however many spans it has."""
         first = max(lo, self.next_fetch_offset)
         if first > hi:
             return
@@ -175,9 +182,36 @@ class PartitionDecoder:
             batch,
             base,
             hashlib.sha256(batch).hexdigest(),
-            carrier=True,
+            carrier=carrier,
             last_offset=hi if hi > first else None,
         )
+
+    def _fill(
+        self, batch: bytes, base: int, last: int, items: list[ConsumerRecord | Undecodable], tail: str = ""
+    ) -> Iterator[ConsumerRecord | Undecodable]:
+        """`items` (this batch's records and record placeholders at or after
+        the next fetch offset, in offset order), with every offset of
+        [next fetch offset, `last`] that no item holds made a span
+        placeholder: a batch claiming offsets it holds no record at (an empty
+        batch, a lastOffsetDelta past its last record, offset deltas that skip)
+        would otherwise leave them undecided, and a broker that stores such a
+        batch as it is (tansu) advances the partition by the claim. `tail`,
+        when set, is the reason for the offsets after the last item (a batch
+        that breaks off); the first placeholder carries the batch."""
+        carrier = True
+        for item in items:
+            o = item.offset
+            if o > self.next_fetch_offset:
+                yield from self._placeholders(
+                    batch, base, self.next_fetch_offset, o - 1, _no_record(self.next_fetch_offset, o - 1), carrier=carrier
+                )
+                carrier = False
+            self.next_fetch_offset = o + 1
+            yield item
+        if self.next_fetch_offset <= last:
+            yield from self._placeholders(
+                batch, base, self.next_fetch_offset, last, tail or _no_record(self.next_fetch_offset, last), carrier=carrier
+            )
 
     def _record(self, rec: Any) -> ConsumerRecord:
         key, value = rec.key, rec.value
@@ -248,10 +282,13 @@ class PartitionDecoder:
             yield from self._tolerant(batch, bytes(memoryview(plain)[_BATCH_HEADER.size :]), base, last, attrs, first_ts, max_ts, count)
         else:
             nfo = self.next_fetch_offset
-            for r in recs:
-                if r.offset >= nfo:
-                    self.next_fetch_offset = r.offset + 1
-                    yield self._record(r)
+            kept = [self._record(r) for r in recs if r.offset >= nfo]
+            if len(kept) == last - max(base, nfo) + 1:  # every claimed offset holds a record: no gap to look for
+                for item in kept:
+                    self.next_fetch_offset = item.offset + 1
+                    yield item
+            else:
+                yield from self._fill(batch, base, last, kept)
         self.next_fetch_offset = max(self.next_fetch_offset, last + 1)
 
     def _tolerant(
@@ -364,11 +401,7 @@ class PartitionDecoder:
                     headers,
                 )
             )
-        for item in items:
-            self.next_fetch_offset = item.offset + 1
-            yield item
-        if broken:
-            yield from self._placeholders(batch, base, prev + 1, last, broken)
+        yield from self._fill(batch, base, last, items, broken)
 
     def _legacy(self, batch: bytes, base: int, magic: int, next_base: int | None) -> Iterator[ConsumerRecord | Undecodable]:
         from aiokafka.record.legacy_records import LegacyRecordBatch

@@ -182,6 +182,52 @@ def test_a_span_is_capped_below_the_next_batchs_base_offset() -> None:
     assert _kinds(items) == [(0, Reason.UNDECODABLE_BATCH), (1, Reason.UNDECODABLE_BATCH), (2, "ok"), (3, "ok"), (4, "ok")]
 
 
+# -- offsets a batch claims but holds no record at (issue 35 finding 6) -------------
+
+
+def test_an_empty_batch_is_one_placeholder_for_every_offset_it_claims() -> None:
+    empty = batch([], count=0, last_offset_delta=9, base_offset=1)
+    items = _decode(batch([record(0, b"k", b"v", [])]) + empty + _three([], base=11))
+    assert _kinds(items) == [(0, "ok"), *[(o, Reason.UNDECODABLE_BATCH) for o in range(1, 11)], (11, "ok"), (12, "ok"), (13, "ok")]
+    (span,) = [i for i in items if type(i) is Undecodable]
+    assert (span.offset, span.last_offset, span.carrier, span.raw) == (1, 10, True, empty)
+    assert "holds no record" in span.detail
+
+
+def test_a_well_formed_record_claiming_six_offsets_leaves_none_undecided() -> None:
+    raw = batch([record(0, b"k", b"six", [])], last_offset_delta=5) + _three([], base=6)
+    assert _kinds(_decode(raw)) == [(0, "ok"), *[(o, Reason.UNDECODABLE_BATCH) for o in range(1, 6)], (6, "ok"), (7, "ok"), (8, "ok")]
+
+
+@pytest.mark.parametrize("codec", sorted(CODECS))
+def test_offset_deltas_that_skip_are_spans_and_only_the_first_carries_the_batch(codec: str) -> None:
+    raw = batch(
+        [record(0, b"k", b"a", []), record(3, b"k", b"b", [(b"\xff", b"")]), record(7, b"k", b"c", [])],
+        codec=CODECS[codec],
+        last_offset_delta=7,
+    )
+    items = _decode(raw)
+    assert _kinds(items) == [
+        (0, "ok"),
+        (1, Reason.UNDECODABLE_BATCH),
+        (2, Reason.UNDECODABLE_BATCH),
+        (3, Reason.UNDECODABLE_HEADER),
+        *[(o, Reason.UNDECODABLE_BATCH) for o in range(4, 7)],
+        (7, "ok"),
+    ]
+    spans = [i for i in items if type(i) is Undecodable and i.reason == Reason.UNDECODABLE_BATCH]
+    assert [sp.carrier for sp in spans] == [True, False]
+    assert [form for sp in spans for k, form in preserved(sp, 1 << 20)[2] if k == HEADER_ORIGINAL_FORM] == [
+        FORM_BATCH.encode(),
+        FORM_BATCH_REF.encode(),
+    ]
+
+
+def test_a_fetch_from_inside_a_claimed_gap_starts_the_span_there() -> None:
+    raw = batch([record(0, b"k", b"six", [])], last_offset_delta=5, base_offset=10)
+    assert _kinds(_decode(raw, 13)) == [(13, Reason.UNDECODABLE_BATCH), (14, Reason.UNDECODABLE_BATCH), (15, Reason.UNDECODABLE_BATCH)]
+
+
 # -- position ---------------------------------------------------------------------
 
 
