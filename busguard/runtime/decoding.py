@@ -111,12 +111,23 @@ class PartitionDecoder:
     the right place."""
 
     def __init__(
-        self, topic: str, partition: int, raw: bytes, fetch_offset: int, *, max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES
+        self,
+        topic: str,
+        partition: int,
+        raw: bytes,
+        fetch_offset: int,
+        *,
+        max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+        floor: int | None = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
         self.raw = raw
-        self.next_fetch_offset = fetch_offset
+        #: a fetch from before the position (busguard.runtime.stuck): the
+        #: batches that end below it were decided already, and are skipped
+        #: without counting as the fetch's first batch
+        self.floor = floor if floor is not None and floor > fetch_offset else None
+        self.next_fetch_offset = fetch_offset if self.floor is None else self.floor
         self.max_inflated_bytes = max_inflated_bytes
 
     def __iter__(self) -> Iterator[ConsumerRecord | Undecodable]:
@@ -139,6 +150,9 @@ class PartitionDecoder:
                 if first and self.next_fetch_offset == start_offset:
                     yield from self._placeholders(batch, base, start_offset, start_offset, why)
                 return
+            if self.floor is not None and first and self._header_last(raw, pos, base) < self.floor:
+                pos = end
+                continue
             next_base = struct.unpack_from(">q", raw, end)[0] if end + 8 <= n else None
             batch = raw[pos:end]
             magic = raw[pos + 16]

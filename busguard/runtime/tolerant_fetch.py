@@ -70,6 +70,7 @@ __all__ = [
     "PartitionDecoder",
     "Undecodable",
     "consumer_options",
+    "floors_of",
     "install",
     "next_offset",
     "preserved",
@@ -97,10 +98,14 @@ class RawKeys:
     it carries the consumer's bound on inflated batches (the only per
     consumer channel aiokafka hands `PartitionRecords`)."""
 
-    __slots__ = ("max_inflated_bytes",)
+    __slots__ = ("max_inflated_bytes", "floors")
 
     def __init__(self, max_inflated_bytes: int) -> None:
         self.max_inflated_bytes = max_inflated_bytes
+        #: (topic, partition) -> the position a fetch from before it must
+        #: resume at (busguard.runtime.stuck.Refetch); used by the first
+        #: fetch from below it, then dropped. At most one per assigned partition.
+        self.floors: dict[tuple[str, int], int] = {}
 
     def __call__(self, key: bytes | None) -> bytes | None:
         return key
@@ -116,6 +121,12 @@ def consumer_options(max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES) -> di
     inflating no compressed batch past `max_inflated_bytes`."""
     install()
     return {"key_deserializer": RawKeys(max_inflated_bytes)}
+
+
+def floors_of(consumer: Any) -> dict[tuple[str, int], int] | None:
+    """The refetch floors of a tolerant consumer (`RawKeys.floors`), None for another."""
+    keys = getattr(consumer, "_key_deserializer", None)
+    return keys.floors if isinstance(keys, RawKeys) else None
 
 
 # -- preserved bytes on the dead-letter record ---------------------------------
@@ -210,7 +221,14 @@ def install() -> None:
             super().__init__(tp, records, aborted, fetch_offset, key_des, value_des, check_crcs, isolation)
             if isinstance(key_des, RawKeys) and isinstance(records, RawMemoryRecords):
                 self._key_deserializer = None
-                decoder = PartitionDecoder(tp.topic, tp.partition, records.raw, fetch_offset, max_inflated_bytes=key_des.max_inflated_bytes)
+                floor = key_des.floors.get((tp.topic, tp.partition))
+                if floor is not None and fetch_offset < floor:
+                    del key_des.floors[(tp.topic, tp.partition)]  # the refetch it was set for
+                else:
+                    floor = None
+                decoder = PartitionDecoder(
+                    tp.topic, tp.partition, records.raw, fetch_offset, max_inflated_bytes=key_des.max_inflated_bytes, floor=floor
+                )
                 self._records_iterator = self._tolerant(decoder)
 
         def _tolerant(self, decoder: PartitionDecoder) -> Iterator[ConsumerRecord | Undecodable]:
