@@ -53,7 +53,7 @@ def _dead_by_offset(s: Setup, got) -> dict[int, list[tuple[bytes | None, bytes |
 
 
 def _resolutions(s: Setup, got) -> list[Resolution]:  # type: ignore[no-untyped-def]
-    recs = [audit_decoder.decode(r.value) for r in got[s.audit]]
+    recs = [audit_decoder.decode(r.value) for r in got[s.audit] if r.value is not None and header(r, "busguard-attestation")]
     return [r for r in recs if isinstance(r, Resolution)]
 
 
@@ -91,7 +91,9 @@ async def test_hostile_headers_are_dead_lettered_and_the_escalation_behind_them_
         assert worker.terminate() == 0, worker.tail()
         worker = GuardProcess(s, command="reconcile")
         worker.wait_ready()
-        # an operator's command behind the hostile commands is applied
+        # an operator's command behind the hostile commands is applied, and `resolve` waits for it past
+        # records on the audit topic that are no resolution (a null value, a null header)
+        await produce(s.bootstrap, s.audit, [(None, [("busguard-attestation", None)]), (b"{}", [("busguard-seal", None)])], key=b"k")
         cli = [sys.executable, "-m", "busguard.cli", "escalations", "resolve", held.escalation_id, "--as", "reject",
                "--note", "payload differs", "--operator", "ana", "--config", str(s.config)]  # fmt: skip
         done = subprocess.run(cli, capture_output=True, text=True, timeout=90, cwd=REPO)
