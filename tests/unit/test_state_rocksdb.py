@@ -414,6 +414,8 @@ def test_a_shared_directory_holding_a_file_named_current_is_refused_before_rocks
     assert sorted(p.name for p in shared.iterdir()) == ["CURRENT", "MANIFEST-000001", "notes.txt"]
     (shared / MARKER).write_text('{"application": "someone-else"}')  # a marker name is not enough: its content is checked
     _cli_refuses(config, shared, capsys, f"a {MARKER} that is not busguard's marker")
+    (shared / MARKER).write_bytes(b" " * 5000)  # and a marker is small: a larger file of that name is not read whole
+    _cli_refuses(config, shared, capsys, "more than 4096 bytes")
 
 
 def test_state_init_marks_the_directory_it_creates_and_only_that_opens_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -421,9 +423,11 @@ def test_state_init_marks_the_directory_it_creates_and_only_that_opens_it(tmp_pa
 
     config = tmp_path / "busguard.toml"
     config.write_text(ROUTE + '[state]\nbackend = "rocksdb"\npath = "empty"\n')
-    (tmp_path / "empty").mkdir()  # an empty directory is new
+    (tmp_path / "empty").mkdir()  # an empty directory is new, as is one holding only a marker write cut short
+    (tmp_path / "empty" / f"{MARKER}.tmp").write_bytes(b'{"appli')
     assert main(["state", "init", "--config", str(config)]) == 0
     assert (tmp_path / "empty" / MARKER).read_bytes() == b'{"application":"busguard","store":"state","backend":"rocksdb","v":1}\n'
+    assert not (tmp_path / "empty" / f"{MARKER}.tmp").exists()
     assert main(["state", "show", "--config", str(config)]) == 0
     assert "origin genesis" in capsys.readouterr().out
     s = RocksStore(tmp_path / "empty", now_ms=NOW + 1)  # the guard's open
