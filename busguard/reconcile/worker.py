@@ -3,7 +3,8 @@
 A stage of the shared crash-safe loop (runtime/loop.py), consuming the
 reconciliation topic. Inputs are the guard's sealed escalation records and
 operators' sealed resolve commands; anything else, or anything whose seal
-does not verify, is dead-lettered with a reason. Outputs (resolutions on the
+does not verify, is dead-lettered with a reason (reconcile/parse.py reads
+each record, whatever its headers hold, into exactly one of these). Outputs (resolutions on the
 audit topic, replies to senders) are sealed with the reconciler's own key
 (`keys.reconciler_key`), not the guard's, so the auditor can hold each role
 to its own key; an operator's resolution carries the operator's signed
