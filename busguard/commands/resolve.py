@@ -69,7 +69,7 @@ async def _wait_for_resolution(cfg: Config, escalation_id: str, deadline: float)
         while time.monotonic() < deadline:
             for recs in (await consumer.getmany(timeout_ms=500)).values():
                 for r in recs:
-                    if type(r) is Undecodable:
+                    if type(r) is Undecodable or r.value is None:  # anyone may write the audit topic: a null value is no resolution
                         continue
                     try:
                         rec = audit_decoder.decode(r.value)

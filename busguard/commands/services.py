@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from busguard.config import Config, load_config
-from busguard.errors import StoreUnreachable
+from busguard.errors import ConfigError, StoreUnreachable
 from busguard.runtime.membership import Claim, claim_instance
 from busguard.wiring import (
     build_guard,
@@ -22,6 +23,9 @@ from busguard.wiring import (
     reconciler_keys,
     reconciler_topics,
 )
+
+#: The per-process override of `[ops] port` (busguard/config.py, "Environment overrides").
+OPS_PORT_ENV = "BUSGUARD_OPS__PORT"
 
 if TYPE_CHECKING:
     from busguard.reconcile.worker import Reconciler
@@ -59,11 +63,15 @@ def _serve(service: Guard | Reconciler, topics: list[str], cfg: Config, close: C
         _install_stop(service.request_stop)
         await service.run()
 
+    from busguard.runtime.ops import OpsPortUnavailable
     from busguard.state.redact import redact
     from busguard.state.store import StateUnavailable
 
     try:
         asyncio.run(main())
+    except OpsPortUnavailable as exc:  # a guard and a reconciler from one config on one host: one line, exit 2
+        where = f"${OPS_PORT_ENV}" if OPS_PORT_ENV in os.environ else cfg.source
+        raise ConfigError(where, "ops.port", exc.port, exc.explain()) from None
     except StateUnavailable as exc:  # a batch waited state.retry_s for PostgreSQL: stop, in one line
         raise StoreUnreachable.postgres(
             cfg.source, redact(cfg.state.dsn), f"no answer to {exc.what!r}: {exc.error}", cfg.state.retry_s

@@ -3,7 +3,8 @@
 A stage of the shared crash-safe loop (runtime/loop.py), consuming the
 reconciliation topic. Inputs are the guard's sealed escalation records and
 operators' sealed resolve commands; anything else, or anything whose seal
-does not verify, is dead-lettered with a reason. Outputs (resolutions on the
+does not verify, is dead-lettered with a reason (reconcile/parse.py reads
+each record, whatever its headers hold, into exactly one of these). Outputs (resolutions on the
 audit topic, replies to senders) are sealed with the reconciler's own key
 (`keys.reconciler_key`), not the guard's, so the auditor can hold each role
 to its own key; an operator's resolution carries the operator's signed
@@ -21,30 +22,11 @@ import msgspec
 import structlog
 
 from busguard.config import Config
-from busguard.protocol.attestation import (
-    HEADER_OUTCOME,
-    HEADER_REASON,
-    HEADER_SEAL,
-    AttestationError,
-    attest_record,
-    seal,
-    verify_decision_record,
-)
-from busguard.protocol.identity import multikey_decode
+from busguard.protocol.attestation import HEADER_OUTCOME, HEADER_REASON, attest_record, seal
 from busguard.protocol.keyfile import Identity
-from busguard.protocol.records import (
-    HEADER_COMMAND,
-    HEADER_SIGNER,
-    Coordinates,
-    Decision,
-    Reply,
-    Resolution,
-    ResolveCommand,
-    SignedCommand,
-    command_seal_ok,
-    decision_id,
-)
+from busguard.protocol.records import Coordinates, Reply, Resolution, decision_id
 from busguard.reconcile.operators import Operators
+from busguard.reconcile.parse import Parsed, parse
 from busguard.reconcile.policy import EscalationState, Item, Rejected, on_command, on_escalation
 from busguard.reconcile.store import Processed, ReconcileState, States
 from busguard.runtime.faults import Faults
@@ -56,85 +38,17 @@ from busguard.runtime.undecodable import Undecodable
 from busguard.runtime.watched import WatchedFile
 
 log = structlog.get_logger(__name__)
-_decision = msgspec.json.Decoder(Decision)
-_command = msgspec.json.Decoder(ResolveCommand)
 _json = msgspec.json.Encoder()
 
-
-class _Parsed(msgspec.Struct, frozen=True):
-    escalation: Decision | None = None
-    command: ResolveCommand | None = None
-    signed: SignedCommand | None = None  # the command's exact bytes and seal, for the audit log
-    problem: Rejected | None = None
-
-    @property
-    def escalation_id(self) -> str | None:
-        if self.escalation is not None:
-            return self.escalation.decision_id
-        return self.command.escalation_id if self.command is not None else None
+__all__ = ["Reconciler", "operators_file", "parse"]
 
 
-def _command_signer(
-    headers: Sequence[tuple[str, bytes]], guard_public_key: bytes, operators: Operators, guard_key_resolves: bool
-) -> tuple[bytes, str | None] | Rejected:
-    """The key a command must verify under, and the operator it belongs to
-    (None: the deployment key, which may resolve under any name unless
-    `keys.guard_key_resolves` is off)."""
-    named = [v for k, v in headers if k == HEADER_SIGNER]
-    if not named:
-        if not guard_key_resolves:
-            return Rejected("bad_seal", "resolve commands must be signed with an operator's key (keys.guard_key_resolves = false)")
-        return guard_public_key, None
-    try:
-        if len(named) != 1:
-            raise ValueError(f"{len(named)} {HEADER_SIGNER} headers")
-        key = multikey_decode(named[0].decode("ascii"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        return Rejected("bad_seal", f"{HEADER_SIGNER} must be one Ed25519 multikey ({exc})")
-    name = operators.name_for(key)
-    if name is None:
-        return Rejected(
-            "bad_seal", f"resolve command signed with {named[0].decode('ascii')}, which is not an operator's key (keys.operators)"
-        )
-    return key, name
-
-
-def parse(
-    value: bytes | None,
-    headers: Sequence[tuple[str, bytes]],
-    guard_public_key: bytes,
-    operators: Operators,
-    guard_key_resolves: bool = True,
-) -> _Parsed:
-    """Authenticate and decode one reconciliation-topic record."""
-    if value is None:
-        return _Parsed(problem=Rejected("missing_field", "null value"))
-    if any(k == HEADER_COMMAND for k, _ in headers):
-        signer = _command_signer(headers, guard_public_key, operators, guard_key_resolves)
-        if isinstance(signer, Rejected):
-            return _Parsed(problem=signer)
-        key, operator = signer
-        seals = [v for k, v in headers if k == HEADER_SEAL]
-        if not (len(seals) == 1 and command_seal_ok(value, seals[0], key)):
-            whose = "the deployment's key" if operator is None else f"operator {operator!r}'s key"
-            return _Parsed(problem=Rejected("bad_seal", f"resolve command is not sealed with {whose}"))
-        try:
-            command = _command.decode(value)
-        except msgspec.MsgspecError as exc:
-            return _Parsed(problem=Rejected("wrong_type", f"resolve command: {exc}"))
-        if operator is not None and command.operator != operator:
-            return _Parsed(problem=Rejected("bad_seal", f"signed with operator {operator!r}'s key but names operator {command.operator!r}"))
-        named = [v for k, v in headers if k == HEADER_SIGNER]
-        signed = SignedCommand(body=value, seal=seals[0].decode("ascii"), signer=named[0].decode("ascii") if named else None)
-        return _Parsed(command=command, signed=signed)
-    try:
-        verify_decision_record(value, headers, guard_public_key)
-    except AttestationError as exc:
-        return _Parsed(problem=Rejected("bad_seal", str(exc)))
-    try:
-        return _Parsed(escalation=_decision.decode(value))
-    except msgspec.MsgspecError as exc:
-        return _Parsed(problem=Rejected("wrong_type", f"escalation record: {exc}"))
+def _label(headers: Sequence[tuple[str, bytes | None]], name: str) -> str:
+    """A metric label from an output's own header: the last of that name,
+    since a dead letter carries the input's headers (any bytes, or null)
+    before the reconciler's."""
+    found = [v for k, v in headers if k == name]
+    return (found[-1] or b"").decode("utf-8", "replace") if found else ""
 
 
 def operators_file(cfg: Config) -> WatchedFile[Operators] | None:
@@ -196,7 +110,7 @@ class Reconciler(SealingStage):
         parsed = [
             parse(r.value, list(r.headers), self.guard_public_key, operators, resolves)
             if type(r) is not Undecodable
-            else _Parsed(problem=Rejected(r.reason, r.detail))
+            else Parsed(problem=Rejected(r.reason, r.detail))
             for r in records
         ]
         now = self.clock_ms()
@@ -218,11 +132,10 @@ class Reconciler(SealingStage):
         by_source = await asyncio.to_thread(self.store.run_batch, sources, ids, decide)
         outputs = [o for src in sources for o in by_source[src]]
         for o in outputs:
-            reason = dict(o.headers).get(HEADER_REASON, b"").decode()
-            self.metrics.decisions.labels(dict(o.headers).get(HEADER_OUTCOME, b"").decode(), reason).inc()
+            self.metrics.decisions.labels(_label(o.headers, HEADER_OUTCOME), _label(o.headers, HEADER_REASON)).inc()
         return outputs
 
-    def _judge(self, p: _Parsed, states: States, source: Coordinates, now: int) -> tuple[list[Item], EscalationState | None]:
+    def _judge(self, p: Parsed, states: States, source: Coordinates, now: int) -> tuple[list[Item], EscalationState | None]:
         auto = self.cfg.reconcile.auto_resolve_retransmissions
         if p.problem is not None:
             return [p.problem], None
@@ -231,7 +144,7 @@ class Reconciler(SealingStage):
         assert p.command is not None
         return on_command(p.command, states.get(p.command.escalation_id), source, now, p.signed)
 
-    def _outputs(self, items: list[Item], record: Any, p: _Parsed) -> list[Output]:
+    def _outputs(self, items: list[Item], record: Any, p: Parsed) -> list[Output]:
         out: list[Output] = []
         source = Coordinates(topic=record.topic, partition=record.partition, offset=record.offset)
         for item in items:

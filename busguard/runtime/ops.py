@@ -8,6 +8,7 @@ state (a wedged loop stops answering, which is what a probe should see).
 from __future__ import annotations
 
 import asyncio
+import errno
 import time
 from collections.abc import Callable
 
@@ -81,6 +82,34 @@ class Metrics:
         return bytes(generate_latest(self.registry))
 
 
+#: Metrics.role -> the command that runs it, for errors a person reads.
+_PROCESS = {"guard": "the guard (busguard run)", "reconcile": "the reconciler (busguard reconcile)"}
+
+
+class OpsPortUnavailable(Exception):
+    """The ops endpoint could not listen where `[ops]` says: most often
+    another process on the host holds the port (a guard and a reconciler
+    started from one config). The command turns it into one config-error
+    line naming `ops.port` (busguard/commands/services.py)."""
+
+    def __init__(self, role: str, host: str, port: int, error: OSError) -> None:
+        self.role = role
+        self.host = host
+        self.port = port
+        self.error = error
+        super().__init__(self.explain())
+
+    def explain(self) -> str:
+        why = self.error.strerror or str(self.error)
+        held = " (another process on this host holds it)" if self.error.errno == errno.EADDRINUSE else ""
+        process = _PROCESS.get(self.role, self.role)
+        return (
+            f"{process} cannot open its ops endpoint (/metrics, /healthz) on {self.host}:{self.port}: {why}{held}; "
+            "give each busguard process on a host its own port ([ops] port in its config, or BUSGUARD_OPS__PORT=<port> "
+            "in its environment; 0 turns the endpoint off)"
+        )
+
+
 class OpsServer:
     def __init__(self, metrics: Metrics, ready: Callable[[], tuple[bool, str]], host: str, port: int) -> None:
         self.metrics = metrics
@@ -90,7 +119,10 @@ class OpsServer:
         self._server: asyncio.Server | None = None
 
     async def start(self) -> int:
-        self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        try:
+            self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        except OSError as exc:  # EADDRINUSE, EACCES below 1024, EADDRNOTAVAIL for a host not on this machine
+            raise OpsPortUnavailable(self.metrics.role, self.host, self.port, exc) from None
         bound = int(self._server.sockets[0].getsockname()[1])
         log.info("ops endpoint listening", host=self.host, port=bound, paths=["/metrics", "/healthz"])
         return bound

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from busguard.protocol.records import Coordinates, Decision, TaskEntry
 from busguard.state.keys import KeySet
 from busguard.state.memory.store import MemoryStore
+from busguard.state.rocksdb.directory import MARKER, StoreDirectoryRefused
 from busguard.state.rocksdb.layout import CATALOG, NONCES, TASKS, bucket
 from busguard.state.rocksdb.store import RocksStore
 from busguard.state.snapshot import Snapshot, StoredHead, WindowState, spans_of
@@ -245,7 +246,7 @@ def test_a_second_holder_and_a_file_in_its_place_are_os_errors_that_say_why(tmp_
         RocksStore(tmp_path / "f", now_ms=100)
     (tmp_path / "var").mkdir()
     (tmp_path / "var" / "other.log").write_text("x")
-    with pytest.raises(OSError, match="not a RocksDB store"):
+    with pytest.raises(StoreDirectoryRefused, match="not a directory busguard created"):
         RocksStore(tmp_path / "var", now_ms=100)
     assert sorted(p.name for p in (tmp_path / "var").iterdir()) == ["other.log"]
 
@@ -346,3 +347,108 @@ def test_the_store_is_opened_with_its_bounded_buffers_and_cache(tmp_path: Path) 
         (options,) = sorted((tmp_path / "s").glob("OPTIONS-*"))[-1:]
         text = options.read_text()
         assert "  write_buffer_size=67108864\n" in text and "  max_write_buffer_number=3\n" in text
+
+
+# -- whose directory (issue 35, finding 7) ------------------------------------------------------------
+
+ROUTE = '[[routes]]\nname = "r"\ninputs = ["in"]\ndownstream = "out"\n'
+
+
+def _listing(path: Path) -> dict[str, tuple[int, int]]:
+    """Every entry's size and mtime: a refusal leaves them all as they were."""
+    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in path.iterdir()}
+
+
+def _cli_refuses(config: Path, state: Path, capsys: pytest.CaptureFixture[str], *found: str) -> None:
+    from busguard.cli import main
+
+    before = _listing(state)
+    for command in (["state", "init"], ["state", "show"]):
+        assert main([*command, "--config", str(config)]) == 2, command
+        err = capsys.readouterr().err
+        [line] = err.splitlines()
+        assert line.startswith(f"busguard: config error: {state}: not a directory busguard created (state.path): it holds "), line
+        assert all(f in line for f in found) and "allowed: a directory that does not exist yet or is empty" in line, line
+    assert _listing(state) == before  # nothing created, nothing touched: no LOCK, LOG, OPTIONS, marker or rocksdict config
+
+
+def _another_applications_rocksdb(path: Path, families: bool) -> None:
+    import rocksdict
+
+    options = rocksdict.Options(raw_mode=True)
+    options.create_if_missing(True)
+    db = rocksdict.Rdict(str(path), options)
+    db[b"Mschema"] = b"theirs"  # even a key busguard also uses
+    if families:
+        db.create_column_family("events", rocksdict.Options(raw_mode=True))[b"e1"] = b"x"
+    db.close()
+
+
+@pytest.mark.parametrize("families", [False, True])
+def test_state_init_and_show_refuse_another_applications_rocksdb(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], families: bool
+) -> None:
+    config = tmp_path / "busguard.toml"
+    config.write_text(ROUTE + '[state]\nbackend = "rocksdb"\npath = "app.rocksdb"\n')
+    _another_applications_rocksdb(tmp_path / "app.rocksdb", families)
+    _cli_refuses(
+        config, tmp_path / "app.rocksdb", capsys, "CURRENT", "lacks busguard's own keys (created_at_ms, origin)", "another application's"
+    )
+    with pytest.raises(StoreDirectoryRefused):  # and the guard's open (`busguard run`)
+        RocksStore(tmp_path / "app.rocksdb", now_ms=NOW)
+
+
+def test_a_shared_directory_holding_a_file_named_current_is_refused_before_rocksdb_writes_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shared = tmp_path / "var"
+    shared.mkdir()
+    (shared / "CURRENT").write_text("MANIFEST-000001\n")  # a RocksDB-looking CURRENT, its manifest absent
+    (shared / "notes.txt").write_text("someone else's")
+    config = tmp_path / "busguard.toml"
+    config.write_text(ROUTE + '[state]\nbackend = "rocksdb"\npath = "var"\n')
+    _cli_refuses(config, shared, capsys, "2 entries (CURRENT, notes.txt) and no busguard-store.json")
+    assert sorted(p.name for p in shared.iterdir()) == ["CURRENT", "notes.txt"]
+    (shared / "MANIFEST-000001").write_text("not a manifest")  # now CURRENT names a file that exists
+    _cli_refuses(config, shared, capsys, "a RocksDB database that cannot be read")
+    assert sorted(p.name for p in shared.iterdir()) == ["CURRENT", "MANIFEST-000001", "notes.txt"]
+    (shared / MARKER).write_text('{"application": "someone-else"}')  # a marker name is not enough: its content is checked
+    _cli_refuses(config, shared, capsys, f"a {MARKER} that is not busguard's marker")
+    (shared / MARKER).write_bytes(b" " * 5000)  # and a marker is small: a larger file of that name is not read whole
+    _cli_refuses(config, shared, capsys, "more than 4096 bytes")
+
+
+def test_state_init_marks_the_directory_it_creates_and_only_that_opens_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from busguard.cli import main
+
+    config = tmp_path / "busguard.toml"
+    config.write_text(ROUTE + '[state]\nbackend = "rocksdb"\npath = "empty"\n')
+    (tmp_path / "empty").mkdir()  # an empty directory is new, as is one holding only a marker write cut short
+    (tmp_path / "empty" / f"{MARKER}.tmp").write_bytes(b'{"appli')
+    assert main(["state", "init", "--config", str(config)]) == 0
+    assert (tmp_path / "empty" / MARKER).read_bytes() == b'{"application":"busguard","store":"state","backend":"rocksdb","v":1}\n'
+    assert not (tmp_path / "empty" / f"{MARKER}.tmp").exists()
+    assert main(["state", "show", "--config", str(config)]) == 0
+    assert "origin genesis" in capsys.readouterr().out
+    s = RocksStore(tmp_path / "empty", now_ms=NOW + 1)  # the guard's open
+    assert (s.origin, s.created) == ("genesis", False)
+    s.close()
+
+
+def test_a_store_an_earlier_busguard_made_keeps_opening_and_is_marked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from busguard.cli import main
+
+    s = RocksStore(tmp_path / "old", now_ms=100, genesis=True)
+    _batch(s, KeySet(), NOW, BatchWrites(decisions={("in", 0, 7): _decision(0, 7, "a", NOW)}))
+    s.close()
+    (tmp_path / "old" / MARKER).unlink()  # as a busguard from before the marker left it
+    config = tmp_path / "busguard.toml"
+    config.write_text(ROUTE + '[state]\nbackend = "rocksdb"\npath = "old"\n')
+    before = _listing(tmp_path / "old")
+    assert main(["state", "show", "--config", str(config)]) == 0  # a reader: recognised, nothing written
+    assert "decided up to in:0@7" in capsys.readouterr().out
+    assert set(_listing(tmp_path / "old")) == set(before) | {"rocksdict-config.json"}  # the view's own rocksdict file, no marker
+    s = RocksStore(tmp_path / "old", now_ms=NOW)  # the guard's open: recognised by its keys, marked, opened as it was
+    assert (s.origin, s.created_at, s.created, s.partition_watermarks()) == ("genesis", 100, False, {("in", 0): 7})
+    s.close()
+    assert (tmp_path / "old" / MARKER).is_file()

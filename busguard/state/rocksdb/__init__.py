@@ -12,6 +12,10 @@ same: a batch is one `WriteBatch`, applied atomically (on recovery too), and
 with `synchronous = "full"` (the default) `write` returns only after the WAL
 is synced (fdatasync, the call SQLite's `synchronous = FULL` commit makes).
 
+Only a directory busguard created is opened: its marker file, written
+before RocksDB creates anything there, or a store an earlier busguard made,
+recognised read-only by its own keys (state/rocksdb/directory.py).
+
 The layout (state/rocksdb/layout.py builds every key): one column family,
 byte keys, each kind under a one-byte prefix. Rows that expire by time
 (nonces, tasks, decision runs, batch seals and their spans) live in

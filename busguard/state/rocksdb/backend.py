@@ -55,7 +55,12 @@ class RocksBackend:
         return RocksView(options.path)
 
     def exists(self, options: RocksOptions) -> bool:
-        return (options.path / "CURRENT").is_file()
+        """Something to look at: busguard's marker, or a RocksDB `CURRENT`
+        (a store an earlier busguard made, or another application's, which
+        the view then refuses by name)."""
+        from busguard.state.rocksdb.directory import MARKER
+
+        return (options.path / MARKER).is_file() or (options.path / "CURRENT").is_file()
 
     def location(self, options: RocksOptions) -> str | None:
         return str(options.path)

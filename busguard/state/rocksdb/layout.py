@@ -49,6 +49,14 @@ WATERMARKS: Final = b"W"
 CATALOG: Final = b"C"
 META: Final = b"M"
 
+#: `M schema`: the layout's version; `M origin`: how the store began (`state init`, or created fenced)
+SCHEMA: Final = "1"
+GENESIS: Final = "genesis"
+CREATED: Final = "created"
+#: The META names every store busguard made has from its first write (directory.py
+#: recognises a store an earlier busguard made, before the marker, by them).
+META_NAMES: Final = (b"schema", b"created_at_ms", b"origin")
+
 
 def text(*parts: object) -> bytes:
     return key(*parts).encode()

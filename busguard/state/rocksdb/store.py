@@ -22,12 +22,15 @@ import rocksdict
 from busguard.protocol.records import Coordinates, Decision, TaskEntry
 from busguard.state.codecs import bitmap_bytes, bitmap_int, encode, run_decoder, task_decoder
 from busguard.state.keys import KeySet, Partition, SourceKey
+from busguard.state.rocksdb.directory import StoreDirectoryRefused, claim
 from busguard.state.rocksdb.layout import (
     BUCKETED,
     BY_EXPIRY,
     CATALOG,
     COUNTED,
     COUNTS,
+    CREATED,
+    GENESIS,
     HEADS,
     META,
     NONCES,
@@ -35,6 +38,7 @@ from busguard.state.rocksdb.layout import (
     QI,
     QQ,
     RUNS,
+    SCHEMA,
     SPANS,
     TASKS,
     WATERMARKS,
@@ -53,9 +57,6 @@ from busguard.state.sqlite.store import RUN_SPAN
 from busguard.state.store import BatchFn, rearmed
 from busguard.state.writes import BatchWrites
 
-SCHEMA: Final = "1"
-GENESIS: Final = "genesis"
-CREATED: Final = "created"
 #: deletes per expiry write batch for windows and policy rows (as SQLite's EXPIRE_CHUNK)
 EXPIRE_CHUNK: Final = 20_000
 head_decoder: Final = msgspec.msgpack.Decoder(StoredHead)
@@ -90,12 +91,7 @@ def _open(path: Path) -> rocksdict.Rdict:
     if path.exists() and not path.is_dir():
         # mkdir would say FileExistsError, which callers read as "a store is already there"
         raise NotADirectoryError(errno.ENOTDIR, "not a directory (a RocksDB store is one)", str(path))
-    if path.is_dir() and not (path / "CURRENT").exists() and any(path.iterdir()):
-        # RocksDB would create its files among someone else's (a path set to "../var")
-        raise OSError(
-            errno.ENOTEMPTY, "a directory holding other files, not a RocksDB store (give the store a directory of its own)", str(path)
-        )
-    path.mkdir(parents=True, exist_ok=True)
+    claim(path)  # a directory of busguard's own, or refused before RocksDB writes a file there (directory.py)
     options = rocks_options()
     try:
         # the default family named with its options: without them rocksdict
@@ -156,7 +152,7 @@ class RocksStore:
                     f"{self.path}: already holds a state store (created at {Q.unpack(meta['created_at_ms'])[0]}); genesis is for a new one"
                 )
             elif meta.get("schema") != SCHEMA.encode():
-                raise RuntimeError(f"{self.path}: state schema {meta.get('schema')!r} is not {SCHEMA}")
+                raise StoreDirectoryRefused(self.path, f"a busguard state store of schema {meta.get('schema')!r}, not {SCHEMA}")
             self._created_at: int = Q.unpack(meta["created_at_ms"])[0]
             self.origin: str = meta["origin"].decode()
             self._trusted_from: int | None = _int(meta.get("trusted_from_ms"))

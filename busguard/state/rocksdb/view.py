@@ -25,8 +25,9 @@ from pathlib import Path
 import rocksdict
 
 from busguard.state.keys import Partition
-from busguard.state.rocksdb.layout import META, WATERMARKS, Q
-from busguard.state.rocksdb.store import SCHEMA, partition_decoder, rocks_options, scan
+from busguard.state.rocksdb.directory import StoreDirectoryRefused, check
+from busguard.state.rocksdb.layout import META, SCHEMA, WATERMARKS, Q
+from busguard.state.rocksdb.store import partition_decoder, rocks_options, scan
 
 
 class RocksView:
@@ -35,6 +36,7 @@ class RocksView:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        check(self.path)  # refuses a directory busguard did not create, and writes nothing (directory.py)
         self._scratch = tempfile.mkdtemp(prefix="busguard-rocksdb-view-")
         options = rocks_options()
         options.create_if_missing(False)
@@ -52,7 +54,7 @@ class RocksView:
             self._db.try_catch_up_with_primary()
             meta = {k[len(META) :]: v for k, v in scan(self._db, META)}
             if meta.get(b"schema") != SCHEMA.encode():
-                raise RuntimeError(f"{self.path}: state schema {meta.get(b'schema')!r} is not {SCHEMA}")
+                raise StoreDirectoryRefused(self.path, f"a busguard state store of schema {meta.get(b'schema')!r}, not {SCHEMA}")
             self.origin: str = meta[b"origin"].decode()
             self._created_at: int = Q.unpack(meta[b"created_at_ms"])[0]
             trusted = meta.get(b"trusted_from_ms")
