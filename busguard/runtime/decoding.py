@@ -99,6 +99,12 @@ def _no_record(lo: int, hi: int) -> str:
     return f"the batch header claims {span} but the batch holds no record there"
 
 
+def _rewinds(base: int, last_delta: int) -> str:
+    lo = base + last_delta + 1
+    behind = f"; offsets {max(lo, 0)}-{base - 1} may then hold records no decision covers" if lo < base else ""
+    return f"lastOffsetDelta {last_delta} is negative: a broker that trusts it stores the next records from offset {lo}{behind}"
+
+
 def _clip(text: str) -> str:
     return text if len(text) <= _MAX_DETAIL else text[: _MAX_DETAIL - 1] + "…"
 
@@ -252,6 +258,12 @@ class PartitionDecoder:
             last = next_base - 1
         if last < self.next_fetch_offset:
             return  # already consumed (the broker returns whole batches)
+        if last_delta < 0 and count > 0:
+            # Kafka writes lastOffsetDelta = records - 1; a broker that trusts a
+            # negative one (tansu) gives the NEXT records offsets this reader
+            # has already read past, where no decision will cover them
+            yield from self._placeholders(batch, base, base, base, _rewinds(base, last_delta))
+            return
         if attrs & _CONTROL:
             if attrs & _TRANSACTIONAL:
                 self.next_fetch_offset = last + 1  # a transaction marker, not a record

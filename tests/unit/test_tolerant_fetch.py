@@ -228,6 +228,15 @@ def test_a_fetch_from_inside_a_claimed_gap_starts_the_span_there() -> None:
     assert _kinds(_decode(raw, 13)) == [(13, Reason.UNDECODABLE_BATCH), (14, Reason.UNDECODABLE_BATCH), (15, Reason.UNDECODABLE_BATCH)]
 
 
+def test_a_negative_last_offset_delta_is_refused_whole_and_names_the_offsets_it_rewinds_over() -> None:
+    """Issue 35 finding 6b: tansu stores the records after such a batch at
+    offsets already read past; the decision says exactly which."""
+    raw = batch([record(0, None, b"neg", [])], last_offset_delta=-9, base_offset=11)
+    (item,) = _decode(raw, 11)
+    assert (item.offset, item.reason, item.last_offset) == (11, Reason.UNDECODABLE_BATCH, None)
+    assert "offsets 3-10 may then hold records no decision covers" in item.detail
+
+
 # -- position ---------------------------------------------------------------------
 
 
