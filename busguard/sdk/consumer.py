@@ -190,7 +190,7 @@ class AdmittingConsumer:
         `commit`, a new group starting at each partition's beginning, and
         tolerant decoding, inflating no compressed batch past
         `max_inflated_bytes` (default: busguard's `batch.max_inflated_bytes`
-        default, 64 MiB). `client_options` are further `AIOKafkaConsumer`
+        default, 16 MiB). `client_options` are further `AIOKafkaConsumer`
         settings (timeouts, fetch sizes, TLS), never the ones this decides."""
         fixed = sorted(FIXED_OPTIONS.intersection(client_options or {}))
         if fixed:

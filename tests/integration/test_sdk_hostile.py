@@ -4,7 +4,8 @@ A real `busguard run` forwards genuine tasks to the downstream topic; between
 them, anyone who can write that topic puts a record with a non-UTF-8 header
 name (a batch built byte by byte: no client library writes one), a record
 with a null `busguard-attestation`, an exact copy of a genuine forward with
-its `busguard-receipt` nulled, and a batch whose CRC is broken. A receiver
+its `busguard-receipt` nulled, a batch whose CRC is broken and a zstd batch
+that inflates to 64 MiB. A receiver
 (`ActOnce` over `AdmittingConsumer.open`, on a SQLite done-set) acts on
 every genuine task exactly once and refuses each bad record (each bad batch)
 exactly once, across a restart of the receiver. Before the SDK read through
@@ -26,7 +27,7 @@ from busguard.devtools.guardkit import GuardProcess, Setup, audit_entries, colle
 from busguard.protocol.attestation import HEADER_ATTESTATION, HEADER_SEAL
 from busguard.protocol.envelope import HEADER_RECEIPT
 from busguard.sdk import ActOnce, AdmittingConsumer, Claim, Delivery, SqliteDoneSet, Step
-from tests.fuzz.batches import batch, record
+from tests.fuzz.batches import CODECS, batch, bomb_batch, record
 
 from .test_hostile_records import produce_batches
 
@@ -126,17 +127,18 @@ async def test_a_receiver_refuses_each_hostile_record_once_and_acts_on_every_tas
         await produce_batches(s.bootstrap, s.downstream_handoffs, [non_utf8_header_name()])
         await forward_tasks(s, [f"t-{i}" for i in range(9, 12)], 12)
         await produce(s.bootstrap, s.downstream_handoffs, [null_attestation()])
+        await produce_batches(s.bootstrap, s.downstream_handoffs, [(bomb_batch(CODECS["zstd"], 64 << 20), 1)])  # past the 16 MiB bound
         await forward_tasks(s, [f"t-{i}" for i in range(12, 14)], 14)
 
         loop, done = await open_receiver(s, group, db)
         try:
-            second, reasons = await run_until(loop, acted=5, refused=2)
+            second, reasons = await run_until(loop, acted=5, refused=3)
             work = done.connection.execute("SELECT task_id FROM work").fetchall()
         finally:
             await loop.inbox.close()
             done.close()
-        assert (second.acted, second.skipped, second.refused) == (5, 0, 2)
-        assert reasons == {"undecodable": 1, "unattested": 1}
+        assert (second.acted, second.skipped, second.refused) == (5, 0, 3)
+        assert reasons == {"undecodable": 2, "unattested": 1}
         assert sorted(t for (t,) in work) == sorted(f"t-{i}" for i in range(14))  # each task once
     finally:
         assert guard.terminate() == 0, guard.tail()
