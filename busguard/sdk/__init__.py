@@ -8,6 +8,7 @@ from busguard.sdk.award import AwardView, BidView, CallView, ResultView, Verific
 from busguard.sdk.compromise import HandoffView, handoff_reader, registry_keys
 from busguard.sdk.consumer import AdmittingConsumer, Batch, Delivery, Fetched, Refusal
 from busguard.sdk.doneset import Claim, DoneSet, SqliteDoneSet, Staged, idempotency_token
+from busguard.sdk.guardkey import guard_key_from_multikey
 from busguard.sdk.once import ActOnce, Reply, Step
 from busguard.sdk.pgdoneset import PostgresDoneSet
 from busguard.sdk.producer import SigningProducer
@@ -44,6 +45,7 @@ __all__ = [
     "Staged",
     "Step",
     "Verification",
+    "guard_key_from_multikey",
     "handoff_reader",
     "idempotency_token",
     "open_admitted",

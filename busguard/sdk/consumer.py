@@ -22,6 +22,16 @@ once the agent has acted on it.
     >>> batch.positions
     {('agents.out', 0): 9}
 
+An agent builds it with `AdmittingConsumer.open(...)`, which makes the
+one consumer an agent must use: a group member that commits only what the
+agent has acted on (`enable_auto_commit=False`), reads a new group's topic
+from its beginning (`auto_offset_reset="earliest"`), and decodes tolerantly
+(busguard.runtime.tolerant_fetch, the reader busguard's own processes use):
+a record or batch aiokafka cannot decode (a header name that is not UTF-8, a
+broken CRC, a corrupt compressed frame) arrives as an `Undecodable`
+placeholder instead of raising out of `getmany`, and becomes one refusal
+`undecodable` here, past which the position moves.
+
 Cost per record: one inclusion proof (a few SHA-256 hashes) when the guard
 seals per batch, since the tree head's signature is checked once per batch
 (the `HeadCache`), or one Ed25519 verify when it seals per record; the
@@ -34,7 +44,7 @@ its capacity (4096 heads).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import msgspec
 
@@ -50,7 +60,10 @@ from busguard.protocol.envelope import HEADER_RECEIPT
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.receipt import Receipt, ReceiptError, decode_receipt
 
-__all__ = ["AdmittingConsumer", "Batch", "Delivery", "Fetched", "Reader", "Refusal"]
+if TYPE_CHECKING:  # the placeholder's module loads aiokafka; admit imports it only when one can exist
+    from busguard.runtime.undecodable import Undecodable
+
+__all__ = ["AdmittingConsumer", "Batch", "Delivery", "Fetched", "Reader", "Refusal", "log_refusals"]
 
 MAX_DETAIL: Final = 300
 _PREFIX_LEN: Final = len(HEADER_ANNOTATION_PREFIX)
@@ -58,6 +71,10 @@ _PREFIX_LEN: Final = len(HEADER_ANNOTATION_PREFIX)
 UNATTESTED: Final = "unattested"
 NOT_FOR_ME: Final = "not_for_me"
 UNREADABLE: Final = "unreadable"
+#: the client could not decode the record (or a whole batch: one refusal for its span)
+UNDECODABLE: Final = "undecodable"
+#: decided before the done-set's horizon, the time before which it forgot its marks (ActOnce)
+BEFORE_HORIZON: Final = "before_horizon"
 
 
 class Fetched(NamedTuple):
@@ -92,17 +109,21 @@ class Delivery(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Refusal(msgspec.Struct, frozen=True, kw_only=True):
-    """A record this agent must not act on: `unattested` (no valid busguard
-    seal, or not a forward, or a payload the guard did not admit, or
-    annotation headers the attestation does not bind exactly),
+    """A record this agent must not act on: `undecodable` (the Kafka client
+    could not decode it; `last_offset` is set when a whole batch could not
+    be, and the refusal covers `offset`..`last_offset`), `unattested` (no
+    valid busguard seal, or not a forward, or a payload the guard did not
+    admit, or annotation headers the attestation does not bind exactly),
     `not_for_me` (admitted, but addressed to another agent), `unreadable`
-    (the kind's reader refused its payload)."""
+    (the kind's reader refused its payload); `before_horizon` comes from
+    `ActOnce` (decided before the done-set forgot its marks)."""
 
     topic: str
     partition: int
     offset: int
     reason: str
     detail: str
+    last_offset: int | None = None
 
 
 class Batch(msgspec.Struct, kw_only=True):
@@ -118,6 +139,10 @@ class Batch(msgspec.Struct, kw_only=True):
 Reader = Callable[[Delivery], object]
 
 
+#: Settings `AdmittingConsumer.open` decides itself; `client_options` may not override them.
+FIXED_OPTIONS: Final = frozenset({"bootstrap_servers", "group_id", "enable_auto_commit", "auto_offset_reset", "key_deserializer"})
+
+
 class AdmittingConsumer:
     def __init__(
         self,
@@ -129,8 +154,11 @@ class AdmittingConsumer:
         heads: HeadCache | None = None,
         max_records: int = 500,
     ) -> None:
-        if len(guard_public_key) != 32:
-            raise ValueError(f"guard_public_key: {len(guard_public_key)} bytes; an Ed25519 public key is 32")
+        if not isinstance(guard_public_key, bytes) or len(guard_public_key) != 32:
+            raise ValueError(
+                f"guard_public_key: {type(guard_public_key).__name__} of {_length(guard_public_key)}; the raw 32 bytes of an Ed25519"
+                " public key (`guard_key_from_multikey('z6Mk…')` converts the config's string)"
+            )
         if max_records < 1:
             raise ValueError(f"max_records: {max_records}; allowed 1 or more")
         self.consumer = consumer
@@ -141,16 +169,73 @@ class AdmittingConsumer:
         self.heads = heads if heads is not None else HeadCache()
         self.max_records = max_records
 
+    @classmethod
+    async def open(
+        cls,
+        topics: str | Sequence[str],
+        *,
+        bootstrap_servers: str | Sequence[str],
+        group_id: str,
+        guard_public_key: bytes,
+        agent_id: str,
+        readers: Mapping[str, Reader] | None = None,
+        heads: HeadCache | None = None,
+        max_records: int = 500,
+        max_inflated_bytes: int | None = None,
+        client_options: Mapping[str, Any] | None = None,
+    ) -> AdmittingConsumer:
+        """Build and start the consumer an agent must read through (module
+        doc): a member of `group_id` subscribed to `topics` (none: the agent
+        assigns partitions itself on `.consumer`), offsets committed only by
+        `commit`, a new group starting at each partition's beginning, and
+        tolerant decoding, inflating no compressed batch past
+        `max_inflated_bytes` (default: busguard's `batch.max_inflated_bytes`
+        default, 16 MiB). `client_options` are further `AIOKafkaConsumer`
+        settings (timeouts, fetch sizes, TLS), never the ones this decides."""
+        fixed = sorted(FIXED_OPTIONS.intersection(client_options or {}))
+        if fixed:
+            raise ValueError(f"client_options: {', '.join(fixed)} set; AdmittingConsumer.open decides these (docs/sdk.md)")
+        if not isinstance(group_id, str) or not group_id:
+            raise ValueError(f"group_id: {group_id!r}; a non-empty consumer group id (offsets are committed to it)")
+        inbox = cls(None, guard_public_key=guard_public_key, agent_id=agent_id, readers=readers, heads=heads, max_records=max_records)
+        from aiokafka import AIOKafkaConsumer  # the pure path (admit) needs no Kafka client
+
+        from busguard.runtime.tolerant_fetch import consumer_options
+
+        tolerant = consumer_options() if max_inflated_bytes is None else consumer_options(max_inflated_bytes)
+        names = (topics,) if isinstance(topics, str) else tuple(topics)
+        consumer = AIOKafkaConsumer(
+            *names,
+            bootstrap_servers=bootstrap_servers,
+            group_id=group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            **tolerant,
+            **dict(client_options or {}),
+        )
+        try:
+            await consumer.start()
+        except BaseException:
+            await consumer.stop()
+            raise
+        inbox.consumer = consumer
+        return inbox
+
+    async def close(self) -> None:
+        """Stop the wrapped consumer (it leaves its group)."""
+        await self.consumer.stop()
+
+    async def __aenter__(self) -> AdmittingConsumer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
     async def getmany(self, timeout_ms: int = 1000) -> Batch:
         """Fetch up to `max_records` records (waiting up to `timeout_ms`) and decide each."""
         fetched = await self.consumer.getmany(timeout_ms=timeout_ms, max_records=self.max_records)
         batch = self.admit(r for records in fetched.values() for r in records)
-        if batch.refusals:
-            import structlog  # it loads asyncio; the pure core imports this module through busguard's facade
-
-            log = structlog.get_logger("busguard.sdk.consumer")
-            for refusal in batch.refusals:
-                log.warning("record_refused", **msgspec.structs.asdict(refusal))
+        log_refusals(batch.refusals)
         return batch
 
     async def commit(self, batch: Batch) -> None:
@@ -163,9 +248,16 @@ class AdmittingConsumer:
 
     def admit(self, records: Iterable[Fetched | Any]) -> Batch:
         """Decide each record in order; no I/O and no logging (`getmany` logs
-        each refusal), and never an exception for a record's contents."""
+        each refusal), and never an exception for a record's contents. An
+        `Undecodable` (the tolerant reader's placeholder) is refused as
+        `undecodable`, and the position moves past everything it covers."""
         batch = Batch(deliveries=[], refusals=[], positions={})
         for r in records:
+            u = None if type(r) is Fetched else _as_undecodable(r)
+            if u is not None:
+                batch.positions[(u.topic, u.partition)] = u.next_offset
+                batch.refusals.append(_undecodable(u))
+                continue
             batch.positions[(r.topic, r.partition)] = r.offset + 1
             outcome = self._open(r)
             if isinstance(outcome, Delivery):
@@ -202,6 +294,45 @@ class AdmittingConsumer:
             return msgspec.structs.replace(delivery, view=reader(delivery))
         except ValueError as exc:
             return _refuse(r, UNREADABLE, f"{receipt.kind}: {exc}")
+
+
+def log_refusals(refusals: Sequence[Refusal]) -> None:
+    """One `record_refused` warning per refusal (structlog)."""
+    if not refusals:
+        return
+    import structlog  # it loads asyncio; the pure core imports this module through busguard's facade
+
+    log = structlog.get_logger("busguard.sdk.consumer")
+    for refusal in refusals:
+        log.warning("record_refused", **msgspec.structs.asdict(refusal))
+
+
+def _as_undecodable(r: object) -> Undecodable | None:
+    # Imported only for a record that is not a `Fetched`: an aiokafka record
+    # or placeholder, so the Kafka client is loaded already.
+    from busguard.runtime.undecodable import Undecodable
+
+    return r if type(r) is Undecodable else None
+
+
+def _undecodable(u: Undecodable) -> Refusal:
+    span = None if u.last_offset is None or u.last_offset == u.offset else u.last_offset
+    where = "" if span is None else f" (offsets {u.offset}..{span})"
+    return Refusal(
+        topic=u.topic,
+        partition=u.partition,
+        offset=u.offset,
+        reason=UNDECODABLE,
+        detail=f"{u.reason}{where}: {u.detail}"[:MAX_DETAIL],
+        last_offset=span,
+    )
+
+
+def _length(value: object) -> str:
+    try:
+        return f"{len(value)} bytes"  # type: ignore[arg-type]
+    except TypeError:
+        return "no length"
 
 
 def _principal(agent_id: str) -> str | None:

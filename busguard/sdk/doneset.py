@@ -32,10 +32,28 @@ the decision id to the other system, which must deduplicate on it.
     >>> idempotency_token("d-1")[:16]
     'a5698ebf8738cd42'
 
-Bound: one row per decision id handled (about 100 bytes); `forget_before`
-drops rows older than a time the caller picks (after the guard's retention
-of re-emissions, docs/protocol.md 12, nothing re-delivers them). The
-outbox holds at most `MAX_STAGED` replies per claim, and only until sent.
+The horizon. `forget_before(t)` drops the marks older than `t` and, in the
+same transaction, records `t` as the done-set's horizon (never moved back):
+the time before which it no longer remembers what it did. A claim given the
+decision's `decided_at` (the attestation's, which a re-emission keeps)
+refuses a decision decided before the horizon (`tx.before_horizon`), since
+its mark may be among those forgotten, and anyone who can write the topic
+can put an exact copy of an old forward back on it. A mark is stamped at
+the later of the agent's clock and `decided_at`, so every forgotten mark is
+of a decision decided before the horizon, whatever the two clocks say.
+
+    >>> with done.claim("d-3", now_ms=100, decided_at=90) as tx:
+    ...     tx.claimed
+    True
+    >>> done.forget_before(200), done.horizon_ms()
+    (1, 200)
+    >>> with done.claim("d-3", now_ms=300, decided_at=90) as tx:
+    ...     tx.claimed, tx.before_horizon
+    (False, True)
+
+Bound: one row per decision id handled (about 100 bytes), plus one row for
+the horizon; `forget_before` drops rows older than a time the caller picks.
+The outbox holds at most `MAX_STAGED` replies per claim, and only until sent.
 """
 
 from __future__ import annotations
@@ -60,6 +78,7 @@ _SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS busguard_done (decision_id TEXT PRIMARY KEY, done_at_ms INTEGER NOT NULL) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS busguard_outbox (id INTEGER PRIMARY KEY AUTOINCREMENT, decision_id TEXT NOT NULL,"
     " topic TEXT NOT NULL, key BLOB, value BLOB NOT NULL, headers BLOB NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS busguard_horizon (id INTEGER PRIMARY KEY CHECK (id = 0), before_ms INTEGER NOT NULL)",
 )
 _headers_codec: Final = msgspec.msgpack.Encoder()
 _headers_decoder: Final = msgspec.msgpack.Decoder(list[tuple[str, bytes]])
@@ -79,23 +98,36 @@ def check_decision_id(decision_id: str) -> None:
         raise ValueError(f"decision_id: {len(decision_id)} characters; allowed 1..{MAX_DECISION_ID}")
 
 
+def mark_time(now_ms: int | None, decided_at: int | None) -> int:
+    """When a mark is stamped: the agent's clock, or the decision's time when
+    that is later, so `forget_before(t)` forgets only decisions decided before `t`."""
+    at = now_ms if now_ms is not None else time.time_ns() // 1_000_000
+    return at if decided_at is None else max(at, decided_at)
+
+
 class Claim(Generic[C]):
     """One open transaction: `claimed` is False when the id was already done
-    (then do nothing); `connection` is where the agent writes its effect
-    (a `sqlite3.Connection`, or a `psycopg.Connection` for the PostgreSQL
-    done-set)."""
+    or, with `before_horizon` True, decided before the done-set's horizon
+    `horizon_ms` (then do nothing); `connection` is where the agent writes
+    its effect (a `sqlite3.Connection`, or a `psycopg.Connection` for the
+    PostgreSQL done-set)."""
 
-    def __init__(self, connection: C, decision_id: str, claimed: bool) -> None:
+    def __init__(
+        self, connection: C, decision_id: str, claimed: bool, *, before_horizon: bool = False, horizon_ms: int | None = None
+    ) -> None:
         self.connection = connection
         self.decision_id = decision_id
         self.claimed = claimed
+        self.before_horizon = before_horizon
+        self.horizon_ms = horizon_ms
         self.token = idempotency_token(decision_id)
         self.staged: list[Staged] = []
 
     def stage(self, topic: str, key: bytes | None, value: bytes, headers: Sequence[tuple[str, bytes]]) -> None:
         """Keep a reply to send once this transaction commits (the outbox)."""
         if not self.claimed:
-            raise ValueError(f"decision {self.decision_id!r} was already done: nothing to reply")
+            why = "was decided before the done-set's horizon" if self.before_horizon else "was already done"
+            raise ValueError(f"decision {self.decision_id!r} {why}: nothing to reply")
         if len(self.staged) >= MAX_STAGED:
             raise ValueError(f"more than {MAX_STAGED} replies staged for one decision")
         self.staged.append(Staged(0, self.decision_id, topic, key, value, list(headers)))
@@ -124,27 +156,33 @@ class SqliteDoneSet:
     """The default done-set: WAL and synchronous=FULL, so a committed
     done-mark (and the effect committed with it) survives `kill -9` and power loss."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, timeout_s: float = 5.0) -> None:
         import sqlite3
 
-        self.connection = sqlite3.connect(str(path), isolation_level=None)
+        # timeout_s: how long a claim waits for another process's claim on the same file
+        self.connection = sqlite3.connect(str(path), isolation_level=None, timeout=timeout_s)
         self.connection.execute("PRAGMA journal_mode=WAL")
         self.connection.execute("PRAGMA synchronous=FULL")
         for statement in _SCHEMA:
             self.connection.execute(statement)
 
     @contextmanager
-    def claim(self, decision_id: str, *, now_ms: int | None = None) -> Iterator[Claim[sqlite3.Connection]]:
+    def claim(self, decision_id: str, *, now_ms: int | None = None, decided_at: int | None = None) -> Iterator[Claim[sqlite3.Connection]]:
         """Mark `decision_id` done inside one IMMEDIATE transaction that
         commits when the block exits normally and rolls back (mark and
-        effect) when it raises."""
+        effect) when it raises. With `decided_at`, a decision decided
+        before the horizon is not claimed (module doc)."""
         check_decision_id(decision_id)
-        at = now_ms if now_ms is not None else time.time_ns() // 1_000_000
+        at = mark_time(now_ms, decided_at)
         conn = self.connection
-        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("BEGIN IMMEDIATE")  # serializes claims and forget_before, across processes too
         try:
-            cur = conn.execute("INSERT OR IGNORE INTO busguard_done (decision_id, done_at_ms) VALUES (?, ?)", (decision_id, at))
-            tx = Claim(conn, decision_id, cur.rowcount == 1)
+            horizon = self._horizon() if decided_at is not None else None
+            if decided_at is not None and horizon is not None and decided_at < horizon:
+                tx = Claim(conn, decision_id, False, before_horizon=True, horizon_ms=horizon)
+            else:
+                cur = conn.execute("INSERT OR IGNORE INTO busguard_done (decision_id, done_at_ms) VALUES (?, ?)", (decision_id, at))
+                tx = Claim(conn, decision_id, cur.rowcount == 1, horizon_ms=horizon)
             yield tx
             conn.executemany(
                 "INSERT INTO busguard_outbox (decision_id, topic, key, value, headers) VALUES (?, ?, ?, ?, ?)",
@@ -169,8 +207,30 @@ class SqliteDoneSet:
         return row is not None
 
     def forget_before(self, at_ms: int) -> int:
-        """Drop marks older than `at_ms`; returns how many."""
-        return int(self.connection.execute("DELETE FROM busguard_done WHERE done_at_ms < ?", (at_ms,)).rowcount)
+        """Drop marks older than `at_ms` and make `at_ms` the horizon (unless
+        it is already later), in one transaction; returns how many marks."""
+        conn = self.connection
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            dropped = int(conn.execute("DELETE FROM busguard_done WHERE done_at_ms < ?", (at_ms,)).rowcount)
+            conn.execute(
+                "INSERT INTO busguard_horizon (id, before_ms) VALUES (0, ?)"
+                " ON CONFLICT (id) DO UPDATE SET before_ms = max(before_ms, excluded.before_ms)",
+                (at_ms,),
+            )
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return dropped
+
+    def horizon_ms(self) -> int | None:
+        """The latest `forget_before` time (epoch ms), None if it never forgot."""
+        return self._horizon()
+
+    def _horizon(self) -> int | None:
+        row = self.connection.execute("SELECT before_ms FROM busguard_horizon WHERE id = 0").fetchone()
+        return None if row is None else int(row[0])
 
     def close(self) -> None:
         self.connection.close()
@@ -179,9 +239,11 @@ class SqliteDoneSet:
 class DoneSet(Protocol[C]):
     """What the act-once loop needs of a done-set (SQLite or PostgreSQL)."""
 
-    def claim(self, decision_id: str, *, now_ms: int | None = None) -> AbstractContextManager[Claim[C]]: ...
+    def claim(self, decision_id: str, *, now_ms: int | None = None, decided_at: int | None = None) -> AbstractContextManager[Claim[C]]: ...
 
     def is_done(self, decision_id: str) -> bool: ...
+
+    def horizon_ms(self) -> int | None: ...
 
     def outbox(self) -> list[Staged]: ...
 

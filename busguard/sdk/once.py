@@ -12,7 +12,10 @@ witness. `ActOnce` runs the one order that survives a crash at any instant:
 3. for each delivery, in order, claim its decision id in the done-set and,
    only when the claim is new, run the agent's effect in the same
    transaction; the effect's replies are signed and staged in that
-   transaction too; the block's exit commits mark, effect and replies;
+   transaction too; the block's exit commits mark, effect and replies.
+   A delivery decided (the attestation's `decided_at`) before the
+   done-set's horizon is refused (`before_horizon`, logged): its mark may
+   have been forgotten, so it cannot be told from a copy of an old forward;
 4. send the staged replies, dropping each from the outbox once acknowledged;
 5. commit the batch's offsets.
 
@@ -55,7 +58,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from busguard.sdk.consumer import AdmittingConsumer, Delivery
+from busguard.sdk.consumer import BEFORE_HORIZON, MAX_DETAIL, AdmittingConsumer, Delivery, Refusal, log_refusals
 from busguard.sdk.doneset import Claim, DoneSet, idempotency_token
 from busguard.sdk.producer import SigningProducer
 
@@ -133,6 +136,11 @@ class CrashPoints:
             self.kill(point)
 
 
+def _before_horizon(d: Delivery, horizon: int | None) -> Refusal:
+    detail = f"decided_at {d.attestation.decided_at} is before the done-set's horizon {horizon} (marks before it were forgotten)"
+    return Refusal(topic=d.topic, partition=d.partition, offset=d.offset, reason=BEFORE_HORIZON, detail=detail[:MAX_DETAIL])
+
+
 def _sigkill(point: str) -> None:
     os.write(sys.stderr.fileno(), f"busguard-agent-crash {point}\n".encode())
     os.kill(os.getpid(), signal.SIGKILL)
@@ -164,16 +172,21 @@ class ActOnce:
         sent = await self.flush()
         batch = await self.inbox.getmany(timeout_ms)
         acted = skipped = 0
+        late: list[Refusal] = []
         for d in batch.deliveries:
-            if await self._handle(d):
+            outcome = await self._handle(d)
+            if isinstance(outcome, Refusal):
+                late.append(outcome)
+            elif outcome:
                 acted += 1
             else:
                 skipped += 1
+        log_refusals(late)
         sent += await self.flush()
         if self.crash is not None:
             self.crash.reached("before_offset_commit")
         await self.inbox.commit(batch)
-        return Step(acted, skipped, len(batch.refusals), sent)
+        return Step(acted, skipped, len(batch.refusals) + len(late), sent)
 
     async def run(self, stop: asyncio.Event, timeout_ms: int = 500) -> None:
         """Step until `stop` is set (checked between batches)."""
@@ -193,15 +206,23 @@ class ActOnce:
             self.done.sent(staged)
         return len(pending)
 
-    async def _handle(self, d: Delivery) -> bool:
+    async def _handle(self, d: Delivery) -> bool | Refusal:
+        """True: acted; False: already done; a refusal `before_horizon`:
+        decided before the done-set's horizon, not acted on."""
+        decided_at = d.attestation.decided_at
         if self.external is not None:
             if self.done.is_done(d.decision_id):
                 return False
+            horizon = self.done.horizon_ms()
+            if horizon is not None and decided_at < horizon:
+                return _before_horizon(d, horizon)
             await self.external(d, idempotency_token(d.decision_id))
-            with self.done.claim(d.decision_id) as tx:
-                return tx.claimed
+            with self.done.claim(d.decision_id, decided_at=decided_at) as tx:
+                return _before_horizon(d, tx.horizon_ms) if tx.before_horizon else tx.claimed
         assert self.effect is not None
-        with self.done.claim(d.decision_id) as tx:
+        with self.done.claim(d.decision_id, decided_at=decided_at) as tx:
+            if tx.before_horizon:
+                return _before_horizon(d, tx.horizon_ms)
             if not tx.claimed:
                 return False
             for reply in self.effect(d, tx) or ():

@@ -9,19 +9,22 @@ hands the connection back for the effect. Two replicas claiming one id
 serialize on the row: the second waits for the first to commit (and then
 sees it done) or to roll back (and then claims it).
 
-Tables: `busguard_done(decision_id text PRIMARY KEY, done_at_ms bigint)` and
+Tables: `busguard_done(decision_id text PRIMARY KEY, done_at_ms bigint)`,
 `busguard_outbox(id bigserial, decision_id, topic, key bytea, value bytea,
-headers bytea)` in `schema` (default: the connection's search path).
+headers bytea)` and `busguard_horizon(id, before_ms bigint)` (one row) in
+`schema` (default: the connection's search path). The horizon is as in
+busguard.sdk.doneset: a claim given `decided_at` reads the horizon row
+`FOR SHARE` before it marks, and `forget_before` updates that row before it
+deletes, so a claim and a forget on several connections serialize on it.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from busguard.sdk.doneset import Claim, Staged, check_decision_id, decode_headers, encode_headers
+from busguard.sdk.doneset import Claim, Staged, check_decision_id, decode_headers, encode_headers, mark_time
 
 if TYPE_CHECKING:  # psycopg is the `postgres` extra, imported when a done-set opens
     import psycopg
@@ -38,6 +41,7 @@ class PostgresDoneSet:
         prefix = sql.SQL("{}.").format(sql.Identifier(schema)) if schema is not None else sql.SQL("")
         self._done = prefix + sql.Identifier("busguard_done")
         self._outbox = prefix + sql.Identifier("busguard_outbox")
+        self._horizon = prefix + sql.Identifier("busguard_horizon")
         with self.connection.transaction():
             if schema is not None:
                 self.connection.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
@@ -50,22 +54,36 @@ class PostgresDoneSet:
                     " topic text NOT NULL, key bytea, value bytea NOT NULL, headers bytea NOT NULL)"
                 ).format(self._outbox)
             )
+            self.connection.execute(
+                sql.SQL("CREATE TABLE IF NOT EXISTS {} (id int PRIMARY KEY CHECK (id = 0), before_ms bigint)").format(self._horizon)
+            )
+            self.connection.execute(sql.SQL("INSERT INTO {} (id, before_ms) VALUES (0, NULL) ON CONFLICT DO NOTHING").format(self._horizon))
 
     @contextmanager
-    def claim(self, decision_id: str, *, now_ms: int | None = None) -> Iterator[Claim[psycopg.Connection[tuple[object, ...]]]]:
+    def claim(
+        self, decision_id: str, *, now_ms: int | None = None, decided_at: int | None = None
+    ) -> Iterator[Claim[psycopg.Connection[tuple[object, ...]]]]:
         """Mark `decision_id` done in one transaction that commits when the
-        block exits normally and rolls back (mark and effect) when it raises."""
+        block exits normally and rolls back (mark and effect) when it raises.
+        With `decided_at`, a decision decided before the horizon is not claimed."""
         from psycopg import sql
 
         check_decision_id(decision_id)
-        at = now_ms if now_ms is not None else time.time_ns() // 1_000_000
+        at = mark_time(now_ms, decided_at)
         conn = self.connection
         with conn.transaction():
-            cur = conn.execute(
-                sql.SQL("INSERT INTO {} (decision_id, done_at_ms) VALUES (%s, %s) ON CONFLICT DO NOTHING").format(self._done),
-                (decision_id, at),
-            )
-            tx = Claim(conn, decision_id, cur.rowcount == 1)
+            horizon = None
+            if decided_at is not None:
+                row = conn.execute(sql.SQL("SELECT before_ms FROM {} WHERE id = 0 FOR SHARE").format(self._horizon)).fetchone()
+                horizon = None if row is None or row[0] is None else int(row[0])  # type: ignore[call-overload]
+            if decided_at is not None and horizon is not None and decided_at < horizon:
+                tx = Claim(conn, decision_id, False, before_horizon=True, horizon_ms=horizon)
+            else:
+                cur = conn.execute(
+                    sql.SQL("INSERT INTO {} (decision_id, done_at_ms) VALUES (%s, %s) ON CONFLICT DO NOTHING").format(self._done),
+                    (decision_id, at),
+                )
+                tx = Claim(conn, decision_id, cur.rowcount == 1, horizon_ms=horizon)
             yield tx
             if tx.staged:
                 with conn.cursor() as c:
@@ -96,10 +114,23 @@ class PostgresDoneSet:
         self.connection.execute(sql.SQL("DELETE FROM {} WHERE id = %s").format(self._outbox), (staged.id,))
 
     def forget_before(self, at_ms: int) -> int:
-        """Drop marks older than `at_ms`; returns how many."""
+        """Drop marks older than `at_ms` and make `at_ms` the horizon (unless
+        it is already later), in one transaction; returns how many marks."""
         from psycopg import sql
 
-        return self.connection.execute(sql.SQL("DELETE FROM {} WHERE done_at_ms < %s").format(self._done), (at_ms,)).rowcount
+        with self.connection.transaction():
+            self.connection.execute(
+                sql.SQL("UPDATE {} SET before_ms = GREATEST(COALESCE(before_ms, %s), %s) WHERE id = 0").format(self._horizon),
+                (at_ms, at_ms),
+            )
+            return self.connection.execute(sql.SQL("DELETE FROM {} WHERE done_at_ms < %s").format(self._done), (at_ms,)).rowcount
+
+    def horizon_ms(self) -> int | None:
+        """The latest `forget_before` time (epoch ms), None if it never forgot."""
+        from psycopg import sql
+
+        row = self.connection.execute(sql.SQL("SELECT before_ms FROM {} WHERE id = 0").format(self._horizon)).fetchone()
+        return None if row is None or row[0] is None else int(row[0])  # type: ignore[call-overload]
 
     def close(self) -> None:
         self.connection.close()

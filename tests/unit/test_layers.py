@@ -42,9 +42,17 @@ CORE = ("busguard.protocol", "busguard.admission", "busguard.policies", *STATE_C
 #: A backend's own modules (busguard/state/<backend>/): only state/ imports them;
 #: everything else goes through state/backends.py (docs/design.md, "Adding a state backend").
 BACKEND_PACKAGES = tuple(f"busguard.state.{p.name}" for p in sorted((PACKAGE / "state").iterdir()) if (p / "backend.py").exists())
-#: The SDK is embedded by agents: it may use the wire contract and the
-#: policies' wire codecs, nothing of the guard.
-SDK_MAY_IMPORT = ("busguard.errors", "busguard.protocol", "busguard.policies", "busguard.sdk")
+#: The SDK is embedded by agents: it may use the wire contract, the
+#: policies' wire codecs and the one tolerant reader every process shares
+#: (runtime.tolerant_fetch and its placeholder), nothing of the guard.
+SDK_MAY_IMPORT = (
+    "busguard.errors",
+    "busguard.protocol",
+    "busguard.policies",
+    "busguard.sdk",
+    "busguard.runtime.tolerant_fetch",
+    "busguard.runtime.undecodable",
+)
 
 
 def _name(path: Path) -> str:

@@ -136,3 +136,94 @@ def test_the_head_cache_keeps_at_most_its_capacity() -> None:
     for i in range(10):
         cache.add(b"k", b"%d" % i, b"s", object())  # type: ignore[arg-type]
     assert len(cache._heads) == 3 and cache.get(b"k", b"9", b"s") is not None and cache.get(b"k", b"0", b"s") is None
+
+
+def _tolerant(raw: bytes) -> list[object]:
+    """What `AdmittingConsumer.open`'s consumer yields for a partition's fetched bytes."""
+    from busguard.runtime.decoding import PartitionDecoder
+
+    return list(PartitionDecoder("out", 0, raw, 0))
+
+
+def _kafka(value: bytes, headers: list[tuple[str, bytes]]) -> tuple[bytes, bytes, list[tuple[bytes, bytes | None]]]:
+    return b"k", value, [(k.encode(), v) for k, v in headers]
+
+
+def test_an_undecodable_record_or_batch_is_one_refusal_and_the_position_moves_past_it() -> None:
+    """Issue 35 finding 1: a header name that is not UTF-8 (or a broken
+    batch) raised out of aiokafka's getmany; through the tolerant reader it
+    is one refusal `undecodable`, a whole batch one refusal for its span."""
+    from tests.fuzz.batches import batch, record
+
+    h = Harness()
+    f = [_kafka(*_forward(f"t-{i}", h=h)) for i in range(3)]
+    raw = (
+        batch([record(0, *f[0]), record(1, b"k", b"{}", [(b"\xff\xfebusguard-seal", b"x")]), record(2, *f[1])])
+        + batch([record(j, None, b"x", []) for j in range(4)], base_offset=3, crc=12345)
+        + batch([record(0, *f[2])], base_offset=7)
+    )
+    got = _inbox().admit(_tolerant(raw))
+    assert [d.offset for d in got.deliveries] == [0, 2, 7]
+    assert [(r.offset, r.reason, r.last_offset) for r in got.refusals] == [(1, "undecodable", None), (3, "undecodable", 6)]
+    assert got.refusals[0].detail.startswith("undecodable_header") and got.refusals[1].detail.startswith("undecodable_batch (offsets 3..6)")
+    assert got.positions == {("out", 0): 8}
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw=st.binary(max_size=512), cut=st.integers(min_value=0, max_value=400))
+def test_any_fetched_bytes_get_one_outcome_per_item_and_never_raise(raw: bytes, cut: int) -> None:
+    from tests.fuzz.batches import batch, record
+
+    good = batch([record(0, *_kafka(*_forward()))])
+    items = _tolerant(good[:cut] + raw + good)
+    got = _inbox().admit(items)
+    assert len(got.deliveries) + len(got.refusals) == len(items)
+
+
+def test_the_guard_key_is_raw_bytes_and_the_helper_converts_the_configs_multikey() -> None:
+    from busguard.protocol.identity import multikey_encode
+    from busguard.sdk import guard_key_from_multikey
+
+    text = multikey_encode(GUARD_PUBLIC_KEY)
+    for spelling in (text, "tulpa:" + text, "ink:" + text):
+        inbox = AdmittingConsumer(None, guard_public_key=guard_key_from_multikey(spelling), agent_id=EXECUTOR)
+        value, headers = _forward()
+        assert len(inbox.admit([Fetched("out", 0, 0, value, headers)]).deliveries) == 1
+    for bad in ("", text[:-1], "did:key:" + text, "tulpa:" + text + "x", "z" + "1" * 47):
+        try:
+            guard_key_from_multikey(bad)
+        except ValueError as exc:
+            assert "guard public key" in str(exc)
+        else:
+            raise AssertionError(f"accepted {bad!r}")
+    try:
+        AdmittingConsumer(None, guard_public_key=text, agent_id=EXECUTOR)  # type: ignore[arg-type]
+    except ValueError as exc:
+        assert "guard_key_from_multikey" in str(exc)
+    else:
+        raise AssertionError("accepted the multikey string as the key")
+
+
+def test_open_refuses_client_options_that_would_change_what_it_decides() -> None:
+    import asyncio
+
+    import pytest
+
+    for option in ("enable_auto_commit", "auto_offset_reset", "group_id", "key_deserializer", "bootstrap_servers"):
+        with pytest.raises(ValueError, match=option):
+            asyncio.run(
+                AdmittingConsumer.open(
+                    "out",
+                    bootstrap_servers="127.0.0.1:1",
+                    group_id="g",
+                    guard_public_key=GUARD_PUBLIC_KEY,
+                    agent_id=EXECUTOR,
+                    client_options={option: True},
+                )
+            )
+    with pytest.raises(ValueError, match="group_id"):
+        asyncio.run(
+            AdmittingConsumer.open(
+                "out", bootstrap_servers="127.0.0.1:1", group_id="", guard_public_key=GUARD_PUBLIC_KEY, agent_id=EXECUTOR
+            )
+        )

@@ -8,6 +8,7 @@ import pkgutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -95,3 +96,86 @@ def test_the_outbox_holds_at_most_max_staged_replies_per_claim_and_forget_before
     with done.claim("d-2", now_ms=30):
         pass
     assert done.forget_before(25) == 1 and not done.is_done("d-1") and done.is_done("d-2")
+
+
+_CLAIMER = """
+import sys
+from busguard.sdk.doneset import SqliteDoneSet
+d = SqliteDoneSet(sys.argv[1], timeout_s=30)
+d.connection.execute('CREATE TABLE IF NOT EXISTS effects (decision_id TEXT, who TEXT)')
+ids = [f'd-{i}' for i in range(int(sys.argv[2]))]
+for i in (ids if sys.argv[3] == 'a' else ids[::-1]):
+    with d.claim(i, decided_at=1) as tx:
+        if tx.claimed:
+            tx.connection.execute('INSERT INTO effects VALUES (?, ?)', (i, sys.argv[3]))
+    if i == ids[len(ids) // 2] and sys.argv[3] == 'b':
+        d.forget_before(0)  # a forget from another process, between claims
+"""
+
+
+def test_processes_sharing_one_sqlite_done_set_act_once_per_id(tmp_path: Path) -> None:
+    db, n = tmp_path / "shared.db", 300
+    SqliteDoneSet(db).close()  # the schema exists before both start
+    procs = [subprocess.Popen([sys.executable, "-c", _CLAIMER, str(db), str(n), who]) for who in ("a", "b")]
+    assert [p.wait(120) for p in procs] == [0, 0]
+    done = SqliteDoneSet(db)
+    rows = done.connection.execute("SELECT decision_id, count(*) FROM effects GROUP BY decision_id").fetchall()
+    assert len(rows) == n and {c for _, c in rows} == {1}
+    assert done.horizon_ms() == 0
+
+
+def test_a_claim_waits_for_another_process_claim_up_to_its_timeout(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "shared.db"
+    waiter = SqliteDoneSet(db, timeout_s=0.2)
+    hold = (
+        "import sys\n"
+        "from busguard.sdk.doneset import SqliteDoneSet\n"
+        "with SqliteDoneSet(sys.argv[1]).claim('d-1'):\n"
+        "    print('holding', flush=True)\n"
+        "    sys.stdin.readline()\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdin is not None
+    assert holder.stdout.readline() == "holding\n"
+    with pytest.raises(sqlite3.OperationalError, match="locked"), waiter.claim("d-2"):
+        pass
+    holder.stdin.write("\n")
+    holder.stdin.flush()
+    assert holder.wait(30) == 0
+    with waiter.claim("d-1") as tx:
+        assert not tx.claimed  # the holder's mark committed
+    assert not waiter.is_done("d-2")
+
+
+def test_a_postgres_forget_waits_for_a_claim_in_flight_and_later_claims_see_its_horizon(postgres: Any, pg_schema: str) -> None:
+    import threading
+
+    from busguard.sdk import PostgresDoneSet
+
+    a, b = PostgresDoneSet(postgres.dsn, schema=pg_schema), PostgresDoneSet(postgres.dsn, schema=pg_schema)
+    claiming, release, forgotten = threading.Event(), threading.Event(), threading.Event()
+
+    def claim_slowly() -> None:
+        with a.claim("d-1", now_ms=50, decided_at=40) as tx:
+            assert tx.claimed
+            claiming.set()
+            release.wait(10)
+
+    t = threading.Thread(target=claim_slowly)
+    t.start()
+    claiming.wait(10)
+    f = threading.Thread(target=lambda: (b.forget_before(100), forgotten.set()))
+    f.start()
+    assert not forgotten.wait(0.5)  # the forget waits on the horizon row the claim holds
+    release.set()
+    t.join()
+    f.join(10)
+    assert forgotten.is_set() and not b.is_done("d-1") and b.horizon_ms() == 100 == a.horizon_ms()
+    with a.claim("d-1", decided_at=40) as tx:
+        assert (tx.claimed, tx.before_horizon, tx.horizon_ms) == (False, True, 100)
+    with a.claim("d-2", decided_at=100) as tx:
+        assert tx.claimed and not tx.before_horizon
+    a.close()
+    b.close()

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
+from aiokafka.structs import TopicPartition
 
 from busguard.sdk import ActOnce, AdmittingConsumer, Claim, Delivery, Fetched, PostgresDoneSet, Reply, SigningProducer, SqliteDoneSet
 from busguard.testing import GUARD_PUBLIC_KEY, Harness, agent, sender
@@ -172,3 +175,60 @@ def test_two_replicas_on_one_postgres_done_set_claim_an_id_once(postgres: Any, p
     assert results == [("a", True), ("b", False)]
     a.close()
     b.close()
+
+
+def _forward_at(now: int, task_id: str, offset: int) -> Fetched:
+    """A forward the test guard decided at `now` (its attestation's `decided_at`)."""
+    rec = sender("planner", now=now).sign(kind="handoff", task_id=task_id, receiver=EXECUTOR, payload=b"{}")
+    value, headers = Harness(now=now, store_created=now - 3_600_000).forward(rec)
+    return Fetched("agents.out", 0, offset, value, headers)
+
+
+def _reopened(done: Any, tmp_path: Path) -> Any:
+    """The same done-set opened again, as another process would."""
+    if isinstance(done, SqliteDoneSet):
+        return SqliteDoneSet(tmp_path / "agent.db")
+    schema = done.connection.execute("SELECT current_schema()").fetchone()[0]
+    dsn = done.connection.info.dsn
+    again = PostgresDoneSet(dsn, schema=schema)
+    again.connection.execute(f'SET search_path TO "{schema}"')
+    return again
+
+
+@pytest.mark.parametrize("kind", ["effect", "external"])
+def test_a_copy_decided_before_the_horizon_is_refused_and_the_horizon_is_durable(done: Any, tmp_path: Path, kind: str) -> None:
+    wire, calls = Wire(), []
+
+    async def call(d: Delivery, token: str) -> None:
+        calls.append(d.receipt.task_id)
+
+    def loop(d: Any) -> ActOnce:
+        return _loop(wire, d, _acking(d)) if kind == "effect" else _loop(wire, d, external=call)
+
+    old = _records(2)
+    wire.queue = list(old)
+    assert asyncio.run(loop(done).step())[:3] == (2, 0, 0)
+    horizon = time.time_ns() // 1_000_000 + 1  # after every mark the loop stamped
+    assert done.forget_before(horizon) == 2 and done.horizon_ms() == horizon
+    done.forget_before(horizon - 1000)  # never moves back
+    assert done.horizon_ms() == horizon
+
+    again = _reopened(done, tmp_path)
+    try:
+        assert again.horizon_ms() == horizon
+        wire.queue = [old[0]._replace(offset=3), _forward_at(horizon + 5, "t-new", 4), old[1]._replace(offset=5)]  # copies around a new one
+        with structlog.testing.capture_logs() as logs:
+            step = asyncio.run(loop(again).step())
+        assert step[:3] == (1, 0, 2)  # acted on the new one only
+        assert [(e["offset"], e["reason"]) for e in logs if e["event"] == "record_refused"] == [
+            (3, "before_horizon"),
+            (5, "before_horizon"),
+        ]
+        assert wire.commits[-1] == {TopicPartition("agents.out", 0): 6}
+        if kind == "effect":
+            assert _work(again) == ["t-0", "t-1", "t-new"]
+        else:
+            assert calls == ["t-0", "t-1", "t-new"]
+    finally:
+        if again is not done:
+            again.close()
