@@ -229,7 +229,7 @@ def _admit(
         registry=h.registry,
         now_ms=h.now,
         policy=h.policy,
-        oversize=lambda d, item: budget.forward_refusal(d, item.key, item.value, item.headers, sealed),
+        oversize=lambda d, item: budget.refusal(d, item.key, item.value, item.headers, sealed),
     )
     return d
 
