@@ -21,7 +21,6 @@ from aiokafka.codec import has_lz4, has_snappy, has_zstd
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from msgspec import UNSET
 
 from busguard.admission.batch import Input, admit_batch
@@ -564,7 +563,6 @@ def test_a_decision_stored_with_its_replacement_by_value_re_emits_as_first_emitt
 def test_the_auditor_refuses_a_decision_whose_carried_replacement_is_not_the_attested_one() -> None:
     rec = sender("planner").sign(kind=replay.KIND, task_id="t", receiver=agent("executor"), payload=INCIDENT)
     d = Harness().one(rec)
-    seal_with = _sealer()
     for lie in (
         msgspec.structs.replace(d, replacement_sha256="0" * 64),
         msgspec.structs.replace(d, replacement_length=None),
