@@ -279,8 +279,14 @@ def main() -> None:
         "encoding": {
             "value_b64": "the record value, standard base64 with padding (null: no value)",
             "headers": "[[name, value]] in record order; value standard base64 with padding",
-            "expect.audit_record": "verified: the seal verifies, decision_sha256 is the record's, and its carried replacement names the attested forwarded_sha256; refused: not",
-            "expect.delivered": "ok: the forward verifies against the attestation (forwarded_sha256), or the notice's value has the SHA-256 and length the decision record names; bad: not",
+            "expect.audit_record": (
+                "verified: the seal verifies, decision_sha256 is the record's, "
+                "and its carried replacement names the attested forwarded_sha256; refused: not"
+            ),
+            "expect.delivered": (
+                "ok: the forward verifies against the attestation (forwarded_sha256), "
+                "or the notice's value has the SHA-256 and length the decision record names; bad: not"
+            ),
             "expect.writer": "busguard's writer produces exactly this decision record from the decision it stands for",
         },
         "guard": {"seed_hex": GUARD_SEED.hex(), "public_key_hex": GUARD_PK.hex(), "agent_id": GUARD},
