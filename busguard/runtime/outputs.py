@@ -17,8 +17,14 @@ a refused produce stops the guard on the same record at every restart. So
 61 bytes of batch header plus the record's varint encoding; compressed with
 aiokafka's own batch builder when only compression can make it fit). A
 forward that cannot fit is refused before its decision is persisted (see
-admission.batch, `oversize`); a dead-letter that cannot fit is replaced by a
-bounded one that carries no input bytes, only their lengths and SHA-256.
+admission.batch, `oversize`), and so is a decision a kind's policy shaped
+whose decision record or notice cannot (`OutputBudget.refusal`); a
+dead-letter that cannot fit is replaced by a bounded one that carries no
+input bytes, only their lengths and SHA-256. Every other output is bounded
+by construction: a decision record carries what grows with the input by
+hash (protocol.records.carried, docs/protocol.md 12.5), and a dead letter
+written without a budget (the reconciler's) falls back to the bounded form
+past what fits any allowed limit (`fits_any_limit`).
 """
 
 from __future__ import annotations
