@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import os
 import random
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -684,3 +685,35 @@ def test_a_reconcilers_dead_letter_is_bounded_whatever_its_input() -> None:
     assert big.value is None and fits_any_limit(big) and "busguard-original-headers-sha256" in dict(big.headers)
     small = dead_letter(TOPICS.dead_letter, b"key", b"{}", [("h", b"v")], "f" * 32, "bad_seal", "unsealed", src)
     assert small.value == b"{}" and dict(small.headers)["h"] == b"v"
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    claims=st.lists(st.tuples(st.sampled_from(["s1", "s2"]), st.integers(min_value=0, max_value=140_000)), min_size=1, max_size=5),
+    codec=st.sampled_from(CODECS),
+    modes=st.sampled_from([("record", "record"), ("batch", "record"), ("batch", "batch")]),
+)
+def test_whatever_a_policy_makes_of_its_inputs_every_output_fits(
+    claims: list[tuple[str, int]], codec: Compression, modes: tuple[str, str]
+) -> None:
+    """Claims of any size, admitted, repeated or contested (replacements,
+    annotations, notices, escalations, rejects): one decision per input and
+    every output within the smallest limit, as the producer sends it."""
+    rnd = random.Random(len(claims))
+    saved = KINDS.get(PROBE.kind)
+    KINDS[PROBE.kind] = PROBE
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            guard = _small_guard(Path(tmp), codec, *modes)
+            recs = [
+                _rec(i, PROBE.kind, f"t{i}", msgspec.json.encode({"slot": slot, "claim": rnd.randbytes(n // 2).hex()}))
+                for i, (slot, n) in enumerate(claims)
+            ]
+            outputs = asyncio.run(guard.process(recs))
+    finally:
+        if saved is None:
+            del KINDS[PROBE.kind]
+        else:
+            KINDS[PROBE.kind] = saved
+    _all_fit(outputs, codec)
+    assert sorted(_decisions(outputs)) == list(range(len(claims)))
