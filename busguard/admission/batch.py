@@ -22,7 +22,7 @@ from busguard.policies import KINDS, run_policies
 from busguard.policies.seam import PolicyContext, PolicyInput
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES
 from busguard.protocol.reasons import Outcome, Reason
-from busguard.protocol.records import Coordinates, Decision, TaskEntry, record_sha256
+from busguard.protocol.records import Coordinates, Decision, TaskEntry, carried_by_hash, record_sha256
 from busguard.protocol.registry import KeyRegistry, KeyWindow
 from busguard.state.keys import KeySet, NonceKey, PolicyKey, SourceKey, TaskKey, WindowKey, source_key
 from busguard.state.snapshot import Snapshot, WindowState
@@ -220,9 +220,11 @@ def admit_batch(
     a caller that wants to run the first half ahead.
 
     `receivers`: per input topic, the canonical receivers its route serves
-    (topics absent: any receiver). `oversize`: a forward it refuses becomes
-    `reject`/`output_too_large` before it is persisted, with no state effects,
-    so the audit record says what was emitted. `on_replaced(earlier, new)`
+    (topics absent: any receiver). `oversize`: a forward, or a decision
+    with a kind policy's outcome, one of whose outputs it refuses becomes
+    `reject`/`output_too_large` before it is persisted, with no state
+    effects and none of the policy's outcome, so the audit record says what
+    was emitted. `on_replaced(earlier, new)`
     is called, after the transaction, for each decided position that held a
     different record and was judged afresh.
     """
@@ -291,11 +293,18 @@ def admit_checked(
                 decision, effects = c, NO_EFFECTS
             else:
                 decision, effects = decide(c, keys_by_candidate[id(c)], state, now_ms, policy, prepared.get(id(c)) if prepared else None)
-                if oversize is not None and decision.outcome == Outcome.FORWARD:
+                if oversize is not None and (decision.outcome == Outcome.FORWARD or decision.annotations or decision.notices):
                     detail = oversize(decision, item)
                     if detail is not None:
+                        # none of the policy's outcome: its outputs are not produced, and what is left is bounded by the receipt
                         decision = msgspec.structs.replace(
-                            decision, outcome=Outcome.REJECT, reason=Reason.OUTPUT_TOO_LARGE, detail=detail, surfaced=None
+                            decision,
+                            outcome=Outcome.REJECT,
+                            reason=Reason.OUTPUT_TOO_LARGE,
+                            detail=detail,
+                            surfaced=None,
+                            annotations=None,
+                            **carried_by_hash(None, None),
                         )
                         effects = NO_EFFECTS
             if earlier is not None:

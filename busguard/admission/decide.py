@@ -35,7 +35,7 @@ from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES, Envelope, open
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.reasons import Outcome, Reason
 from busguard.protocol.receipt import ReceiptError, payload_hash, payload_hash_problem, signing_input
-from busguard.protocol.records import Coordinates, Decision, TaskEntry, decision_id
+from busguard.protocol.records import Coordinates, Decision, TaskEntry, carried_by_hash, decision_id
 from busguard.protocol.registry import KeyRegistry, KeyWindow
 from busguard.protocol.signing import verify_signature
 from busguard.protocol.timestamps import parse_timestamp
@@ -387,8 +387,8 @@ def _policy_decision(
     decision = msgspec.structs.replace(
         decision,
         annotations=annotations,
-        replacement=outcome.replacement if o is None else None,
-        notices=outcome.notices or None,
+        # the policy's bytes, each with its hash: the decision record carries them by hash (docs/protocol.md 12.5)
+        **carried_by_hash(outcome.replacement if o is None else None, outcome.notices),
         # a forward of a kind that surfaces annotations names the ones it
         # carries, so its attestation binds them (even none: a reader can
         # then tell that none was removed)

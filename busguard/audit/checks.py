@@ -31,7 +31,7 @@ from busguard.protocol.attestation import (
     open_sealed,
     verify_decision_record,
 )
-from busguard.protocol.records import AuditRecord, Coordinates, Decision, Resolution, audit_decoder
+from busguard.protocol.records import AuditRecord, Coordinates, Decision, Resolution, audit_decoder, carried_mismatch
 from busguard.protocol.treehead import HEADER_HEAD_SEAL, HEADER_INCLUSION, HEADER_TREE_HEAD, head_digest
 
 
@@ -133,6 +133,8 @@ def check_audit_record(
         own = record.decision_id if isinstance(record, Decision) else record.resolution_id
         if att.decision_id != own:
             verified, why = False, f"the attestation names {att.decision_id}, the record is {own}"
+        elif isinstance(record, Decision) and (carried := carried_mismatch(record, att.forwarded_sha256)) is not None:
+            verified, why = False, carried
     return CheckedAudit(
         value, record, verified, why, digest, sealed_by, opened if verified and opened is not None and opened.head is not None else None
     )

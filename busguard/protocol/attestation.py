@@ -33,7 +33,7 @@ import msgspec
 from busguard.protocol.envelope import HEADER_RECEIPT, b64url_decode_strict, b64url_encode
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.receipt import ReceiptError, decode_receipt, payload_hash, receipt_id
-from busguard.protocol.records import Coordinates, Decision, headers_encoding
+from busguard.protocol.records import Coordinates, Decision, carried, headers_encoding, replacement_sha256
 from busguard.protocol.signing import Signer, verify_signature
 from busguard.protocol.treehead import (
     HEADER_HEAD_SEAL,
@@ -105,8 +105,10 @@ class InclusionError(AttestationError):
 
 
 def decision_bytes(decision: Decision) -> bytes:
-    """The canonical bytes of a decision record (the audit topic's value)."""
-    return _decision_encoder.encode(decision)
+    """The canonical bytes of a decision record (the audit topic's value):
+    the decision as its record carries it (`carried`: a policy's
+    replacement and notice values by hash, docs/protocol.md 12.5)."""
+    return _decision_encoder.encode(carried(decision))
 
 
 def annotation_headers(decision: Decision, names: Sequence[str] | None = None) -> list[tuple[str, bytes]]:
@@ -127,7 +129,7 @@ def annotations_sha256(headers: Sequence[tuple[str, bytes | None]]) -> str:
 
 
 def attest(decision: Decision, decision_json: bytes, guard_id: str) -> bytes:
-    replaced = decision.replacement
+    replaced = replacement_sha256(decision)
     surfaced = None if decision.surfaced is None else annotations_sha256(annotation_headers(decision))
     return attest_record(
         guard_id,
@@ -138,7 +140,7 @@ def attest(decision: Decision, decision_json: bytes, guard_id: str) -> bytes:
         decision.source,
         decision.decided_at,
         decision_json,
-        forwarded_sha256=None if replaced is None else hashlib.sha256(replaced).hexdigest(),
+        forwarded_sha256=replaced,
         annotations_sha256=surfaced,
     )
 

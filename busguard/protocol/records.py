@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from typing import Final, Literal
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from busguard.protocol.envelope import b64url_decode_strict
 from busguard.protocol.signing import verify_signature
@@ -139,11 +140,28 @@ class TaskEntry(msgspec.Struct, frozen=True, gc=False):
 
 class Notice(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """An extra record a kind's policy emits with a decision (busguard.policies.
-    seam): to the topic of one of the kind's routes (`KindSpec.routes`)."""
+    seam): to the topic of one of the kind's routes (`KindSpec.routes`).
+
+    `value_sha256` and `value_length`, set by admission (`carried_by_hash`),
+    make the decision record carry the value by hash (docs/protocol.md 12.5):
+    the persisted decision keeps `value`, which the notice record is
+    produced with; the record on the audit topic has the hash in its place.
+    A notice without them (a decision stored before they existed) is
+    carried by value, as it first was. The three are UNSET, never None,
+    when absent: UNSET fields are left out of the encoding, so a notice
+    without them encodes exactly as before they existed (`key` still
+    encodes as null)."""
 
     route: str
     key: bytes | None = None
-    value: bytes
+    value: bytes | UnsetType = UNSET
+    value_sha256: str | UnsetType = UNSET
+    value_length: int | UnsetType = UNSET
+
+    @property
+    def data(self) -> bytes:
+        """The notice record's value (a persisted notice always has it)."""
+        return self.value if isinstance(self.value, bytes) else b""
 
 
 class Decision(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, tag_field="type", tag="decision"):
@@ -166,7 +184,11 @@ class Decision(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, tag_fi
     forward of a kind that surfaces annotations (empty when the decision has
     none of them: the forward then carries none, and that is bound too).
     Absent on every other decision and on those stored before it existed,
-    so those re-emit byte for byte as they first did."""
+    so those re-emit byte for byte as they first did.
+    `replacement_sha256` and `replacement_length` (set by admission with
+    `replacement`, `carried_by_hash`) make the decision record carry the
+    replacement by hash (`carried`, docs/protocol.md 12.5); the persisted
+    decision keeps the bytes, which its forward is re-emitted with."""
 
     decision_id: str
     outcome: str
@@ -197,11 +219,80 @@ class Decision(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, tag_fi
     notices: tuple[Notice, ...] | None = None
     last_offset: int | None = None
     surfaced: tuple[str, ...] | None = None
+    replacement_sha256: str | None = None
+    replacement_length: int | None = None
 
     @property
     def covers_to(self) -> int:
         """The last input offset this decision covers."""
         return self.source.offset if self.last_offset is None else self.last_offset
+
+
+def carried_by_hash(replacement: bytes | None, notices: Sequence[Notice] | None) -> dict[str, object]:
+    """The fields a decision gets for a kind policy's replacement and notices:
+    each with its length and SHA-256 beside it, so its record carries them
+    by hash (`carried`). Admission's only way to put bytes of a policy's
+    making into a decision."""
+    if replacement is None:
+        fields: dict[str, object] = {"replacement": None, "replacement_sha256": None, "replacement_length": None}
+    else:
+        fields = {
+            "replacement": replacement,
+            "replacement_sha256": hashlib.sha256(replacement).hexdigest(),
+            "replacement_length": len(replacement),
+        }
+    fields["notices"] = tuple(_notice_by_hash(n) for n in notices) if notices else None
+    return fields
+
+
+def _notice_by_hash(n: Notice) -> Notice:
+    return msgspec.structs.replace(n, value_sha256=hashlib.sha256(n.data).hexdigest(), value_length=len(n.data))
+
+
+def carried(d: Decision) -> Decision:
+    """The decision as its record carries it (the audit topic's value,
+    docs/protocol.md 12.5): without the bytes it names by hash (a
+    `replacement` beside its `replacement_sha256`, a notice's `value`
+    beside its `value_sha256`), so a decision record is bounded by the
+    receipt, never by a value a policy derived from the input. A decision
+    stored before those fields existed is carried as it first was."""
+    if d.replacement is None and d.notices is None:
+        return d  # every decision of a kind without a policy outcome
+    notices = d.notices
+    if notices is not None and any(isinstance(n.value_sha256, str) for n in notices):
+        notices = tuple(msgspec.structs.replace(n, value=UNSET) if isinstance(n.value_sha256, str) else n for n in notices)
+    replacement = None if d.replacement_sha256 is not None else d.replacement
+    if replacement is d.replacement and notices is d.notices:
+        return d
+    return msgspec.structs.replace(d, replacement=replacement, notices=notices)
+
+
+def replacement_sha256(d: Decision) -> str | None:
+    """The SHA-256 of the value d's forward carries instead of the input's,
+    from whichever form d holds (by value or by hash); None without one."""
+    if d.replacement_sha256 is not None:
+        return d.replacement_sha256
+    return None if d.replacement is None else hashlib.sha256(d.replacement).hexdigest()
+
+
+def carried_mismatch(d: Decision, forwarded_sha256: str | None) -> str | None:
+    """What is wrong with how a decision record carries its replacement, for
+    the auditor (docs/protocol.md 12.5), or None: whichever form it has (by
+    value, or by `replacement_sha256`) names the value its attestation's
+    `forwarded_sha256` binds, which is what every forward of it is checked
+    against; and a record with both forms has them agree. A replacement by
+    value under an attestation without `forwarded_sha256` was sealed before
+    that field existed and proves nothing either way."""
+    if d.replacement is not None and d.replacement_sha256 is not None:
+        if hashlib.sha256(d.replacement).hexdigest() != d.replacement_sha256:
+            return "the decision's replacement is not the one its replacement_sha256 names"
+    if d.replacement_sha256 is not None and (d.replacement_length is None or d.replacement_length < 0):
+        return "a decision with replacement_sha256 needs a replacement_length (a non-negative integer)"
+    named = replacement_sha256(d)
+    if named != forwarded_sha256 and not (d.replacement_sha256 is None and forwarded_sha256 is None):
+        # (by value without forwarded_sha256: a decision sealed before forwards were, let through)
+        return f"the decision names the replacement {named}, its attestation's forwarded_sha256 is {forwarded_sha256}"
+    return None
 
 
 RESOLUTION_ID_CONTEXT: Final = b"busguard/resolution/v1\x00"

@@ -12,6 +12,11 @@ the store over the head's persisted span for that partition. Then a
 re-emitted group is byte-identical to the first emission, which is what
 lets a reader of the audit topic drop duplicates by value.
 
+Size: a record is split where the next entry would take it past the
+producer's batch size, and an entry is no larger than its decision's own
+audit record, which admission sized (or which is bounded by the receipt:
+docs/protocol.md 12.5), so each batch audit record fits the limit.
+
 Bound: completing a group looks up each offset of the head's span for that
 partition not in hand, at most `hi - lo + 1` lookups per re-delivered group
 (one batch's span: at most `[batch] max_records` decisions, and the offsets

@@ -312,7 +312,7 @@ class Guard(SealingStage):
             now_ms=ready.now_ms,
             policy=self.policy,
             after_decide=lambda: self.faults.reached("decided"),
-            oversize=lambda d, item: self.budget.forward_refusal(d, item.key, item.value, item.headers, self._size_seal),
+            oversize=lambda d, item: self.budget.refusal(d, item.key, item.value, item.headers, self._size_seal),
             on_replaced=self._replaced,
             on_decided=None if self.batch_seal else decided,
             on_writes=in_transaction,

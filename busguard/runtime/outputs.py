@@ -17,17 +17,23 @@ a refused produce stops the guard on the same record at every restart. So
 61 bytes of batch header plus the record's varint encoding; compressed with
 aiokafka's own batch builder when only compression can make it fit). A
 forward that cannot fit is refused before its decision is persisted (see
-admission.batch, `oversize`); a dead-letter that cannot fit is replaced by a
-bounded one that carries no input bytes, only their lengths and SHA-256.
+admission.batch, `oversize`), and so is a decision a kind's policy shaped
+whose decision record or notice cannot (`OutputBudget.refusal`); a
+dead-letter that cannot fit is replaced by a bounded one that carries no
+input bytes, only their lengths and SHA-256. Every other output is bounded
+by construction: a decision record carries what grows with the input by
+hash (protocol.records.carried, docs/protocol.md 12.5), and a dead letter
+written without a budget (the reconciler's) falls back to the bounded form
+past what fits any allowed limit (`fits_any_limit`).
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, get_args
 
-from busguard.config import Compression, TopicsConfig
+from busguard.config import MIN_MAX_MESSAGE_BYTES, Compression, TopicsConfig
 from busguard.policies import KINDS
 from busguard.protocol.attestation import (
     HEADER_ATTESTATION,
@@ -42,6 +48,7 @@ from busguard.protocol.attestation import (
     HEADER_SOURCE,
     annotation_headers,
     attest_record,
+    decision_bytes,
 )
 from busguard.protocol.reasons import Outcome, Reason
 from busguard.protocol.records import Coordinates, Decision, headers_encoding
@@ -152,7 +159,7 @@ def outputs_for(
             Output(
                 topics.route_topic(n.route),
                 n.key,
-                n.value,
+                n.data,
                 [*proof, *verdict, (HEADER_ROUTE, n.route.encode())],
                 at,
                 part if n.key is None else None,
@@ -170,10 +177,14 @@ def outputs_for(
         return Output(topics.reconciliation, task_key, sealed.decision_json, audited, at), *own, *notices
     prior = d.prior.decision_id if d.prior is not None else None
     why = (d.decision_id, d.reason, d.detail, d.source, d.outcome, prior, proof[1:])
-    primary = dead_letter(topics.dead_letter, record_key, value, headers, *why, max_payload_bytes, at)
-    if budget is not None and not budget.fits(primary):
-        primary = bounded_dead_letter(topics.dead_letter, record_key, value, headers, *why, at)
+    fits = budget.fits if budget is not None else _any_size
+    primary = dead_letter(topics.dead_letter, record_key, value, headers, *why, max_payload_bytes, at, fits)
     return primary, *own, *notices
+
+
+def _any_size(o: Output) -> bool:
+    """No budget: the caller sizes nothing (tests that look at the full form)."""
+    return True
 
 
 #: (outcome, reason) -> their two headers, built once: every output but a
@@ -253,19 +264,39 @@ def dead_letter(
     proof: Sequence[tuple[str, bytes]] = (),
     max_payload_bytes: int | None = None,
     timestamp_ms: int | None = None,
+    fits: Callable[[Output], bool] | None = None,
 ) -> Output:
-    """The original value and headers untouched, followed by why."""
+    """The original value and headers untouched, followed by why; or, if
+    that record does not pass `fits`, the bounded form (`bounded_dead_letter`).
+    `fits` None is `fits_any_limit`: a caller that does not size its outputs
+    itself (the reconciler) still never writes one a broker could refuse."""
     extra = _why(decision_id, outcome, reason, detail, source, prior_decision_id)
+    original = value
     if value is not None and max_payload_bytes is not None and len(value) > max_payload_bytes:
         # Too big to re-produce safely: point at the original (still in the
         # input topic at busguard-source) and identify it by hash instead.
         extra += _original(HEADER_ORIGINAL_LENGTH, HEADER_ORIGINAL_SHA256, value)
         value = None
     if record_key is None:  # place it deterministically; Kafka also needs a key or a value
-        record_key, spread = None if value is not None else decision_id.encode(), source.partition
+        key, spread = None if value is not None else decision_id.encode(), source.partition
     else:
-        spread = None
-    return Output(topic, record_key, value, [*headers, *extra, *proof], timestamp_ms, spread)
+        key, spread = record_key, None
+    o = Output(topic, key, value, [*headers, *extra, *proof], timestamp_ms, spread)
+    if (fits or fits_any_limit)(o):
+        return o
+    why = (decision_id, reason, detail, source, outcome, prior_decision_id, proof, timestamp_ms)
+    return bounded_dead_letter(topic, record_key, original, headers, *why)
+
+
+#: Every record batch of at most this many uncompressed bytes fits the
+#: smallest `kafka.max_message_bytes` allowed, whatever the codec (each
+#: codec's worst-case growth taken off; snappy's is the largest).
+ANY_LIMIT_BATCH_SIZE: Final = min(producer_batch_size(MIN_MAX_MESSAGE_BYTES, c) for c in get_args(Compression))
+
+
+def fits_any_limit(o: Output) -> bool:
+    """Whether `o` fits every broker busguard may be configured for."""
+    return batch_size(o) <= ANY_LIMIT_BATCH_SIZE
 
 
 def bounded_dead_letter(
@@ -360,7 +391,7 @@ class OutputBudget:
             return True
         return self.compression != "none" and self.sent_size(o) <= self.limit
 
-    def forward_refusal(
+    def refusal(
         self,
         d: Decision,
         record_key: bytes | None,
@@ -368,19 +399,54 @@ class OutputBudget:
         headers: Sequence[tuple[str, bytes]],
         seal: Callable[[Decision], Sealed],
     ) -> str | None:
-        """Why `d`'s forward cannot be produced, or None. Seals (and, past the
-        cheap bound, compresses) only records that are close to the limit."""
-        value, headers = forwarded(d, value, headers)
-        if BATCH_OVERHEAD + record_size_bound(record_key, value, headers) + self._proof_bytes <= self.batch_size:
+        """Why one of `d`'s outputs cannot be produced, or None: its forward,
+        and, when a kind's policy gave it an outcome (annotations, a
+        replacement, notices), its decision record (the audit record, or
+        the escalation: the same value, key and headers) and each notice.
+        A decision without a policy outcome needs no look at its decision
+        record: that is bounded by the receipt (docs/protocol.md 12.5,
+        tests/unit/test_output_size.py). Seals (and, past the cheap bound,
+        compresses) only records that are close to the limit."""
+        c = self.compression
+        if d.outcome == Outcome.FORWARD:
+            fwd_value, fwd_headers = forwarded(d, value, headers)
+            size = self._too_big(d, seal, Output("", record_key, fwd_value, list(fwd_headers)), proof_last=True)
+            if size is not None:
+                return (
+                    f"the forwarded record would be a {size}-byte record batch (compression {c}), "
+                    f"over kafka.max_message_bytes {self.limit}: value {len(fwd_value or b'')} bytes, {len(fwd_headers)} headers, "
+                    f"key {len(record_key or b'')} bytes"
+                )
+        if d.annotations is None and d.notices is None and d.replacement is None:
+            return None
+        verdict = list(verdict_headers(d.outcome, d.reason))
+        body = decision_bytes(d)
+        task_key = d.task_id.encode() if d.task_id is not None else d.decision_id.encode()
+        size = self._too_big(d, seal, Output("", task_key, body, verdict))
+        if size is not None:
+            annotations = sum(len(k) + len(v) for k, v in (d.annotations or {}).items())
+            return (
+                f"its decision record would be a {size}-byte record batch (compression {c}), over kafka.max_message_bytes "
+                f"{self.limit}: the decision is {len(body)} bytes, its annotations {annotations} characters"
+            )
+        for n in d.notices or ():
+            size = self._too_big(d, seal, Output("", n.key, n.data, [*verdict, (HEADER_ROUTE, n.route.encode())]))
+            if size is not None:
+                return (
+                    f"its notice to route {n.route[:64]!r} would be a {size}-byte record batch (compression {c}), "
+                    f"over kafka.max_message_bytes {self.limit}: value {len(n.data)} bytes, key {len(n.key or b'')} bytes"
+                )
+        return None
+
+    def _too_big(self, d: Decision, seal: Callable[[Decision], Sealed], o: Output, proof_last: bool = False) -> int | None:
+        """The size of `o` with `d`'s proof headers (first, or after the
+        others) as sent, if that cannot be produced; else None. The cheap
+        bounds first (any proof fits in `_proof_bytes`), and only then the
+        record with `d`'s own proof, built and compressed."""
+        if BATCH_OVERHEAD + record_size_bound(o.key, o.value, o.headers) + self._proof_bytes <= self.batch_size:
             return None  # the common case, without record_size's varint loops
-        if BATCH_OVERHEAD + record_size(record_key, value, headers) + self._proof_bytes <= self.batch_size:
+        if BATCH_OVERHEAD + record_size(o.key, o.value, o.headers) + self._proof_bytes <= self.batch_size:
             return None
         proof = seal(d).proof()
-        o = forward_output("", record_key, value, headers, proof, d.decided_at, d.source.partition)
-        if self.fits(o):
-            return None
-        return (
-            f"the forwarded record would be a {self.sent_size(o)}-byte record batch (compression {self.compression}), "
-            f"over kafka.max_message_bytes {self.limit}: value {len(value or b'')} bytes, {len(headers)} headers, "
-            f"key {len(record_key or b'')} bytes"
-        )
+        sent = o._replace(headers=[*o.headers, *proof] if proof_last else [*proof, *o.headers])
+        return None if self.fits(sent) else self.sent_size(sent)

@@ -8,7 +8,9 @@ decode that JSON itself and had to remember the one check that ties the plan
 to the request it signed (`request_sha256` = the receipt's `payload_hash`).
 `read_plan` is the kind's reader for `AdmittingConsumer` (`READERS`): the
 consumer has already checked the guard's attestation over the replaced value
-(`forwarded_sha256`); the reader checks the plan belongs to the signed
+(`forwarded_sha256`; the decision record on the audit topic carries the same
+SHA-256 as `replacement_sha256`, not the plan: docs/protocol.md 12.5, so the
+forward is the one place the plan is read from); the reader checks the plan belongs to the signed
 request and that the `taint.unit` annotation says what the plan says, and
 hands back a `PlanView` whose `units` are what to replay, in order.
 

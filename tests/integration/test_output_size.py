@@ -20,12 +20,15 @@ from pathlib import Path
 import msgspec
 from aiokafka import AIOKafkaProducer
 
+from busguard.audit.checks import check_audit_record
 from busguard.devtools.broker import EmbeddedBroker
-from busguard.devtools.guardkit import GuardProcess, Setup, all_decided, collect, header, identity, make_setup, sender
+from busguard.devtools.guardkit import GuardProcess, Setup, all_decided, collect, header, identity, make_setup, produce, sender
+from busguard.policies.taint.replay import encode_request
 from busguard.protocol.attestation import verify_admitted, verify_decision_record
 from busguard.protocol.records import Decision, headers_encoding
 from busguard.runtime.batch_size import batch_size, compressed_batch_size
 from busguard.runtime.outputs import Output
+from busguard.runtime.topics import create_topics
 from busguard.sdk.sender import SignedRecord
 
 KAFKA_DEFAULT_LIMIT = 1_048_588
@@ -144,3 +147,83 @@ async def test_oversized_outputs_between_valid_records(broker: EmbeddedBroker, t
         assert again.healthy(), again.tail()
     finally:
         assert again.terminate() == 0, again.tail()
+
+
+SMALL_LIMIT = 65_536
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "taint"
+INCIDENT = encode_request((EXAMPLES / "incident.trace.json").read_bytes(), (EXAMPLES / "incident.ledger.json").read_bytes())
+REFUSED = encode_request((EXAMPLES / "incident.trace.json").read_bytes())
+
+
+def padded(request: bytes, total: int) -> bytes:
+    """The request with JSON whitespace after its first brace: the same request, `total` bytes long."""
+    return b"{" + b" " * (total - len(request)) + request[1:]
+
+
+async def test_taint_replay_outputs_fit_a_64_kib_limit(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    """Issue 35 finding 3 through `busguard run`: with `kafka.max_message_bytes
+    = 65536` and no compression, a valid taint-replay request whose plan is a
+    59 KB forward made a 79 KB audit record (the decision carried the forward
+    again, base64-encoded), which Apache Kafka refuses. Every record the guard
+    writes, of every kind (forward, dead letter, bounded dead letter,
+    escalation, audit record), is measured here as Kafka counts it against
+    the configured limit (tansu enforces none)."""
+    s = await make_setup(tmp_path, broker.bootstrap)
+    requests, plans = f"{s.handoffs}.taint", f"{s.handoffs}.taint-plans"
+    await create_topics(s.bootstrap, [requests, plans], partitions=1)
+    with s.config.open("a") as f:
+        f.write(f'\n[[routes]]\nname = "taint"\ninputs = ["{requests}"]\ndownstream = "{plans}"\n')
+    guard = GuardProcess(s, env={"BUSGUARD_KAFKA__MAX_MESSAGE_BYTES": str(SMALL_LIMIT), "BUSGUARD_KAFKA__COMPRESSION": "none"})
+    guard.wait_ready()
+    planner = sender("planner")
+
+    def ask(task: str, payload: bytes) -> SignedRecord:
+        return planner.sign(kind="taint-replay", task_id=task, receiver=EXECUTOR, payload=payload)
+
+    plan, refused, rival, too_large = (
+        ask("plan", padded(INCIDENT, 57_000)),
+        ask("refused", padded(REFUSED, 60_000)),
+        ask("plan", padded(INCIDENT, 50_001)),
+        ask("too-large", padded(INCIDENT, 66_000)),
+    )
+    forged = ask("forged", padded(INCIDENT, 60_000))
+    after = ask("after", INCIDENT)
+    inputs = [plan, refused, rival, too_large, (forged.value, [*forged.headers[:1], ("busguard-signature", b"A" * 86)]), after]
+    expected = ["admitted", "taint_replay_refused", "task_conflict", "output_too_large", "bad_signature", "admitted"]
+    await produce(s.bootstrap, requests, inputs)
+    topics = [plans, s.dead_letter, s.reconciliation, s.audit]
+    try:
+        got = await collect(s.bootstrap, topics, lambda c: len(c[s.audit]) >= len(inputs) and len(c[plans]) >= 2, timeout=120)
+        assert guard.healthy(), guard.tail()
+    finally:
+        assert guard.terminate() == 0, guard.tail()
+
+    sizes: dict[str, list[int]] = defaultdict(list)
+    for topic in topics:
+        for r in got[topic]:
+            sent = compressed_batch_size(Output(topic, r.key, r.value, list(r.headers), r.timestamp), "none")
+            sizes[topic].append(sent)
+    print({t: sorted(v) for t, v in sizes.items()})  # the measured sizes, for the report
+    for topic, measured in sizes.items():
+        assert max(measured) <= SMALL_LIMIT, f"{topic}: a {max(measured)}-byte record batch over kafka.max_message_bytes {SMALL_LIMIT}"
+
+    decisions: dict[str, Decision] = {}
+    for r in got[s.audit]:
+        checked = check_audit_record(r.value, list(r.headers), s.guard.public_key)
+        assert checked.verified, checked.why
+        assert isinstance(checked.record, Decision)
+        decisions[checked.record.receipt_id or ""] = checked.record
+    assert [decisions[ask.receipt_id].reason for ask in (plan, refused, rival, too_large, forged, after)] == expected
+    # the plan: forwarded whole, its decision record carrying it by length and SHA-256
+    fwd = next(r for r in got[plans] if header(r, "busguard-decision-id") == decisions[plan.receipt_id].decision_id.encode())
+    assert len(fwd.value) > 57_000 and max(sizes[plans]) > 58_000
+    att = verify_admitted(fwd.value, list(fwd.headers), s.guard.public_key, EXECUTOR)
+    d = decisions[plan.receipt_id]
+    assert d.replacement is None and d.replacement_sha256 == att.forwarded_sha256 == hashlib.sha256(fwd.value).hexdigest()
+    assert d.replacement_length == len(fwd.value) and max(sizes[s.audit]) < 8_000
+    # one escalation; the refused request dead-lettered whole, the too-large one bounded, by hash
+    assert len(got[s.reconciliation]) == 1 and len(sizes[s.reconciliation]) == 1
+    dead = {header(r, "busguard-reason"): r for r in got[s.dead_letter]}
+    assert dead[b"taint_replay_refused"].value == refused.value
+    assert dead[b"output_too_large"].value is None
+    assert header(dead[b"output_too_large"], "busguard-original-sha256") == hashlib.sha256(too_large.value).hexdigest().encode()

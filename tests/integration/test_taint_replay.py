@@ -84,6 +84,8 @@ async def test_taint_route_end_to_end(broker: EmbeddedBroker, tmp_path: Path) ->
         "taint.condition": "1",
         "taint.nodes": "1",
     }
-    assert audit[valid.receipt_id].outcome == "forward" and audit[valid.receipt_id].replacement == fwd.value
+    # the decision record carries the forwarded plan by length and SHA-256 (docs/protocol.md 12.5)
+    assert audit[valid.receipt_id].outcome == "forward" and audit[valid.receipt_id].replacement is None
+    assert audit[valid.receipt_id].replacement_sha256 == att.forwarded_sha256 == hashlib.sha256(fwd.value).hexdigest()
     assert (audit[valid.receipt_id].annotations or {})["taint.unit"] == "token"
     assert audit[bad.receipt_id].reason == "taint_request_malformed"

@@ -12,7 +12,7 @@ from busguard.admission import policystep
 from busguard.policies import KINDS, KindSpec, kind_names, single_witness
 from busguard.policies.seam import PolicyContext, PolicyInput, PolicyOutcome, PolicyView
 from busguard.protocol.reasons import Outcome, Reason
-from busguard.protocol.records import Notice
+from busguard.protocol.records import Notice, carried_by_hash
 from busguard.state.sqlite.store import SqliteStore
 from tests.unit.harness import NOW, Harness, agent, sender
 from tests.unit.probe_policy import PROBE
@@ -49,7 +49,9 @@ def test_first_claim_is_admitted_with_its_outcome_and_a_conflicting_one_in_the_s
     assert (a.outcome, a.reason, a.annotations) == (Outcome.FORWARD, Reason.ADMITTED, {"slot": "s1"})
     assert a.replacement == b'{"slot":"s1","claim":"alice"}' and a.notices is None
     assert (b.outcome, b.reason) == (Outcome.ESCALATE, Reason.TASK_CONFLICT)  # saw a's write in the overlay
-    assert b.notices == (Notice(route="probe-notices", key=b"s1", value=b"contested by bob"),)
+    # carried by hash in the decision record (docs/protocol.md 12.5); the persisted decision keeps the value
+    assert b.notices == carried_by_hash(None, (Notice(route="probe-notices", key=b"s1", value=b"contested by bob"),))["notices"]
+    assert b.notices is not None and b.notices[0].value == b"contested by bob" and b.notices[0].value_length == 16
     assert b.replacement is None
     # The objected record consumed its nonce but recorded no task.
     assert h.store.task("probe", "t2", NOW) is None and h.store.task("probe", "t1", NOW) is not None
