@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # e.g. make bench BENCH_ARGS='--records 50000 --rounds 5 --check'
 BENCH_ARGS ?=
 
-.PHONY: venv test demo typecheck lint format bench clean
+.PHONY: venv kafka test demo typecheck lint format bench clean
 
 venv: $(STAMP)
 
@@ -22,7 +22,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,embedded]'
 	touch $@
 
-test: $(STAMP)
+# Apache Kafka (kafka/pom.xml pins the version): Maven fetches its jars into
+# .cache/kafka/<version>/libs when they are missing or the pom changed, else
+# nothing happens. Needs Java 17+ and Maven; without them it stops with one
+# line naming what to install. Prints "== kafka <version> ...".
+kafka: $(STAMP)
+	$(BIN)/python -m busguard.devtools.kafka fetch
+
+test: $(STAMP) kafka
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 demo: $(STAMP)
@@ -57,4 +64,4 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/compare.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .hypothesis
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .hypothesis .cache/kafka

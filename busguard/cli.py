@@ -11,6 +11,7 @@ from typing import Any
 
 from busguard.commands.admin import cmd_check_config, cmd_keygen, cmd_resolve, cmd_send, cmd_state_init, cmd_state_show
 from busguard.commands.audit import add_commands as add_audit_commands
+from busguard.commands.kafka import cmd_kafka
 from busguard.commands.kinds import cmd_kinds
 from busguard.commands.services import cmd_broker, cmd_demo, cmd_reconcile, cmd_run
 from busguard.commands.taint import add_commands as add_taint_commands
@@ -197,6 +198,21 @@ def build_parser() -> argparse.ArgumentParser:
         """,
     )
     sp.add_argument("--port", type=int, default=9092)
+
+    sp = add(
+        "kafka",
+        cmd_kafka,
+        "Run Apache Kafka (kafka/pom.xml's version, KRaft, on loopback) until Ctrl-C; needs Java 17+ and Maven.",
+        """
+        busguard kafka                          # one node on 127.0.0.1:9092
+        busguard kafka --brokers 3 --port 9092  # three nodes on 9092-9094, replication factor 3
+        busguard kafka --dir /tmp/kafka         # keep the nodes' logs (kafka.log) there
+        """,
+    )
+    sp.add_argument("--port", type=int, default=9092, help="the first node's client port; node i listens on PORT+i")
+    sp.add_argument("--brokers", type=int, default=1, choices=[1, 3], help="1 node, or a 3-node cluster (default: 1)")
+    sp.add_argument("--heap-mb", type=int, default=512, help="each node's -Xmx in MiB (default: 512)")
+    sp.add_argument("--dir", help="where each node's directory goes (default: a temporary one)")
 
     sp = add(
         "demo",
