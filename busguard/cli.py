@@ -209,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
         busguard kafka --dir /tmp/kafka         # keep the nodes' logs (kafka.log) there
         """,
     )
-    sp.add_argument("--port", type=int, default=9092, help="the first node's client port; node i listens on PORT+i")
+    sp.add_argument("--port", type=int, default=9092, help="the first node's client port; node i listens on PORT+i; 0 picks free ports")
     sp.add_argument("--brokers", type=int, default=1, choices=[1, 3], help="1 node, or a 3-node cluster (default: 1)")
     sp.add_argument("--heap-mb", type=int, default=512, help="each node's -Xmx in MiB (default: 512)")
     sp.add_argument("--dir", help="where each node's directory goes (default: a temporary one)")

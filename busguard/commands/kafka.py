@@ -25,7 +25,7 @@ def cmd_kafka(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         kafka = ApacheKafka(brokers=args.brokers, log_dir=args.dir, heap_mb=args.heap_mb)
-        await kafka.astart(args.port)
+        await kafka.astart(args.port or None)  # 0: free ports
         nodes = (
             "1 KRaft node" if args.brokers == 1 else f"{args.brokers} KRaft nodes, replication factor {args.brokers}, min.insync.replicas 2"
         )

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.devtools.kafka import ApacheKafka
 from busguard.runtime.topics import create_topics
 
 _HERE = Path(__file__).parent
@@ -33,6 +34,18 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]
     """One embedded broker for the session. Memory storage: never restart it."""
     with EmbeddedBroker(log_dir=tmp_path_factory.mktemp("broker")) as b:
         yield b
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafka]:
+    """One Apache Kafka node (kafka/pom.xml's version, KRaft) for the session.
+
+    Never skipped: without Java 17+ or Maven it fails with the line saying what
+    to install. Auto topic creation is off: create every topic. Its kafka.log is
+    kept under pytest's basetemp; its data is removed when the session ends.
+    """
+    with ApacheKafka(log_dir=tmp_path_factory.mktemp("kafka")) as k:
+        yield k
 
 
 def _slug(text: str) -> str:
