@@ -24,7 +24,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import UnknownTopicOrPartitionError
+from aiokafka.errors import InvalidSessionTimeoutError, UnknownTopicOrPartitionError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from busguard.devtools.kafka import ApacheKafka, kafka_version
@@ -227,6 +227,22 @@ async def test_group_manual_commit_and_static_member_rejoin(kafka: ApacheKafka) 
         again = await _drain(c, 15)
         assert c.assignment() == {TopicPartition(topic, i) for i in range(3)}
     assert sorted(r.value for r in again) == sorted(f"r{i}".encode() for i in range(30) if i // 3 >= 5)
+
+
+async def test_a_session_timeout_under_the_brokers_minimum_is_refused(kafka: ApacheKafka) -> None:
+    """Apache Kafka refuses a group member whose session timeout is under
+    ``group.min.session.timeout.ms`` (6000 by default); tansu accepts it. The
+    dev config's 3000 ms (busguard/devconfig.py) therefore needs 6000+ here."""
+    topic = _name("session")
+    await create_topics(kafka.bootstrap, [topic], partitions=1)
+    c = AIOKafkaConsumer(topic, bootstrap_servers=kafka.bootstrap, group_id=_name("g"), session_timeout_ms=3000, heartbeat_interval_ms=300)
+    try:
+        with pytest.raises(InvalidSessionTimeoutError):
+            await c.start()
+    finally:
+        await c.stop()
+    async with _consumer(kafka.bootstrap, topic, group_id=_name("g"), session_timeout_ms=6000) as ok:
+        assert ok.assignment() == {TopicPartition(topic, 0)}
 
 
 # -- the operator's command --------------------------------------------------------
