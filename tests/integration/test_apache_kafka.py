@@ -27,8 +27,11 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import InvalidSessionTimeoutError, UnknownTopicOrPartitionError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
+from busguard.devtools.guardkit import GuardProcess, collect, distinct_sources, header, make_setup, produce
 from busguard.devtools.kafka import ApacheKafka, kafka_version
 from busguard.runtime.topics import create_topics
+
+from .test_guard_crash import check_exactly_once, committed_offsets, workload
 
 pytestmark = pytest.mark.integration
 
@@ -243,6 +246,41 @@ async def test_a_session_timeout_under_the_brokers_minimum_is_refused(kafka: Apa
         await c.stop()
     async with _consumer(kafka.bootstrap, topic, group_id=_name("g"), session_timeout_ms=6000) as ok:
         assert ok.assignment() == {TopicPartition(topic, 0)}
+
+
+# -- the guard on Apache Kafka ----------------------------------------------------
+
+# What the guard needs changed from the dev config (busguard/devconfig.py, made
+# for tansu) on Apache Kafka's defaults: a session timeout the broker accepts
+# (above); the idempotent producer, which tansu refuses, is switched on.
+ON_KAFKA = {"BUSGUARD_KAFKA__SESSION_TIMEOUT_MS": "6000", "BUSGUARD_KAFKA__IDEMPOTENCE": "true"}
+
+
+async def test_guard_kill_9_after_producing_then_restart_is_exactly_once(kafka: ApacheKafka, tmp_path: Path) -> None:
+    """tests/integration/test_guard_crash.py's kill -9 at "produced" (outputs
+    sent, offsets not committed), run by `busguard run` processes on Apache Kafka."""
+    s = await make_setup(tmp_path, kafka.bootstrap, max_records=20)  # creates every topic: auto-creation is off
+    victim = GuardProcess(s, fault="produced:3", env=ON_KAFKA)
+    victim.wait_ready()
+    records, expected = workload(tmp_path)
+    coords = await produce(s.bootstrap, s.handoffs, records, key=b"planner")
+    assert victim.wait(60) == -9, victim.tail()
+
+    admitted = expected.count("admitted")
+
+    def settled(c: Any) -> bool:  # every input decided and every admitted record downstream (re-emissions not counted)
+        ids = {header(r, "busguard-decision-id") for r in c[s.downstream_handoffs]}
+        return distinct_sources(s, c) == len(records) and len(ids) == admitted
+
+    survivor = GuardProcess(s, env=ON_KAFKA)
+    try:
+        survivor.wait_ready()
+        got = await collect(s.bootstrap, s.outputs, settled, timeout=120)
+    finally:
+        assert survivor.terminate() == 0, survivor.tail()
+    check_exactly_once(s, got, coords, expected)
+    assert await committed_offsets(s, s.handoffs) == len(records)
+    assert len(got[s.audit]) > len(records)  # the batch in flight was emitted twice, byte for byte
 
 
 # -- the operator's command --------------------------------------------------------
