@@ -25,7 +25,14 @@ def cmd_kafka(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         kafka = ApacheKafka(brokers=args.brokers, log_dir=args.dir, heap_mb=args.heap_mb)
-        await kafka.astart(args.port or None)  # 0: free ports
+        # Ctrl-C is ours before the ready line (whoever reads it may signal at
+        # once); one during the start stops the nodes once they are up
+        stopped = asyncio.Event()
+        _install_stop(stopped.set)
+        await kafka.astart(args.port or None)  # 0: free ports; a failed start stops what it started
+        if stopped.is_set():
+            await kafka.astop()
+            return
         nodes = (
             "1 KRaft node" if args.brokers == 1 else f"{args.brokers} KRaft nodes, replication factor {args.brokers}, min.insync.replicas 2"
         )
@@ -35,8 +42,6 @@ def cmd_kafka(args: argparse.Namespace) -> int:
             f"auto topic creation off; {kept}; the data is removed when it stops)",
             flush=True,
         )
-        stopped = asyncio.Event()
-        _install_stop(stopped.set)
         try:
             await stopped.wait()
         finally:

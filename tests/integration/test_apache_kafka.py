@@ -303,10 +303,11 @@ def test_busguard_kafka_command_runs_until_ctrl_c(tmp_path: Path) -> None:
         ready = [line for line in lines if "ready at" in line]
         assert ready and f"Apache Kafka {kafka_version()} ready at 127.0.0.1:" in ready[0], "".join(lines)
         jvm_pids = _jvm_children(tmp_path)
-        assert len(jvm_pids) == 1
+        assert len(jvm_pids) == 1, (jvm_pids, "".join(lines))
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 0
-        assert all(not Path(f"/proc/{pid}").exists() for pid in jvm_pids)
+        rest, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0, "".join(lines) + rest
+        assert all(not Path(f"/proc/{pid}").exists() for pid in jvm_pids), "".join(lines) + rest
     finally:
         if proc.poll() is None:
             proc.kill()
