@@ -1,1 +1,1 @@
-"""Development tools: the embedded broker. Never imported by the production runtime."""
+"""Development tools: the embedded broker (tansu), Apache Kafka on loopback, the guard-process kit. Never imported by the production runtime."""
