@@ -152,3 +152,13 @@ async def test_a_partition_that_cannot_be_finished_fails_the_audit(broker: Embed
     assert all(r["position"] >= r["end"] for k, r in reads.items() if k != (s.audit, 2))
     table = _cli(s)
     assert table.returncode == 1 and b"[partition_unfinished]" in table.stdout and b"UNFINISHED" in table.stdout
+    # `escalations show` cannot say an escalation is absent (or pending) from a log it did not read to the end
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    shown = subprocess.run(
+        [sys.executable, "-m", "busguard.cli", "escalations", "show", "0" * 32, "--config", str(s.config)],
+        capture_output=True,
+        env=env,
+        timeout=180,
+    )
+    assert shown.returncode == 2
+    assert f"the audit topic was not read to its end: {s.audit}/2: read from 0 to {stuck['position']}".encode() in shown.stderr
