@@ -131,6 +131,13 @@ async def test_an_empty_batch_ahead_of_a_forged_record_does_not_blind_the_audit(
     assert all(r["position"] >= r["end"] for r in reads.values())
     assert reads[victim]["end"] == 2 and reads[victim]["records"] == 1 and reads[victim]["unserved"] == [[0, 0]]
 
+    # incrementally: a checkpoint keeps the offsets stepped over, so every later run still fails for them
+    ckpt = str(tmp_path / "audit.ckpt")
+    first, again = _cli(s, "--json", "--checkpoint", ckpt), _cli(s, "--json", "--checkpoint", ckpt)
+    assert (first.returncode, again.returncode) == (1, 1), again.stderr.decode()
+    assert json.loads(again.stdout)["violations"] == report["violations"]
+    assert _reads(json.loads(again.stdout)) == reads
+
 
 async def test_a_partition_that_cannot_be_finished_fails_the_audit(broker: EmbeddedBroker, tmp_path: Path) -> None:
     s = await make_setup(tmp_path, broker.bootstrap)
