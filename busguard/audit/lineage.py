@@ -53,6 +53,7 @@ docs/design.md, "The auditor's invariants"):
 | `offsets_overlap` | 8 | two decision ids cover one input offset (a span decision's range overlaps another decision; busguard.audit.coverage) |
 | `offsets_undecided` | 8 | input offsets between decided ones that no decision covers |
 | `offsets_unserved` | 9 | offsets below a read partition's end the broker answered every fetch at with nothing: stepped over, not read (audit.reach) |
+| `offsets_rewound` | 9 | a read partition's high watermark fell below an offset the audit had read to: offsets given out again, not read |
 | `partition_unfinished` | 9 | a partition of the audit or a downstream topic not read to its end offset: where the read stopped, the end, and why |
 """
 
@@ -112,6 +113,7 @@ INVARIANTS: Final[dict[str, int]] = {
     "offsets_overlap": 8,
     "offsets_undecided": 8,
     "offsets_unserved": 9,
+    "offsets_rewound": 9,
     "partition_unfinished": 9,
 }
 

@@ -19,9 +19,13 @@ one position the offset is *unserved*: the reader steps over it (to the
 next offset) and the offset is a finding, so nothing behind it stays
 unread and nothing in it is taken for read. A partition that cannot be
 finished (more than `MAX_UNSERVED` unserved offsets in one read, the high
-watermark at or below the position but under the end, a fetch error, no
-fetch answer within the reader's time bound) is *unfinished*, a finding
-that names where it stopped and why.
+watermark at the position but under the end, a fetch error, no fetch
+answer within the reader's time bound) is *unfinished*, a finding that
+names where it stopped and why. A partition counts as done only once a
+fetch answer has come in for it, even when it starts at its end: a high
+watermark below what the audit already read (tansu gives offsets out again
+after a batch with a negative last offset delta, docs/notes-broker.md) is
+*rewound*, a finding, and a checkpoint's position is not trusted past it.
 
 `PartitionRead` is what a read leaves in the ledger (and so in a
 checkpoint): accumulated over runs by `merge`, judged by `findings`.
@@ -54,11 +58,13 @@ class PartitionRead(msgspec.Struct, kw_only=True):
     records: int = 0  # records (and undecodable placeholders) read, all runs
     #: offset ranges [first, last] the broker served nothing at below the end; stepped over, not read
     unserved: list[tuple[int, int]] = []
-    unfinished: str | None = None  # why the latest run stopped below `end` (None: it reached it)
+    unfinished: str | None = None  # why the latest run did not prove it reached `end` (None: it did)
+    #: (high watermark, offset already read): the broker answered a high watermark below what had been read
+    rewound: tuple[int, int] | None = None
 
 
 class Finding(NamedTuple):
-    code: str  # offsets_unserved or partition_unfinished
+    code: str  # offsets_unserved, offsets_rewound or partition_unfinished
     detail: str
 
 
@@ -81,48 +87,59 @@ class Reach:
         self.records = 0
         self.unserved: list[int] = []
         self.why: str | None = None
+        self.rewound: tuple[int, int] | None = None
         self._empty = 0
         self._answered = False
 
     @property
+    def done(self) -> bool:
+        """Read to its end, as a fetch answer confirmed (one is needed even
+        at the end: only an answer's high watermark shows offsets given out
+        again below a checkpoint's position)."""
+        return self._answered and self.position >= self.end and self.rewound is None
+
+    @property
     def settled(self) -> bool:
         """Done or stopped: nothing more is read from it."""
-        return self.position >= self.end or self.why is not None
+        return self.done or self.why is not None or self.rewound is not None
 
     def observe(self, position: int, records: int, answered: bool, highwater: int | None) -> Step:
         """One poll: the reader's position after it, the records it returned,
         whether a fetch answer for this partition came in since the last
         poll (and every fetched record was handed out), and the high
         watermark that answer carried."""
-        if self.why is not None:
+        if self.why is not None or self.rewound is not None:
             return Step.STOP
         self.records += records
-        if answered and not self._answered and highwater is not None:
-            self._answered = True
-            self.end = max(self.end, highwater)  # tansu's ListOffsets is low: the first answer's high watermark
-        if position > self.position:
-            self.position, self._empty = position, 0
+        self.position, moved = max(self.position, position), position > self.position
+        if answered and highwater is not None:
+            if not self._answered:
+                self._answered = True
+                self.end = max(self.end, highwater)  # tansu's ListOffsets is low: the first answer's high watermark
+            if highwater < self.position:  # a high watermark never falls on a sound broker
+                self.rewound = (highwater, self.position)
+                return Step.STOP
+        if moved:
+            self._empty = 0
         elif answered:
             self._empty += 1
-        if self.position >= self.end:
+        if self.done:
             return Step.DONE
-        if self._empty < EMPTY_ANSWERS:
+        if self._empty < EMPTY_ANSWERS or self.position >= self.end:
             return Step.READ
         if highwater is not None and highwater <= self.position:
-            return self.stop(
-                f"the broker's high watermark {highwater} is at or below the position, under the end {self.end} recorded at the start"
-            )
+            return self.stop(f"the broker's high watermark {highwater} is at the position, under the end {self.end} recorded at the start")
         if len(self.unserved) >= MAX_UNSERVED:
             return self.stop(f"more than {MAX_UNSERVED} offsets served nothing (at most {MAX_UNSERVED} are stepped over per read)")
         self.unserved.append(self.position)
         self.position, self._empty = self.position + 1, 0
-        return Step.DONE if self.position >= self.end else Step.SKIP
+        return Step.DONE if self.done else Step.SKIP
 
     def stop(self, why: str) -> Step:
-        """Give up on this partition below its end, for `why`."""
-        if self.position < self.end and self.why is None:
+        """Give up on this partition short of proving it read to its end, for `why`."""
+        if not self.settled:
             self.why = why
-        return Step.STOP if self.why is not None else Step.DONE
+        return Step.DONE if self.done else Step.STOP
 
     def result(self) -> PartitionRead:
         return PartitionRead(
@@ -133,7 +150,8 @@ class Reach:
             end=self.end,
             records=self.records,
             unserved=ranges(self.unserved),
-            unfinished=self.why if self.position < self.end else None,
+            unfinished=self.why,
+            rewound=self.rewound,
         )
 
 
@@ -162,6 +180,7 @@ def merge(before: PartitionRead | None, now: PartitionRead) -> PartitionRead:
         records=before.records + now.records,
         unserved=unserved,
         unfinished=now.unfinished,
+        rewound=before.rewound if before.rewound is not None else now.rewound,
     )
 
 
@@ -184,11 +203,20 @@ def findings(reads: Iterable[PartitionRead]) -> list[Finding]:
                     f"({_shown(r.unserved)}); they were stepped over, so whatever they hold was not read",
                 )
             )
-        if r.position < r.end:
+        if r.rewound is not None:
+            hw, read = r.rewound
+            out.append(
+                Finding(
+                    "offsets_rewound",
+                    f"{where}: the broker's high watermark {hw} is below offset {read}, which the audit had read to: it gave out "
+                    f"offsets again (or lost the log), and what it holds below {read} now was not read; audit without the checkpoint",
+                )
+            )
+        elif r.unfinished is not None or r.position < r.end:
             out.append(
                 Finding(
                     "partition_unfinished",
-                    f"{where}: read from {r.start} to {r.position}, not to the end offset {r.end}: {r.unfinished or 'not read to the end'}",
+                    f"{where}: read from {r.start} to {r.position}, not proven to the end offset {r.end}: {r.unfinished or 'not read to the end'}",
                 )
             )
     return out

@@ -167,7 +167,7 @@ def render_table(report: AuditReport) -> str:
                     r.topic,
                     *map(str, (r.partition, r.start, r.position, r.end, r.records)),
                     str(sum(hi - lo + 1 for lo, hi in r.unserved)),
-                    "read to the end" if r.position >= r.end else "UNFINISHED",
+                    "REWOUND" if r.rewound else "UNFINISHED" if r.unfinished is not None or r.position < r.end else "read to the end",
                 ]
                 for r in report.reads
             ],

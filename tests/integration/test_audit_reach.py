@@ -155,7 +155,7 @@ async def test_a_partition_that_cannot_be_finished_fails_the_audit(broker: Embed
     reads = _reads(report)
     stuck = reads[(s.audit, 2)]
     assert stuck["end"] == 201 and stuck["position"] < 200 and stuck["unfinished"]
-    assert unfinished == [f"{s.audit}/2: read from 0 to {stuck['position']}, not to the end offset 201: {stuck['unfinished']}"]
+    assert unfinished == [f"{s.audit}/2: read from 0 to {stuck['position']}, not proven to the end offset 201: {stuck['unfinished']}"]
     assert all(r["position"] >= r["end"] for k, r in reads.items() if k != (s.audit, 2))
     table = _cli(s)
     assert table.returncode == 1 and b"[partition_unfinished]" in table.stdout and b"UNFINISHED" in table.stdout
@@ -169,3 +169,31 @@ async def test_a_partition_that_cannot_be_finished_fails_the_audit(broker: Embed
     )
     assert shown.returncode == 2
     assert f"the audit topic was not read to its end: {s.audit}/2: read from 0 to {stuck['position']}".encode() in shown.stderr
+
+
+async def test_offsets_given_out_again_below_a_checkpoint_are_a_finding(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    s = await _guarded_log(tmp_path, broker.bootstrap)
+    ends = await _ends(s.bootstrap, [s.downstream_handoffs])
+    victim, end = next((k, e) for k, e in sorted(ends.items()) if e >= 3)
+    ckpt = str(tmp_path / "audit.ckpt")
+    clean = _cli(s, "--json", "--checkpoint", ckpt)
+    assert clean.returncode == 0, clean.stderr.decode()
+
+    # a batch whose last offset delta is -3 makes tansu give out offsets again:
+    # the next record lands below the offset the checkpoint resumes from
+    (span,) = await produce_batches(s.bootstrap, victim[0], [(batch([], count=0, last_offset_delta=-3), 1)], partition=victim[1])
+    assert span.start == end
+    (forged,) = await produce_batches(s.bootstrap, victim[0], [(FORGED, 1)], partition=victim[1])
+    assert forged.start == end - 2
+
+    done = _cli(s, "--json", "--checkpoint", ckpt)
+    assert done.returncode == 1, done.stderr.decode()
+    report = json.loads(done.stdout)
+    assert [v["detail"] for v in report["violations"]] == [
+        f"{victim[0]}/{victim[1]}: the broker's high watermark {end - 1} is below offset {end}, which the audit had read to: it gave "
+        f"out offsets again (or lost the log), and what it holds below {end} now was not read; audit without the checkpoint"
+    ]
+    assert _reads(report)[victim]["rewound"] == [end - 1, end]
+    # read from the beginning, the forged record is found
+    scratch = json.loads(_cli(s, "--json").stdout)
+    assert "forwarded_unattested" in {v["invariant"] for v in scratch["violations"]}

@@ -29,8 +29,29 @@ def test_the_first_answers_high_watermark_raises_a_low_end_and_a_checkpoint_posi
     assert r.observe(10, 10, True, 36) is Step.READ and r.end == 36
     assert r.observe(20, 10, True, 99) is Step.READ and r.end == 36  # only the first answer's
     assert r.observe(36, 36, True, 36) is Step.DONE
-    resumed = Reach("audit", 1, 40, 31)
-    assert resumed.settled and resumed.end == 40
+    resumed = Reach("audit", 1, 40, 31)  # a checkpoint's position, past tansu's ListOffsets
+    assert resumed.end == 40 and not resumed.settled  # settled only once an answer confirms it
+    assert resumed.observe(40, 0, True, 40) is Step.DONE and findings([resumed.result()]) == []
+
+
+def test_a_high_watermark_below_what_was_read_is_a_rewound_partition_and_stays_one() -> None:
+    resumed = Reach("down", 3, 10, 4)  # tansu after a batch with last offset delta -9: offsets 2, 3 given out again
+    assert resumed.observe(10, 0, True, 4) is Step.STOP and resumed.settled
+    got = resumed.result()
+    assert got.rewound == (4, 10) and got.position == 10
+    assert findings([got]) == [
+        (
+            "offsets_rewound",
+            "down/3: the broker's high watermark 4 is below offset 10, which the audit had read to: it gave out offsets again "
+            "(or lost the log), and what it holds below 10 now was not read; audit without the checkpoint",
+        )
+    ]
+    later = Reach("down", 3, 10, 12)
+    later.observe(12, 2, True, 12)
+    assert later.result().rewound is None and merge(got, later.result()).rewound == (4, 10)
+    live = _reach(end=10)
+    live.observe(8, 8, True, 10)
+    assert live.observe(8, 0, True, 3) is Step.STOP and live.result().rewound == (3, 8)
 
 
 def test_an_offset_the_broker_answers_nothing_at_is_stepped_over_and_named() -> None:
@@ -68,7 +89,7 @@ def test_a_high_watermark_at_the_position_below_the_end_stops_the_partition_unfi
     assert got.unfinished is not None and "high watermark 4" in got.unfinished
     ((code, detail),) = findings([got])
     assert code == "partition_unfinished"
-    assert detail == f"audit/1: read from 0 to 4, not to the end offset 10: {got.unfinished}"
+    assert detail == f"audit/1: read from 0 to 4, not proven to the end offset 10: {got.unfinished}"
     assert r.observe(10, 6, True, 10) is Step.STOP  # stopped stays stopped
 
 
@@ -127,7 +148,7 @@ def test_a_read_without_findings_read_every_record_and_none_is_missed_silently(k
             break
         for _ in range(quiet):  # polls during which no answer came in
             r.observe(position, 0, False, None)
-        if kinds[position] == "stuck":
+        if position >= end or kinds[position] == "stuck":
             got: list[int] = []
         else:
             got = [o for o in range(position, min(end, position + span)) if kinds[o] == "record"]
