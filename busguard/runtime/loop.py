@@ -60,7 +60,7 @@ from busguard.runtime.faults import Faults
 from busguard.runtime.ops import Liveness, Metrics, OpsServer
 from busguard.runtime.outputs import Output
 from busguard.runtime.rejoin import SessionBridge
-from busguard.runtime.stuck import Refetch, StuckPartitions, unfetchable
+from busguard.runtime.stuck import Refetch, Rewound, StuckPartitions, unfetchable
 from busguard.runtime.tolerant_fetch import floors_of
 from busguard.runtime.undecodable import Undecodable, next_offset
 
@@ -310,7 +310,13 @@ class BatchLoop:
             action = self.stuck.observe(tp.topic, tp.partition, position, high, consumer.last_poll_timestamp(tp), now)
             if action is None:
                 continue
-            if isinstance(action, Refetch):
+            if isinstance(action, Rewound):
+                log.error(
+                    "log end moved back below the decided position: records the broker stores at these offsets get no decision",
+                    partition=f"{tp.topic}:{tp.partition}",
+                    offsets=f"{action.high_watermark}-{action.position - 1}",
+                )
+            elif isinstance(action, Refetch):
                 if self._floors is not None:
                     self._floors[(tp.topic, tp.partition)] = action.floor
                 consumer.seek(tp, action.start)
