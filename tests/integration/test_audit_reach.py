@@ -120,7 +120,10 @@ async def test_an_empty_batch_ahead_of_a_forged_record_does_not_blind_the_audit(
     report = json.loads(done.stdout)
     assert report["ok"] is False
     found = {v["invariant"] for v in report["violations"]}
-    assert found == {"forwarded_unattested", "offsets_unserved"}, report["violations"]
+    assert found - {"forged_record"} == {"forwarded_unattested", "offsets_unserved"}, report["violations"]
+    # an empty batch a fetch from an earlier offset returns is read: its offset is one unsealed placeholder
+    placed = [v["detail"] for v in report["violations"] if v["invariant"] == "forged_record"]
+    assert all("holds no record" in d for d in placed), placed
     unserved = sorted(v["detail"] for v in report["violations"] if v["invariant"] == "offsets_unserved")
     assert unserved == sorted(
         f"{t}/{p}: the broker answered every fetch at 1 offset(s) below the partition's end with nothing (0); "
