@@ -102,9 +102,10 @@ class RawKeys:
 
     def __init__(self, max_inflated_bytes: int) -> None:
         self.max_inflated_bytes = max_inflated_bytes
-        #: (topic, partition) -> the position a fetch from before it must
-        #: resume at (busguard.runtime.stuck.Refetch); used by the first
-        #: fetch from below it, then dropped. At most one per assigned partition.
+        #: (topic, partition) -> the position a fetch from the offset just
+        #: before it must resume at (busguard.runtime.unstick); used by that
+        #: fetch, then dropped. At most one per assigned partition, dropped on
+        #: any rebalance of it.
         self.floors: dict[tuple[str, int], int] = {}
 
     def __call__(self, key: bytes | None) -> bytes | None:
@@ -222,7 +223,7 @@ def install() -> None:
             if isinstance(key_des, RawKeys) and isinstance(records, RawMemoryRecords):
                 self._key_deserializer = None
                 floor = key_des.floors.get((tp.topic, tp.partition))
-                if floor is not None and fetch_offset < floor:
+                if floor is not None and fetch_offset == floor - 1:
                     del key_des.floors[(tp.topic, tp.partition)]  # the refetch it was set for
                 else:
                     floor = None

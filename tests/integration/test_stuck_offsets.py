@@ -27,6 +27,7 @@ from busguard.protocol.records import Decision
 from tests.fuzz.batches import batch, claimed_span, record
 
 from .test_hostile_records import produce_batches
+from .test_sdk_hostile import forward_tasks, open_receiver, run_until
 
 
 def _decisions(s: Setup, got: dict[str, list[object]]) -> list[Decision]:
@@ -149,3 +150,29 @@ async def test_offsets_claimed_without_records_and_a_negative_delta_are_each_dec
     ]
     assert "holds no record" in (decisions[1].detail or "")
     await _audit_ok(s, 0, 16)
+
+
+async def test_an_sdk_receiver_moves_past_an_empty_batch_on_its_downstream_topic(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    """The same stall in the agent's SDK: a key-less writer puts an empty
+    batch on the downstream topic right at a receiver's position; the
+    receiver (ActOnce over `AdmittingConsumer.open`) refuses its offsets once
+    and acts on every task behind it."""
+    s = await make_setup(tmp_path, broker.bootstrap, partitions=1)
+    guard = GuardProcess(s)
+    try:
+        guard.wait_ready()
+        loop, done = await open_receiver(s, "receiver", tmp_path / "done.db")
+        try:
+            await forward_tasks(s, ["first"], 1)
+            assert (await run_until(loop, acted=1, refused=0))[0].acted == 1
+            (span,) = await produce_batches(s.bootstrap, s.downstream_handoffs, [(batch([], count=0, last_offset_delta=3), 4)])
+            await forward_tasks(s, ["second", "third"], 3)
+            total, reasons = await run_until(loop, acted=2, refused=1, timeout=120)
+        finally:
+            await loop.inbox.close()
+        assert guard.proc.poll() is None, guard.tail()
+    finally:
+        assert guard.terminate() == 0, guard.tail()
+    assert span == range(1, 5)
+    assert (total.acted, total.refused, dict(reasons)) == (2, 1, {"undecodable": 1})
+    assert [t for (t,) in done.connection.execute("SELECT task_id FROM work ORDER BY rowid")] == ["first", "second", "third"]
