@@ -20,21 +20,30 @@ import time
 import msgspec
 from aiokafka import TopicPartition
 
+from busguard.commands.audit import guard_key_for
 from busguard.config import Config
 from busguard.errors import ConfigError
 from busguard.protocol.attestation import HEADER_DECISION_ID, HEADER_SEAL
 from busguard.protocol.envelope import b64url_encode
 from busguard.protocol.identity import multikey_encode
 from busguard.protocol.keyfile import read_key
+from busguard.protocol.reasons import Outcome
 from busguard.protocol.records import COMMAND_CONTEXT, HEADER_COMMAND, HEADER_SIGNER, Resolution, ResolveCommand, ResolvedAs, audit_decoder
 from busguard.protocol.signing import sign
+from busguard.reconcile.operators import Operators
+from busguard.reconcile.parse import parse
 from busguard.runtime.clients import partitions_of, reader
 from busguard.runtime.clients import producer as make_producer
 from busguard.runtime.undecodable import Undecodable
 
 
-async def _find_key(cfg: Config, topic: str, record_id: str, idle_ms: int = 1500) -> bytes | None:
-    """The Kafka key of the record on `topic` whose decision id is `record_id`."""
+async def _find_key(cfg: Config, topic: str, record_id: str, guard_public_key: bytes, idle_ms: int = 1500) -> bytes | None:
+    """The Kafka key of the escalation on `topic` whose decision id is
+    `record_id`, taken only from a record sealed by the guard: anyone who may
+    write the topic can add a record with that `busguard-decision-id` and
+    another key, which would send the command to a partition where the
+    reconciler does not apply it after its escalation. Such records are
+    passed over, each named on stderr."""
     # tolerant: a foreign record on the topic the client cannot decode is passed over, not fatal
     tps = [TopicPartition(topic, p) for p in (await partitions_of(cfg, [topic], name="resolve")).get(topic, [])]
     if not tps:
@@ -51,8 +60,16 @@ async def _find_key(cfg: Config, topic: str, record_id: str, idle_ms: int = 1500
                 return None
             for recs in batch.values():
                 for r in recs:
-                    if (HEADER_DECISION_ID, wanted) in list(r.headers):
+                    if type(r) is Undecodable or (HEADER_DECISION_ID, wanted) not in list(r.headers):
+                        continue
+                    found = parse(r.value, list(r.headers), guard_public_key, Operators.none()).escalation
+                    if found is not None and found.decision_id == record_id and found.outcome == Outcome.ESCALATE:
                         return r.key  # type: ignore[no-any-return]
+                    print(
+                        f"passed over {r.topic}/{r.partition}/{r.offset}: it names escalation {record_id} "
+                        "but is not that escalation sealed by the guard's key",
+                        file=sys.stderr,
+                    )
     finally:
         await consumer.stop()
 
@@ -98,7 +115,7 @@ def resolve(
     signer = [] if key_file is None else [(HEADER_SIGNER, multikey_encode(identity.public_key).encode())]
 
     async def main() -> int:
-        key = await _find_key(cfg, cfg.topics.reconciliation, escalation_id)
+        key = await _find_key(cfg, cfg.topics.reconciliation, escalation_id, guard_key_for(cfg, None))
         if key is None:
             raise ConfigError(
                 cfg.topics.reconciliation, "escalation_id", escalation_id, "the decision id of an escalation on the reconciliation topic"
