@@ -132,7 +132,7 @@ def resolve(
         producer = make_producer(cfg, name="resolve")
         await producer.start()
         try:
-            await producer.send_and_wait(cfg.topics.reconciliation, value=body, key=key, headers=headers)
+            sent = await producer.send_and_wait(cfg.topics.reconciliation, value=body, key=key, headers=headers)
         finally:
             await producer.stop()
         print(f"resolve command for {escalation_id} sent ({resolve_as}, by operator:{operator})")
@@ -145,7 +145,13 @@ def resolve(
             return 0
         final = await _wait_for_resolution(cfg, escalation_id, time.monotonic() + wait_s)
         if final is None:
-            print(f"no final resolution seen within {wait_s:.0f}s; is `busguard reconcile` running?", file=sys.stderr)
+            where = f"{cfg.topics.reconciliation}/{sent.partition}/{sent.offset}"
+            print(
+                f"no final resolution seen within {wait_s:.0f}s; is `busguard reconcile` running? A command it refuses "
+                f"(bad_seal, already_resolved, output_too_large: a note too long for the resolution) is dead-lettered "
+                f"on {cfg.topics.dead_letter} with busguard-source {where} and the reason",
+                file=sys.stderr,
+            )
             return 1
         print(msgspec.json.format(msgspec.json.encode(final)).decode())
         if final.by != f"operator:{operator}" or final.resolved_as != resolve_as:

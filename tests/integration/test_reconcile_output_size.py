@@ -4,9 +4,10 @@ escalations resolve` and `busguard reconcile` on the embedded broker, with
 
 The resolution carries the command as signed (its note twice: in `note` and
 in `command.body`, base64), so a 40 000-character note made a resolution of
-about 93 KB that Apache Kafka refuses. Now the command is one
+about 95 KB that Apache Kafka refuses. Now the command is one
 `output_too_large` dead letter, the escalation stays held, a shorter command
-resolves it, and the audit passes. Every record the reconciler wrote is
+resolves it, and the audit passes; `resolve` tells the operator where the
+refusal is. Every record the reconciler wrote is
 measured as Kafka counts it against the configured limit (tansu enforces
 none)."""
 
@@ -63,10 +64,12 @@ async def test_a_command_too_large_for_its_resolution_is_one_dead_letter_and_a_s
         got = await collect(s.bootstrap, [s.audit], lambda c: any(r.stage == "held" for r in _resolutions(s, c)))
         (held,) = [r.escalation_id for r in _resolutions(s, got) if r.stage == "held"]
 
-        sent = _resolve(s, held, alice_key, "n" * 40_000, wait=0)  # a 40 KB command: its resolution would be ~93 KB
-        assert sent.returncode == 0, sent.stderr
+        sent = _resolve(s, held, alice_key, "n" * 40_000, wait=3)  # a 40 KB command: its resolution would be ~95 KB
         got = await collect(s.bootstrap, [s.audit, s.dead_letter], lambda c: bool(_too_large(s, c)))
         (detail,) = _too_large(s, got)
+        (dead,) = [r for r in got[s.dead_letter] if header(r, "busguard-reason") == b"output_too_large"]
+        # the operator is told where to look
+        assert sent.returncode == 1 and f"busguard-source {(header(dead, 'busguard-source') or b'').decode()} " in sent.stderr, sent.stderr
         assert b"final resolution" in detail and f"kafka.max_message_bytes {LIMIT}".encode() in detail, detail
         assert not [r for r in _resolutions(s, got) if r.stage == "final"]
         assert worker.healthy(), worker.tail()
