@@ -4,7 +4,8 @@ The command is sealed with an operator's own key listed in `keys.operators`
 (then the name it carries must be the one listed for that key), or with
 the guard key (accepted unless `keys.guard_key_resolves = false`, but it
 proves no name: the auditor flags it), and produced to the
-reconciliation topic under the escalation's own key, so it lands in the
+reconciliation topic under the escalation's own key (read from the record
+the guard sealed, never from another that names it), so it lands in the
 same partition, after the escalation, and the reconciler applies it exactly
 once with the same crash-safe protocol. The operator's tool never writes
 to the audit log itself: the reconciler does, copying the signed command
@@ -99,6 +100,20 @@ async def _wait_for_resolution(cfg: Config, escalation_id: str, deadline: float)
         await consumer.stop()
 
 
+def _guard_key(cfg: Config) -> bytes:
+    """The guard's public key, as `busguard audit` finds it; on an operator's
+    machine without the guard's key file, `keys.guard_public_key` is the way."""
+    try:
+        return guard_key_for(cfg, None)
+    except ConfigError as exc:
+        raise ConfigError(
+            cfg.source,
+            "keys.guard_public_key",
+            None,
+            f"the guard's public key (z6Mk…), to tell its escalations from forged records; keys.guard_key could not be read ({exc})",
+        ) from None
+
+
 def resolve(
     cfg: Config,
     escalation_id: str,
@@ -115,7 +130,7 @@ def resolve(
     signer = [] if key_file is None else [(HEADER_SIGNER, multikey_encode(identity.public_key).encode())]
 
     async def main() -> int:
-        key = await _find_key(cfg, cfg.topics.reconciliation, escalation_id, guard_key_for(cfg, None))
+        key = await _find_key(cfg, cfg.topics.reconciliation, escalation_id, _guard_key(cfg))
         if key is None:
             raise ConfigError(
                 cfg.topics.reconciliation, "escalation_id", escalation_id, "the decision id of an escalation on the reconciliation topic"
