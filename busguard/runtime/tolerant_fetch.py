@@ -33,8 +33,10 @@ for aiokafka 0.14 only: `MemoryRecords` (by a wrapper that keeps the raw
 bytes and otherwise delegates) and `PartitionRecords` (by a subclass). The
 subclass behaves exactly as aiokafka's unless the consumer's key
 deserializer is a `RawKeys` (such as `RAW_KEYS`), so consumers that did not opt in
-(tests' readers, the SDK) see aiokafka's behaviour unchanged. Read-committed
-isolation is not supported on the tolerant path (busguard never asks for it).
+(tests' readers) see aiokafka's behaviour unchanged. A consumer with
+`isolation_level="read_committed"` skips aborted transactions' batches on the
+tolerant path as aiokafka does (the decoder is given the fetch's aborted
+transactions).
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ from busguard.config import DEFAULT_MAX_INFLATED_BYTES
 from busguard.protocol.reasons import Reason
 from busguard.runtime.decoding import PartitionDecoder
 from busguard.runtime.undecodable import Undecodable, next_offset
+
+_READ_COMMITTED: Final = 1  # aiokafka.consumer.fetcher.READ_COMMITTED
 
 __all__ = [
     "FORM_BATCH",
@@ -194,7 +198,7 @@ def install() -> None:
         "check_crcs",
         "isolation_level",
     ]
-    if list(inspect.signature(original_partition.__init__).parameters) != expected:
+    if list(inspect.signature(original_partition.__init__).parameters) != expected or fetcher.READ_COMMITTED != _READ_COMMITTED:
         raise RuntimeError("aiokafka's PartitionRecords changed shape; busguard's tolerant fetch decoder needs updating")
 
     class RawMemoryRecords:
@@ -228,7 +232,13 @@ def install() -> None:
                 else:
                     floor = None
                 decoder = PartitionDecoder(
-                    tp.topic, tp.partition, records.raw, fetch_offset, max_inflated_bytes=key_des.max_inflated_bytes, floor=floor
+                    tp.topic,
+                    tp.partition,
+                    records.raw,
+                    fetch_offset,
+                    max_inflated_bytes=key_des.max_inflated_bytes,
+                    floor=floor,
+                    aborted=(aborted or []) if isolation == _READ_COMMITTED else None,
                 )
                 self._records_iterator = self._tolerant(decoder)
 
