@@ -39,7 +39,7 @@ from busguard.protocol.auditbatch import AuditBatchError, Entry, expand, is_batc
 from busguard.protocol.envelope import b64url_decode_strict, b64url_encode
 from busguard.protocol.identity import canonical_principal, multikey_decode
 from busguard.protocol.merkle import ProofError, parse_hash, verify_consistency, verify_inclusion
-from busguard.protocol.receipt import receipt_id, signing_input
+from busguard.protocol.receipt import ReceiptError, decode_receipt, receipt_id, signing_input
 from busguard.protocol.records import Coordinates, headers_encoding
 from busguard.protocol.registry import KeyRegistry, _RegistryFile
 from busguard.protocol.signing import sign, verify_signature
@@ -201,6 +201,19 @@ def _admission(name: str) -> Verdicts:
     return out
 
 
+def _receipts() -> Verdicts:
+    out: Verdicts = {}
+    for v in _load("receipts/receipts.json")["vectors"]:
+        raw = base64.b64decode(v["receipt_b64"], validate=True)
+        try:
+            decode_receipt(raw)
+        except ReceiptError as exc:
+            out[v["name"]] = {"reason": str(exc.reason)}
+        else:
+            out[v["name"]] = {"reason": "ok", "receipt_id": receipt_id(raw)}
+    return out
+
+
 def _tree_heads() -> Verdicts:
     doc = _load("treehead/tree-heads.json")
     key = bytes.fromhex(doc["public_key_hex"])
@@ -327,6 +340,7 @@ PYTHON: dict[str, Callable[[], Verdicts]] = {
     "valid.json": lambda: _admission("valid.json"),
     "invalid.json": lambda: _admission("invalid.json"),
     "sequences.json": lambda: _admission("sequences.json"),
+    "receipts/receipts.json": _receipts,
     "treehead/tree-heads.json": _tree_heads,
     "annotations/annotations.json": _annotations,
     "auditbatch/audit-batches.json": _audit_batches,

@@ -17,6 +17,7 @@ const MIN_CASES: Readonly<Record<string, number>> = {
   "valid.json": 20,
   "invalid.json": 80,
   "sequences.json": 50,
+  "receipts/receipts.json": 80,
 };
 
 for (const [name, run] of Object.entries(FILES)) {

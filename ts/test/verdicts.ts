@@ -18,6 +18,7 @@ import {
   InclusionError,
   KeyRegistry,
   ProofError,
+  ReceiptError,
   Signer,
   UNATTESTED,
   annotationsSha256,
@@ -30,6 +31,7 @@ import {
   checkAdmitted,
   checkDecisionRecord,
   checkReplay,
+  decodeReceipt,
   decodeHead,
   expand,
   fromHex,
@@ -273,6 +275,23 @@ function admission(name: "valid.json" | "invalid.json" | "sequences.json"): File
   return c.result();
 }
 
+function receipts(): FileResult {
+  const c = new Collector();
+  for (const v of load("receipts/receipts.json").vectors) {
+    const raw = b64Decode(v.receipt_b64);
+    let got: Verdict;
+    try {
+      decodeReceipt(raw);
+      got = { reason: "ok", receipt_id: receiptId(raw) };
+    } catch (exc) {
+      if (!(exc instanceof ReceiptError)) throw exc;
+      got = { reason: exc.reason };
+    }
+    c.put(v.name, got, v.expect);
+  }
+  return c.result();
+}
+
 function treeHeads(): FileResult {
   const c = new Collector();
   const doc = load("treehead/tree-heads.json");
@@ -434,6 +453,7 @@ export const FILES: Readonly<Record<string, () => FileResult>> = {
   "valid.json": () => admission("valid.json"),
   "invalid.json": () => admission("invalid.json"),
   "sequences.json": () => admission("sequences.json"),
+  "receipts/receipts.json": receipts,
   "treehead/tree-heads.json": treeHeads,
   "annotations/annotations.json": annotations,
   "auditbatch/audit-batches.json": auditBatches,
