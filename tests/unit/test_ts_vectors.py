@@ -46,6 +46,7 @@ from busguard.protocol.signing import sign, verify_signature
 from busguard.protocol.timestamps import parse_timestamp
 from busguard.protocol.treehead import TreeHeadError, decode_head, head_digest, head_message, included
 from busguard.sdk.consumer import AdmittingConsumer, Fetched
+from tests.unit.test_consumer_vectors import admit, decided
 
 REPO = Path(__file__).resolve().parents[2]
 VECTORS = REPO / "tests" / "vectors"
@@ -214,6 +215,10 @@ def _receipts() -> Verdicts:
     return out
 
 
+def _consumer() -> Verdicts:
+    return {"fetch": decided(admit(_load("consumer/consumer.json")))}
+
+
 def _tree_heads() -> Verdicts:
     doc = _load("treehead/tree-heads.json")
     key = bytes.fromhex(doc["public_key_hex"])
@@ -341,6 +346,7 @@ PYTHON: dict[str, Callable[[], Verdicts]] = {
     "invalid.json": lambda: _admission("invalid.json"),
     "sequences.json": lambda: _admission("sequences.json"),
     "receipts/receipts.json": _receipts,
+    "consumer/consumer.json": _consumer,
     "treehead/tree-heads.json": _tree_heads,
     "annotations/annotations.json": _annotations,
     "auditbatch/audit-batches.json": _audit_batches,

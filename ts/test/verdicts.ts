@@ -57,7 +57,10 @@ import {
   verifyConsistency,
   verifyInclusion,
   verifySignature,
+  type Fetched,
   type Header,
+  type Reader,
+  type Undecodable,
   type Prechecked,
   type RegistryFile,
 } from "../src/index.js";
@@ -292,6 +295,53 @@ function receipts(): FileResult {
   return c.result();
 }
 
+function consumer(): FileResult {
+  const c = new Collector();
+  const doc = load("consumer/consumer.json");
+  const readers = new Map<string, Reader<unknown>>();
+  for (const [kind, what] of Object.entries(doc.readers as Record<string, string>)) {
+    if (what === "refuse") {
+      readers.set(kind, () => {
+        throw new Error("this fetch's reader refuses every payload of its kind");
+      });
+    }
+  }
+  const admitter = new Admitter({ guardPublicKey: fromHex(doc.guard.public_key_hex), agentId: doc.agent_id, readers });
+  const fetched: Array<Fetched | Undecodable> = (doc.records as Json[]).map((r: Json) =>
+    "undecodable" in r
+      ? {
+          undecodable: r.undecodable,
+          topic: r.topic,
+          partition: r.partition,
+          offset: BigInt(r.offset),
+          detail: r.detail,
+          ...(r.last_offset === null ? {} : { lastOffset: BigInt(r.last_offset) }),
+        }
+      : { topic: r.topic, partition: r.partition, offset: BigInt(r.offset), value: valueOf(r.value_b64), headers: headersOf(r.headers) },
+  );
+  const batch = admitter.admit(fetched);
+  const got = {
+    deliveries: batch.deliveries.map((d) => ({
+      partition: d.partition,
+      offset: Number(d.offset),
+      decision_id: d.decision_id,
+      task_id: d.receipt.task_id,
+      payload_b64: b64Encode(d.payload),
+      annotations: { ...d.annotations },
+    })),
+    refusals: batch.refusals.map((r) => ({
+      partition: r.partition,
+      offset: Number(r.offset),
+      reason: r.reason,
+      ...(r.reason === "undecodable" ? { detail: r.detail } : {}),
+      ...(r.last_offset === undefined ? {} : { last_offset: Number(r.last_offset) }),
+    })),
+    positions: [...batch.positions.values()].sort((a, b) => a.topic.localeCompare(b.topic) || a.partition - b.partition).map((p) => [p.topic, p.partition, Number(p.offset)]),
+  };
+  c.put("fetch", got, doc.expect);
+  return c.result();
+}
+
 function treeHeads(): FileResult {
   const c = new Collector();
   const doc = load("treehead/tree-heads.json");
@@ -454,6 +504,7 @@ export const FILES: Readonly<Record<string, () => FileResult>> = {
   "invalid.json": () => admission("invalid.json"),
   "sequences.json": () => admission("sequences.json"),
   "receipts/receipts.json": receipts,
+  "consumer/consumer.json": consumer,
   "treehead/tree-heads.json": treeHeads,
   "annotations/annotations.json": annotations,
   "auditbatch/audit-batches.json": auditBatches,
