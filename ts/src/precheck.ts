@@ -95,7 +95,8 @@ export function precheck(value: Uint8Array | null, headers: readonly Header[], o
     return refuse("malformed_timestamp", (exc as Error).message);
   }
   const stale = checkFreshness(issued, opts.nowMs, opts.maxAgeMs, opts.maxFutureMs);
-  if (stale !== null) return refuse(stale, `issued_at ${r.issued_at} is outside the freshness window`);
+  if (stale === "timestamp_expired") return refuse(stale, `issued_at ${r.issued_at} is ${opts.nowMs - issued} ms old`);
+  if (stale !== null) return refuse(stale, `issued_at ${r.issued_at} is ${issued - opts.nowMs} ms ahead of the receiver clock`);
   if (payloadHash(env.payload) !== r.payload_hash) {
     const malformed = payloadHashProblem(r.payload_hash);
     return malformed !== null ? refuse("malformed_field", malformed) : refuse("payload_hash_mismatch", "SHA-256 of the record value differs from payload_hash");
