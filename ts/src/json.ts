@@ -8,8 +8,9 @@
  * syntax, trailing data or a non-object top level is `not_json`; a value of
  * the wrong JSON type is `wrong_type` (a container at once, a scalar once it
  * parsed); a key outside the schema is `unknown_field` when the schema
- * forbids them (at the key, before its value); a value outside its bounds is
- * `constraint`; at the closing brace, a required field absent is
+ * forbids them (at the key's colon, before its value); a value outside its bounds is
+ * `constraint`, and so is a number past the double range for a field that is
+ * not an integer (msgspec's "Number out of range"); at the closing brace, a required field absent is
  * `missing_field`. A repeated key keeps its last value (as msgspec does);
  * every key is returned in order so that a caller can refuse duplicates.
  * Integers (no fraction, no exponent) are exact `bigint`s.
@@ -69,6 +70,8 @@ const WS = new Set([0x20, 0x09, 0x0a, 0x0d]);
 
 class Parser {
   pos = 0;
+  /** the last unvalidated string held invalid UTF-8 */
+  lossy = false;
   constructor(readonly buf: Uint8Array) {}
 
   fail(problem: JsonProblem, path: string, message: string): never {
@@ -94,16 +97,25 @@ class Parser {
     this.pos++;
   }
 
-  string(): string {
+  /**
+   * A string, its escapes resolved and checked. Its raw bytes are checked
+   * as UTF-8 only when `validate` (msgspec checks them only for a string it
+   * keeps: not for one it skips or one of the wrong type); otherwise an
+   * invalid sequence becomes U+FFFD and `lossy` is set.
+   */
+  string(validate = true): string {
     this.expect(0x22, "expected a string");
     let out = "";
     let runStart = this.pos;
     const flush = (end: number): void => {
       if (end > runStart) {
+        const raw = this.buf.subarray(runStart, end);
         try {
-          out += fromUtf8(this.buf.subarray(runStart, end));
+          out += fromUtf8(raw);
         } catch {
-          this.syntax("invalid UTF-8 in string");
+          if (validate) this.syntax("invalid UTF-8 in string");
+          this.lossy = true;
+          out += new TextDecoder().decode(raw);
         }
       }
     };
@@ -219,7 +231,7 @@ class Parser {
     this.ws();
     const c = this.peek();
     if (c === 0x22) {
-      this.string();
+      this.string(false);
     } else if (c === 0x7b || c === 0x5b) {
       const close = c === 0x7b ? 0x7d : 0x5d;
       this.pos++;
@@ -232,7 +244,7 @@ class Parser {
         if (c === 0x7b) {
           this.ws();
           if (this.peek() !== 0x22) this.syntax("object keys must be strings");
-          this.string();
+          this.string(false);
           this.ws();
           this.expect(0x3a, "expected ':'");
         }
@@ -270,7 +282,7 @@ class Parser {
       return got("bool");
     }
     if (c === 0x22) {
-      const s = this.string();
+      const s = this.string(spec.type.kind === "str");
       if (spec.type.kind !== "str") return got("str");
       const n = codePoints(s);
       if (spec.type.minLength !== undefined && n < spec.type.minLength) {
@@ -282,9 +294,16 @@ class Parser {
       return s;
     }
     if (c === 0x2d || (c >= 0x30 && c <= 0x39)) {
+      const start = this.pos;
       const num = this.number();
-      if (!("int" in num)) return got("float");
-      if (spec.type.kind !== "int") return got("int");
+      if (!("int" in num) || spec.type.kind !== "int") {
+        // msgspec reads a number it cannot keep as a double: one past the
+        // double range is "Number out of range", a constraint at this path
+        let text = "";
+        for (let i = start; i < this.pos; i++) text += String.fromCharCode(this.buf[i] ?? 0);
+        if (!Number.isFinite(Number(text))) this.fail("constraint", path, `Number out of range - at \`${path}\``);
+        return got("int" in num ? "int" : "float");
+      }
       if (spec.type.min !== undefined && num.int < spec.type.min) {
         this.fail("constraint", path, `Expected \`int\` >= ${spec.type.min} - at \`${path}\``);
       }
@@ -307,14 +326,17 @@ class Parser {
       for (;;) {
         this.ws();
         if (this.peek() !== 0x22) this.syntax("object keys must be strings");
-        const key = this.string();
-        const spec = schema.fields.get(key);
-        const at = `${path}.${key}`;
-        if (spec === undefined && schema.forbidUnknown) {
-          this.fail("unknown_field", at, `Object contains unknown field \`${key}\` - at \`${path}\``);
-        }
+        this.lossy = false;
+        const key = this.string(false);
+        const lossyKey = this.lossy;
         this.ws();
         this.expect(0x3a, "expected ':'");
+        const spec = lossyKey ? undefined : schema.fields.get(key);
+        const at = `${path}.${key}`;
+        if (spec === undefined && schema.forbidUnknown) {
+          if (lossyKey) this.syntax("invalid UTF-8 in object key");
+          this.fail("unknown_field", at, `Object contains unknown field \`${key}\` - at \`${path}\``);
+        }
         if (spec === undefined) {
           this.skipValue();
         } else {
@@ -359,6 +381,16 @@ export function decodeObject(raw: Uint8Array, schema: Schema): DecodedObject {
   p.ws();
   if (p.pos >= raw.length) p.syntax("input data was truncated");
   const c = p.peek();
+  if (c === 0x2d || (c >= 0x30 && c <= 0x39)) {
+    // msgspec reads a top-level number before refusing it, and one past the
+    // double range is its "Number out of range" (busguard: wrong_type)
+    const start = p.pos;
+    p.number();
+    let text = "";
+    for (let i = start; i < p.pos; i++) text += String.fromCharCode(raw[i] ?? 0);
+    if (!Number.isFinite(Number(text))) p.fail("constraint", "$", "Number out of range");
+    p.fail("not_json", "$", "Expected `object`");
+  }
   if (c !== 0x7b) {
     p.skipValue();
     p.ws();

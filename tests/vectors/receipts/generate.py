@@ -116,9 +116,12 @@ CASES: list[tuple[str, bytes, str]] = [
     ("key-id-number", body(extra=',"key_id":7'), "wrong_type"),
     ("duplicate-v-second-mistyped", body(extra=',"v":"x"'), "wrong_type"),
     ("mistyped-before-invalid-utf8", b'{"v":"1","task_id":"\xff"}', "wrong_type"),
+    ("mistyped-string-of-invalid-utf8", b'{"v":"\xff"}', "wrong_type"),
     # unknown_field: at the key, before its value is read
     ("extra-field", body(extra=',"extra":1'), "unknown_field"),
     ("unknown-key-with-garbage-value", b'{"zz":[', "unknown_field"),
+    ("unknown-key-without-colon", body(extra=',":"x"'), "not_json"),
+    ("unknown-key-of-invalid-utf8", b'{"\xff":1}', "not_json"),
     ("field-in-another-case", body(extra=',"Nonce":"x"'), "unknown_field"),
     ("extra-field-v2", body(v="2", extra=',"new":1'), "unknown_field"),
     # missing_field: at the closing brace, before trailing data

@@ -1,0 +1,148 @@
+"""busguard's strict decoders and the TypeScript package's (ts/) read mutated
+bytes the same way: a receipt gets the same reason code (docs/protocol.md
+3.3), an attestation and a tree head are accepted or refused alike.
+
+The shared vectors (tests/vectors/receipts/, test_ts_vectors.py) pin the
+edges on purpose; this throws thousands of deterministic mutations of real
+receipts, attestations and heads (bytes replaced, deleted, repeated,
+inserted, truncated) at both, through one `node ts/dist/test/decode-cli.js`
+run, and fails on any difference, naming the bytes.
+
+Needs the package built (`make ts`, which `make test` runs first).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from busguard.protocol.attestation import AttestationError, decode_attestation
+from busguard.protocol.receipt import ReceiptError, decode_receipt
+from busguard.protocol.treehead import TreeHeadError, decode_head
+
+REPO = Path(__file__).resolve().parents[2]
+VECTORS = REPO / "tests" / "vectors"
+CLI = REPO / "ts" / "dist" / "test" / "decode-cli.js"
+COUNTS = {"receipt": 4000, "attestation": 1500, "head": 500}
+
+#: Bytes and tokens that move a strict JSON reader between its branches.
+BYTES = b'"{}[]:,\\ \t\n0123456789-+.eEtrufalsnx\x00\x1f\x7f\x80\xbf\xc3\xed\xf0\xff'
+TOKENS = [
+    b',"v":1',
+    b',"nonce":"AAAAAAAAAAAAAAAAAAAAAA"',
+    b',"session_id":"s","sequence":7',
+    b',"sequence":null',
+    b',"key_id":null',
+    b',"forwarded_sha256":null',
+    b',"extra":[1,{"a":2}]',
+    b"null",
+    b"true",
+    b"1.5",
+    b"1e5",
+    b"-0",
+    b"9" * 30,
+    b"-" + b"9" * 20,
+    b'"\\ud800"',
+    b'"\\ud83d\\ude00"',
+    b"\\u0000",
+    b"\\u006e",
+    b'""',
+    b"{}",
+    b"[]",
+    b" ",
+    b"\xf0\x9f\x98\x80",
+    b"1e400",
+    b"-1" + b"0" * 320,
+    b'"\xff"',
+    b'"\\x"',
+    b'"\x01"',
+    b'"topic":"t","extra":{"a":[1,"\xff",{"b":null}]},',
+    b'"\xff\xfe":1,',
+]
+
+
+def _headers(rec: Any) -> dict[str, bytes]:
+    return {k: base64.b64decode(v) for k, v in rec["headers"] if v is not None}
+
+
+def _seeds() -> dict[str, list[bytes]]:
+    seeds: dict[str, list[bytes]] = {"receipt": [], "attestation": [], "head": []}
+    for name in ("valid.json", "invalid.json"):
+        for vec in json.loads((VECTORS / name).read_text(encoding="ascii"))["vectors"]:
+            raw = _headers(vec).get("busguard-receipt")
+            if raw is not None and len(raw) < 1024:
+                seeds["receipt"].append(raw)
+    consumer = json.loads((VECTORS / "consumer" / "consumer.json").read_text(encoding="ascii"))
+    for rec in consumer["records"]:
+        if "headers" in rec:
+            h = _headers(rec)
+            seeds["attestation"] += [h[k] for k in ("busguard-attestation",) if k in h]
+            seeds["head"] += [h[k] for k in ("busguard-tree-head",) if k in h]
+    for h in json.loads((VECTORS / "treehead" / "tree-heads.json").read_text(encoding="utf-8"))["heads"]:
+        seeds["head"].append(h["head"].encode())
+        seeds["attestation"] += [a.encode() for a in h["attestations"]]
+    return seeds
+
+
+def _mutate(rng: random.Random, raw: bytes) -> bytes:
+    out = bytearray(raw)
+    for _ in range(rng.randint(1, 3)):
+        at = rng.randint(0, len(out))
+        op = rng.randrange(6)
+        if op == 0 and out:
+            out[min(at, len(out) - 1)] = rng.choice(BYTES)
+        elif op == 1:
+            del out[at : at + rng.randint(1, 8)]
+        elif op == 2:
+            out[at:at] = rng.choice(TOKENS)
+        elif op == 3 and out:
+            start = rng.randrange(len(out))
+            out[at:at] = out[start : start + rng.randint(1, 24)]
+        elif op == 4:
+            del out[at:]
+        else:
+            out[at:at] = bytes([rng.choice(BYTES)])
+    return bytes(out)
+
+
+def _python(what: str, raw: bytes) -> str:
+    try:
+        if what == "receipt":
+            decode_receipt(raw)
+        elif what == "attestation":
+            decode_attestation(raw)
+        else:
+            decode_head(raw)
+    except ReceiptError as exc:
+        return str(exc.reason)
+    except (AttestationError, TreeHeadError):
+        return "malformed"
+    return "ok"
+
+
+def test_typescript_and_python_decode_mutated_bytes_alike() -> None:
+    node = shutil.which("node")
+    assert node is not None, "node is not on PATH: the TypeScript package (ts/) needs Node.js 20"
+    assert CLI.is_file(), f"{CLI} is missing: build the TypeScript package first (`make ts`; `make test` does it)"
+    rng = random.Random(39)
+    seeds = _seeds()
+    cases: list[tuple[str, bytes]] = []
+    for what, count in COUNTS.items():
+        assert seeds[what], what
+        cases += [(what, seeds[what][i % len(seeds[what])]) for i in range(len(seeds[what]))]  # each seed as it is
+        cases += [(what, _mutate(rng, rng.choice(seeds[what]))) for _ in range(count)]
+    lines = "".join(json.dumps({"what": w, "b64": base64.b64encode(r).decode()}) + "\n" for w, r in cases)
+    done = subprocess.run([node, str(CLI)], input=lines.encode(), capture_output=True, check=False, timeout=300)
+    assert done.returncode == 0, done.stderr.decode("utf-8", "replace")
+    theirs: list[str] = json.loads(done.stdout)
+    ours = [_python(w, r) for w, r in cases]
+    assert len(theirs) == len(ours)
+    differ = [f"{w} {r!r}: ts {t}, python {p}" for (w, r), t, p in zip(cases, theirs, ours, strict=True) if t != p]
+    assert not differ, f"{len(differ)} of {len(cases)} decodes differ:\n" + "\n".join(differ[:20])
+    reasons = {p for (w, _), p in zip(cases, ours, strict=True) if w == "receipt"}
+    assert {"ok", "not_json", "wrong_type", "unknown_field", "duplicate_key", "missing_field"} <= reasons, reasons

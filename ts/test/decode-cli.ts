@@ -1,0 +1,30 @@
+/**
+ * Reads JSON lines `{"what": "receipt" | "attestation" | "head", "b64": ...}`
+ * on stdin and prints, per line, what this package's strict decoder makes of
+ * the bytes: `ok` or the receipt's reason code (`malformed` for an
+ * attestation or head it refuses). tests/unit/test_ts_decode_differential.py
+ * feeds it mutated bytes and compares with busguard's decoders.
+ */
+import { readFileSync } from "node:fs";
+import { AttestationError, ReceiptError, TreeHeadError, b64Decode, decodeAttestation, decodeHead, decodeReceipt } from "../src/index.js";
+
+function judge(what: string, raw: Uint8Array): string {
+  try {
+    if (what === "receipt") decodeReceipt(raw);
+    else if (what === "attestation") decodeAttestation(raw);
+    else decodeHead(raw);
+    return "ok";
+  } catch (exc) {
+    if (exc instanceof ReceiptError) return exc.reason;
+    if (exc instanceof AttestationError || exc instanceof TreeHeadError) return "malformed";
+    throw exc;
+  }
+}
+
+const out: string[] = [];
+for (const line of readFileSync(0, "utf8").split("\n")) {
+  if (line === "") continue;
+  const item = JSON.parse(line) as { what: string; b64: string };
+  out.push(judge(item.what, b64Decode(item.b64)));
+}
+process.stdout.write(JSON.stringify(out) + "\n");
