@@ -1,10 +1,12 @@
 """busguard's strict decoders and the TypeScript package's (ts/) read mutated
 bytes the same way: a receipt gets the same reason code (docs/protocol.md
-3.3), an attestation and a tree head are accepted or refused alike.
+3.3), an attestation and a tree head are accepted or refused alike, a
+timestamp is the same instant or refused (6.1), an agent id has the same
+canonical principal or is refused (5.2).
 
 The shared vectors (tests/vectors/receipts/, test_ts_vectors.py) pin the
 edges on purpose; this throws thousands of deterministic mutations of real
-receipts, attestations and heads (bytes replaced, deleted, repeated,
+receipts, attestations, heads, timestamps and agent ids (bytes replaced, deleted, repeated,
 inserted, truncated) at both, through one `node ts/dist/test/decode-cli.js`
 run, and fails on any difference, naming the bytes.
 
@@ -22,13 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from busguard.protocol.attestation import AttestationError, decode_attestation
+from busguard.protocol.identity import canonical_principal
 from busguard.protocol.receipt import ReceiptError, decode_receipt
+from busguard.protocol.timestamps import parse_timestamp
 from busguard.protocol.treehead import TreeHeadError, decode_head
 
 REPO = Path(__file__).resolve().parents[2]
 VECTORS = REPO / "tests" / "vectors"
 CLI = REPO / "ts" / "dist" / "test" / "decode-cli.js"
-COUNTS = {"receipt": 4000, "attestation": 1500, "head": 500}
+COUNTS = {"receipt": 4000, "attestation": 1500, "head": 500, "timestamp": 1500, "principal": 1500}
 
 #: Bytes and tokens that move a strict JSON reader between its branches.
 BYTES = b'"{}[]:,\\ \t\n0123456789-+.eEtrufalsnx\x00\x1f\x7f\x80\xbf\xc3\xed\xf0\xff'
@@ -71,7 +75,11 @@ def _headers(rec: Any) -> dict[str, bytes]:
 
 
 def _seeds() -> dict[str, list[bytes]]:
-    seeds: dict[str, list[bytes]] = {"receipt": [], "attestation": [], "head": []}
+    seeds: dict[str, list[bytes]] = {what: [] for what in COUNTS}
+    for case in json.loads((VECTORS / "external" / "ink" / "timestamp-validity.json").read_text(encoding="utf-8"))["cases"]:
+        seeds["timestamp"].append(case["input"]["timestamp"].encode())
+    for case in json.loads((VECTORS / "external" / "ink" / "principal-normalization.json").read_text(encoding="utf-8"))["cases"]:
+        seeds["principal"].append(case["input"]["agentId"].encode())
     for name in ("valid.json", "invalid.json"):
         for vec in json.loads((VECTORS / name).read_text(encoding="ascii"))["vectors"]:
             raw = _headers(vec).get("busguard-receipt")
@@ -110,7 +118,37 @@ def _mutate(rng: random.Random, raw: bytes) -> bytes:
     return bytes(out)
 
 
+def _timestamp(rng: random.Random) -> bytes:
+    """A timestamp from the grammar's parts, each now and then just out of range."""
+
+    def part(good: list[str], bad: list[str]) -> str:
+        return rng.choice(good if rng.random() < 0.85 else bad)
+
+    year = part(["0000", "0001", "1969", "1970", "2000", "2024", "2100", "9999"], ["999", "10000", "20x6"])
+    month = part(["01", "02", "06", "12"], ["00", "13", "1"])
+    day = part(["01", "28", "29", "30", "31"], ["00", "32", "1"])
+    clock = f"{part(['00', '12', '23'], ['24', '1'])}:{part(['00', '59'], ['60'])}:{part(['00', '59'], ['60', '5'])}"
+    fraction = part(["", ".5", ".05", ".123", ".9999", ".1234567890123"], [".", ".12a", ",5"])
+    zone = part(["Z", "+00:00", "-00:00", "+01:30", "-23:59", "+05:45"], ["z", "+24:00", "+01:60", "+0100", "", "-1:00"])
+    return f"{year}-{month}-{day}{part(['T'], ['t', ' '])}{clock}{fraction}{zone}".encode()
+
+
+def _agent_id(rng: random.Random) -> bytes:
+    """An agent id near the families and bounds of 5.1-5.2."""
+    key = "z6MkqVxFWKA54xK1g9unz29qhKtfJG2vvCUgyUJY1jUytT5M"
+    body = rng.choice([key, key[:-1], key + "1", "z1" + key[1:], key.replace("q", "0"), "z" + "1" * 47, key.lower()])
+    prefix = rng.choice(["tulpa:", "ink:", "key:", "raw:", "TULPA:", "tulp", "did:web:", ""])
+    filler = rng.choice(["", "a" * rng.randint(500, 514), "\U0001f600" * rng.randint(250, 258), "\u00e9" * rng.randint(500, 514)])
+    return (prefix + rng.choice([body, filler, body + filler])).encode()
+
+
 def _python(what: str, raw: bytes) -> str:
+    if what in ("timestamp", "principal"):
+        try:
+            text = raw.decode("utf-8")
+            return str(parse_timestamp(text)) if what == "timestamp" else canonical_principal(text)
+        except ValueError:  # UnicodeDecodeError included
+            return "reject"
     try:
         if what == "receipt":
             decode_receipt(raw)
@@ -136,6 +174,8 @@ def test_typescript_and_python_decode_mutated_bytes_alike() -> None:
         assert seeds[what], what
         cases += [(what, seeds[what][i % len(seeds[what])]) for i in range(len(seeds[what]))]  # each seed as it is
         cases += [(what, _mutate(rng, rng.choice(seeds[what]))) for _ in range(count)]
+    cases += [("timestamp", _timestamp(rng)) for _ in range(3000)]
+    cases += [("principal", _agent_id(rng)) for _ in range(2000)]
     lines = "".join(json.dumps({"what": w, "b64": base64.b64encode(r).decode()}) + "\n" for w, r in cases)
     done = subprocess.run([node, str(CLI)], input=lines.encode(), capture_output=True, check=False, timeout=300)
     assert done.returncode == 0, done.stderr.decode("utf-8", "replace")

@@ -1,14 +1,34 @@
 /**
- * Reads JSON lines `{"what": "receipt" | "attestation" | "head", "b64": ...}`
+ * Reads JSON lines `{"what": "receipt" | "attestation" | "head" | "timestamp" | "principal", "b64": ...}`
  * on stdin and prints, per line, what this package's strict decoder makes of
  * the bytes: `ok` or the receipt's reason code (`malformed` for an
- * attestation or head it refuses). tests/unit/test_ts_decode_differential.py
+ * attestation or head it refuses); for a timestamp its epoch ms, for an
+ * agent id its canonical principal, or `reject`. tests/unit/test_ts_decode_differential.py
  * feeds it mutated bytes and compares with busguard's decoders.
  */
 import { readFileSync } from "node:fs";
-import { AttestationError, ReceiptError, TreeHeadError, b64Decode, decodeAttestation, decodeHead, decodeReceipt } from "../src/index.js";
+import {
+  AttestationError,
+  ReceiptError,
+  TreeHeadError,
+  b64Decode,
+  canonicalPrincipal,
+  decodeAttestation,
+  decodeHead,
+  decodeReceipt,
+  fromUtf8,
+  parseTimestamp,
+} from "../src/index.js";
 
 function judge(what: string, raw: Uint8Array): string {
+  if (what === "timestamp" || what === "principal") {
+    try {
+      const text = fromUtf8(raw);
+      return what === "timestamp" ? String(parseTimestamp(text)) : canonicalPrincipal(text);
+    } catch {
+      return "reject";
+    }
+  }
   try {
     if (what === "receipt") decodeReceipt(raw);
     else if (what === "attestation") decodeAttestation(raw);
