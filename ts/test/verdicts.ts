@@ -295,9 +295,8 @@ function receipts(): FileResult {
   return c.result();
 }
 
-function consumer(): FileResult {
-  const c = new Collector();
-  const doc = load("consumer/consumer.json");
+/** An admitting consumer's decision on a fetch in consumer.json's form (records, readers, guard key, agent id). */
+export function decideFetch(doc: Json): Verdict {
   const readers = new Map<string, Reader<unknown>>();
   for (const [kind, what] of Object.entries(doc.readers as Record<string, string>)) {
     if (what === "refuse") {
@@ -320,7 +319,7 @@ function consumer(): FileResult {
       : { topic: r.topic, partition: r.partition, offset: BigInt(r.offset), value: valueOf(r.value_b64), headers: headersOf(r.headers) },
   );
   const batch = admitter.admit(fetched);
-  const got = {
+  return {
     deliveries: batch.deliveries.map((d) => ({
       partition: d.partition,
       offset: Number(d.offset),
@@ -336,9 +335,16 @@ function consumer(): FileResult {
       ...(r.reason === "undecodable" ? { detail: r.detail } : {}),
       ...(r.last_offset === undefined ? {} : { last_offset: Number(r.last_offset) }),
     })),
-    positions: [...batch.positions.values()].sort((a, b) => a.topic.localeCompare(b.topic) || a.partition - b.partition).map((p) => [p.topic, p.partition, Number(p.offset)]),
+    positions: [...batch.positions.values()]
+      .sort((a, b) => a.topic.localeCompare(b.topic) || a.partition - b.partition)
+      .map((p) => [p.topic, p.partition, Number(p.offset)]),
   };
-  c.put("fetch", got, doc.expect);
+}
+
+function consumer(): FileResult {
+  const c = new Collector();
+  const doc = load("consumer/consumer.json");
+  c.put("fetch", decideFetch(doc), doc.expect);
   return c.result();
 }
 
