@@ -25,7 +25,7 @@ from typing import Any
 
 from busguard.protocol.attestation import AttestationError, decode_attestation
 from busguard.protocol.identity import canonical_principal
-from busguard.protocol.receipt import ReceiptError, decode_receipt
+from busguard.protocol.receipt import Receipt, ReceiptError, decode_receipt, encode_receipt
 from busguard.protocol.timestamps import parse_timestamp
 from busguard.protocol.treehead import TreeHeadError, decode_head
 
@@ -186,3 +186,49 @@ def test_typescript_and_python_decode_mutated_bytes_alike() -> None:
     assert not differ, f"{len(differ)} of {len(cases)} decodes differ:\n" + "\n".join(differ[:20])
     reasons = {p for (w, _), p in zip(cases, ours, strict=True) if w == "receipt"}
     assert {"ok", "not_json", "wrong_type", "unknown_field", "duplicate_key", "missing_field"} <= reasons, reasons
+
+
+#: Characters whose JSON spelling differs between careless encoders: quotes,
+#: backslashes, every control character, DEL, the line separators JavaScript
+#: once escaped, a BOM, non-ASCII and astral characters.
+CHARS = ['"', "\\", "/", "\x7f", "\u2028", "\u2029", "\ufeff", "é", "\U0001f600", "a", "0", " "] + [chr(c) for c in range(0x20)]
+
+
+def _text(rng: random.Random, lo: int, hi: int) -> str:
+    return "".join(rng.choice(CHARS) for _ in range(rng.randint(lo, hi)))
+
+
+def test_typescript_encodes_receipts_as_busguard_does() -> None:
+    """The SDK form (compact JSON, field order, absent fields omitted) is
+    byte for byte msgspec's for any field text, so a receipt the TypeScript
+    sender signs is the one a Python sender would."""
+    node = shutil.which("node")
+    assert node is not None and CLI.is_file(), f"node and {CLI} are needed (`make ts`)"
+    rng = random.Random(39)
+    receipts = []
+    for _ in range(2000):
+        r = Receipt(
+            v=1,
+            kind=_text(rng, 1, 12),
+            task_id=_text(rng, 1, 20),
+            sender=_text(rng, 1, 20),
+            receiver=_text(rng, 1, 20),
+            payload_hash="0" * 64,
+            nonce=_text(rng, 0, 10),
+            issued_at=_text(rng, 0, 10),
+            session_id=_text(rng, 1, 10) if rng.random() < 0.5 else None,
+            sequence=rng.choice([0, 1, 2**53 + 1, 2**63 - 1]) if rng.random() < 0.5 else None,
+            key_id=_text(rng, 1, 10) if rng.random() < 0.5 else None,
+        )
+        receipts.append(r)
+    lines = ""
+    for r in receipts:
+        fields = {k: getattr(r, k) for k in r.__struct_fields__ if k != "v" and getattr(r, k) is not None}
+        if "sequence" in fields:
+            fields["sequence"] = str(fields["sequence"])
+        lines += json.dumps({"what": "encode", "fields": fields}) + "\n"
+    done = subprocess.run([node, str(CLI)], input=lines.encode(), capture_output=True, check=False, timeout=300)
+    assert done.returncode == 0, done.stderr.decode("utf-8", "replace")
+    theirs = [base64.b64decode(x) for x in json.loads(done.stdout)]
+    differ = [f"{t!r} != {encode_receipt(r)!r}" for r, t in zip(receipts, theirs, strict=True) if t != encode_receipt(r)]
+    assert not differ, f"{len(differ)} of {len(receipts)} encodings differ:\n" + "\n".join(differ[:10])

@@ -3,7 +3,8 @@
  * on stdin and prints, per line, what this package's strict decoder makes of
  * the bytes: `ok` or the receipt's reason code (`malformed` for an
  * attestation or head it refuses); for a timestamp its epoch ms, for an
- * agent id its canonical principal, or `reject`. tests/unit/test_ts_decode_differential.py
+ * agent id its canonical principal, or `reject`. `{"what": "encode",
+ * "fields": {...}}` prints the SDK form of that receipt instead (base64). tests/unit/test_ts_decode_differential.py
  * feeds it mutated bytes and compares with busguard's decoders.
  */
 import { readFileSync } from "node:fs";
@@ -12,12 +13,15 @@ import {
   ReceiptError,
   TreeHeadError,
   b64Decode,
+  b64Encode,
   canonicalPrincipal,
   decodeAttestation,
   decodeHead,
   decodeReceipt,
+  encodeReceipt,
   fromUtf8,
   parseTimestamp,
+  type Receipt,
 } from "../src/index.js";
 
 function judge(what: string, raw: Uint8Array): string {
@@ -41,10 +45,17 @@ function judge(what: string, raw: Uint8Array): string {
   }
 }
 
+/** The SDK form of a receipt given as JSON fields (a `sequence` as a decimal string), standard base64. */
+function encode(fields: Record<string, string>): string {
+  const { sequence, ...rest } = fields;
+  const receipt = { ...rest, v: 1, ...(sequence === undefined ? {} : { sequence: BigInt(sequence) }) } as unknown as Receipt;
+  return b64Encode(encodeReceipt(receipt));
+}
+
 const out: string[] = [];
 for (const line of readFileSync(0, "utf8").split("\n")) {
   if (line === "") continue;
-  const item = JSON.parse(line) as { what: string; b64: string };
-  out.push(judge(item.what, b64Decode(item.b64)));
+  const item = JSON.parse(line) as { what: string; b64?: string; fields?: Record<string, string> };
+  out.push(item.what === "encode" ? encode(item.fields ?? {}) : judge(item.what, b64Decode(item.b64 ?? "")));
 }
 process.stdout.write(JSON.stringify(out) + "\n");
