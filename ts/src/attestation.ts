@@ -6,13 +6,12 @@
  * (`checkAdmitted`, the sealed annotations of `annotations_sha256`), the
  * receiver binding, and an auditor's decision-record check.
  */
-import { concat, sha256Hex, utf8 } from "./bytes.js";
-import { b64urlDecodeStrict, toHex } from "./bytes.js";
+import { b64urlDecodeStrict, concat, sha256Hex, toHex, utf8 } from "./bytes.js";
 import { verifySignature } from "./ed25519.js";
 import { HEADER_RECEIPT, type Header } from "./envelope.js";
 import { canonicalPrincipal } from "./identity.js";
 import { StrictJsonError, decodeObject, field, type DecodedObject, type FieldSpec } from "./json.js";
-import { ReceiptError, decodeReceipt, payloadHash, receiptId } from "./receipt.js";
+import { decodeReceipt, payloadHash, receiptId } from "./receipt.js";
 import { headersEncoding, type Coordinates } from "./records.js";
 import { HEADER_HEAD_SEAL, HEADER_INCLUSION, HEADER_TREE_HEAD, TreeHeadError, decodeHead, headMessage, included, type TreeHead } from "./treehead.js";
 
@@ -203,13 +202,9 @@ export function annotationsSha256(headers: readonly Header[]): string {
   return sha256Hex(headersEncoding(headers));
 }
 
-/** Whether a header name begins with `busguard-annotation-` in any ASCII letter case. */
+/** Whether a header name begins with `busguard-annotation-` in any letter case (as busguard's `check_annotations`). */
 export function isAnnotationHeader(name: string): boolean {
-  return name.length >= HEADER_ANNOTATION_PREFIX.length && asciiLower(name.slice(0, HEADER_ANNOTATION_PREFIX.length)) === HEADER_ANNOTATION_PREFIX;
-}
-
-function asciiLower(s: string): string {
-  return s.toLowerCase();
+  return name.length >= HEADER_ANNOTATION_PREFIX.length && name.slice(0, HEADER_ANNOTATION_PREFIX.length).toLowerCase() === HEADER_ANNOTATION_PREFIX;
 }
 
 /**
@@ -308,7 +303,6 @@ export function verifyDecisionRecord(value: Uint8Array, headers: readonly Header
   return opened.attestation;
 }
 
-export { ReceiptError };
 
 function replacementFrom(record: Record<string, unknown>): { bytes?: Uint8Array; sha?: string; length?: unknown } {
   const out: { bytes?: Uint8Array; sha?: string; length?: unknown } = {};

@@ -89,12 +89,7 @@ export function publicKeyFromAgentId(agentId: string): Uint8Array | null {
   return null;
 }
 
-/** Length in UTF-16 code units: JavaScript's own `string.length`. */
-export function utf16Length(text: string): number {
-  return text.length;
-}
-
-/** INK `canonicalAgentPrincipal`; throws for an empty id or one over 512 UTF-16 code units. */
+/** INK `canonicalAgentPrincipal`; throws for an empty id or one over 512 UTF-16 code units (`string.length`). */
 export function canonicalPrincipal(agentId: string): string {
   if (agentId.length === 0) throw new Error("agentId must be a non-empty string");
   if (agentId.length > MAX_AGENT_ID_UTF16_UNITS) {

@@ -4,7 +4,7 @@
  * a record before it reads any state. A sender can run it on its own record
  * before producing; the shared vectors run it against busguard's verdicts.
  */
-import { payloadHash, payloadHashProblem, ReceiptError } from "./receipt.js";
+import { payloadHash, payloadHashProblem, ReceiptError, type ReceiptReason } from "./receipt.js";
 import { openEnvelope, type Envelope, type Header } from "./envelope.js";
 import { canonicalPrincipal } from "./identity.js";
 import { parseTimestamp } from "./timestamps.js";
@@ -42,7 +42,14 @@ export function checkFreshness(issuedAtMs: number, nowMs: number, maxAgeMs = DEF
 }
 
 /** INK `checkReplay`: nonce grammar, timestamp grammar, window, then `nonce in seen`. */
-export function checkReplay(messageTimestamp: string, nonce: string, seen: ReadonlySet<string>, nowMs: number, maxAgeMs = DEFAULT_MAX_AGE_MS, maxFutureMs = DEFAULT_MAX_FUTURE_MS): string | null {
+export function checkReplay(
+  messageTimestamp: string,
+  nonce: string,
+  seen: ReadonlySet<string>,
+  nowMs: number,
+  maxAgeMs = DEFAULT_MAX_AGE_MS,
+  maxFutureMs = DEFAULT_MAX_FUTURE_MS,
+): "malformed_nonce" | "malformed_timestamp" | "timestamp_expired" | "timestamp_too_far_future" | "nonce_replay" | null {
   if (!isValidNonce(nonce)) return "malformed_nonce";
   let issued: number;
   try {
@@ -64,9 +71,25 @@ export interface PrecheckOptions {
   readonly kinds?: ReadonlySet<string>;
 }
 
+/** The reasons of docs/protocol.md 7.1 rows 1-10: what a record earns before any state is read. */
+export type PrecheckReason =
+  | ReceiptReason
+  | "unknown_kind"
+  | "malformed_nonce"
+  | "malformed_timestamp"
+  | "timestamp_expired"
+  | "timestamp_too_far_future"
+  | "payload_hash_mismatch"
+  | "unknown_sender"
+  | "unknown_key"
+  | "revoked_key"
+  | "expired_key"
+  | "wrong_receiver"
+  | "bad_signature";
+
 export type Prechecked =
   | { readonly ok: true; readonly envelope: Envelope; readonly principal: string; readonly key: KeyWindow }
-  | { readonly ok: false; readonly reason: string; readonly detail: string; readonly receiptId: string | null };
+  | { readonly ok: false; readonly reason: PrecheckReason; readonly detail: string; readonly receiptId: string | null };
 
 /** Rows 1-10 of docs/protocol.md 7.1, in order: the reject busguard would give, or the key that verified. */
 export function precheck(value: Uint8Array | null, headers: readonly Header[], opts: PrecheckOptions): Prechecked {
@@ -77,7 +100,7 @@ export function precheck(value: Uint8Array | null, headers: readonly Header[], o
     if (exc instanceof ReceiptError) return { ok: false, reason: exc.reason, detail: exc.detail, receiptId: null };
     throw exc;
   }
-  const refuse = (reason: string, detail: string): Prechecked => ({ ok: false, reason, detail, receiptId: env.receiptId });
+  const refuse = (reason: PrecheckReason, detail: string): Prechecked => ({ ok: false, reason, detail, receiptId: env.receiptId });
   const r = env.receipt;
   if (!(opts.kinds ?? BUILTIN_KINDS).has(r.kind)) return refuse("unknown_kind", `kind ${JSON.stringify(r.kind.slice(0, 64))} is not one busguard guards`);
   let principal: string;

@@ -27,8 +27,12 @@ export interface Receipt {
   readonly key_id?: string | undefined;
 }
 
-/** The stable reason codes a receipt (or its record's envelope) can be refused with. */
+/** The stable reason codes a receipt (or its record's envelope, docs/protocol.md 2) can be refused with. */
 export type ReceiptReason =
+  | "missing_header"
+  | "duplicate_header"
+  | "reserved_header"
+  | "bad_base64"
   | "oversized"
   | "not_json"
   | "wrong_type"
@@ -42,7 +46,7 @@ export type ReceiptReason =
 
 export class ReceiptError extends Error {
   constructor(
-    readonly reason: string,
+    readonly reason: ReceiptReason,
     readonly detail: string,
   ) {
     super(`${reason}: ${detail}`);
