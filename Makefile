@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # e.g. make bench BENCH_ARGS='--records 50000 --rounds 5 --check'
 BENCH_ARGS ?=
 
-.PHONY: venv test demo typecheck lint format bench clean
+.PHONY: venv test ts demo typecheck lint format bench clean
 
 venv: $(STAMP)
 
@@ -22,8 +22,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,embedded]'
 	touch $@
 
-test: $(STAMP)
+test: $(STAMP) ts
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The TypeScript package (ts/, issue 39): `npm ci` only when its lock file
+# changes (the stamp, as for the venv), then build, lint and its own tests.
+# `make test` runs it first: tests/unit/test_ts_vectors.py runs its build.
+TS_STAMP := ts/node_modules/.installed
+
+$(TS_STAMP): ts/package-lock.json
+	cd ts && npm ci --no-audit --no-fund
+	touch $@
+
+ts: $(TS_STAMP)
+	cd ts && npm run build && npm run lint && npm test
 
 demo: $(STAMP)
 	$(BIN)/busguard demo
