@@ -9,8 +9,8 @@
  * the wrong JSON type is `wrong_type` (a container at once, a scalar once it
  * parsed); a key outside the schema is `unknown_field` when the schema
  * forbids them (at the key's colon, before its value); a value outside its bounds is
- * `constraint`, and so is a number past the double range for a field that is
- * not an integer (msgspec's "Number out of range"); at the closing brace, a required field absent is
+ * `constraint`; a number past the double range (msgspec's "Number out of
+ * range") is `wrong_type` in a field and `not_json` at the top; at the closing brace, a required field absent is
  * `missing_field`. A repeated key keeps its last value (as msgspec does);
  * every key is returned in order so that a caller can refuse duplicates.
  * Integers (no fraction, no exponent) are exact `bigint`s.
@@ -298,10 +298,11 @@ class Parser {
       const num = this.number();
       if (!("int" in num) || spec.type.kind !== "int") {
         // msgspec reads a number it cannot keep as a double: one past the
-        // double range is "Number out of range", a constraint at this path
+        // double range is "Number out of range", the wrong type at this path
+        // (docs/protocol.md 3.2: never an integer, never the field's type)
         let text = "";
         for (let i = start; i < this.pos; i++) text += String.fromCharCode(this.buf[i] ?? 0);
-        if (!Number.isFinite(Number(text))) this.fail("constraint", path, `Number out of range - at \`${path}\``);
+        if (!Number.isFinite(Number(text))) this.fail("wrong_type", path, `Number out of range - at \`${path}\``);
         return got("int" in num ? "int" : "float");
       }
       if (spec.type.min !== undefined && num.int < spec.type.min) {
@@ -383,12 +384,12 @@ export function decodeObject(raw: Uint8Array, schema: Schema): DecodedObject {
   const c = p.peek();
   if (c === 0x2d || (c >= 0x30 && c <= 0x39)) {
     // msgspec reads a top-level number before refusing it, and one past the
-    // double range is its "Number out of range" (busguard: wrong_type)
+    // double range is its "Number out of range": no object either way (not_json)
     const start = p.pos;
     p.number();
     let text = "";
     for (let i = start; i < p.pos; i++) text += String.fromCharCode(raw[i] ?? 0);
-    if (!Number.isFinite(Number(text))) p.fail("constraint", "$", "Number out of range");
+    if (!Number.isFinite(Number(text))) p.fail("not_json", "$", "Number out of range");
     p.fail("not_json", "$", "Expected `object`");
   }
   if (c !== 0x7b) {

@@ -110,6 +110,10 @@ CASES: list[tuple[str, bytes, str]] = [
     ("v-exponent", body(v="1e0"), "wrong_type"),
     ("v-true", body(v="true"), "wrong_type"),
     ("v-null", body(v="null"), "wrong_type"),
+    # a number literal past the double range: never an integer, never a string
+    ("sequence-past-the-double-range", body(extra=',"session_id":"s","sequence":1e400'), "wrong_type"),
+    ("task-id-number-of-310-digits", with_field("task_id", "9" * 310), "wrong_type"),
+    ("top-level-number-past-the-double-range", b"1e400", "not_json"),
     ("task-id-null", with_field("task_id", "null"), "wrong_type"),
     ("task-id-number", with_field("task_id", "7"), "wrong_type"),
     ("sequence-float", body(extra=',"session_id":"s","sequence":1.5'), "wrong_type"),
