@@ -48,7 +48,8 @@ from busguard.runtime.watched import WatchedFile
 from busguard.sdk.sender import Sender
 from busguard.state.memory.store import MemoryStore
 
-from .generator import NOW, Batch, seed
+from .batches import batch, record
+from .generator import NOW, Batch, Rec, seed
 
 TOPIC = "fuzz.handoffs"
 _decision = msgspec.json.Decoder(Decision)
@@ -177,6 +178,21 @@ class Campaign:
         if bomb:
             self._bomb_memory(before)
         return self.end
+
+    def decide_records(self, recs: Sequence[Rec]) -> list[Any]:
+        """The guard's outputs for `recs`, read as one batch at `next_base`:
+        the genuine forwards, escalations and audit records the readers'
+        campaign (readers.py) puts among hostile ones."""
+        raw = batch([record(i, k, v, h) for i, (k, v, h) in enumerate(recs)], base_offset=self.next_base)
+        items = list(
+            fetcher.PartitionRecords(TopicPartition(TOPIC, 0), fetcher.MemoryRecords(raw), None, self.next_base, RAW_KEYS, None, True, 0)
+        )
+        self.next_base += len(recs)
+        self.since_reset += len(recs)
+        if self.since_reset > 50_000:
+            self.guard.store = self._store()
+            self.since_reset = 0
+        return asyncio.run(self.guard.process(items))
 
     def _bomb_memory(self, before: int) -> None:
         s = self.stats
