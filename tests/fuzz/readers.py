@@ -171,6 +171,60 @@ def _payload_reader(d: Delivery) -> bytes:
     return d.payload
 
 
+def variant(
+    rng: random.Random, value: bytes | None, headers: Sequence[tuple[str, bytes]], donors: Sequence[tuple[bytes, list[tuple[str, bytes]]]]
+) -> Rec:
+    """A sealed record altered the way a writer of its topic can alter it."""
+    hs: list[tuple[bytes, bytes | None]] = _bytes_headers(headers)
+    ours = [i for i, (k, _) in enumerate(hs) if k.startswith(b"busguard-")] or [0]
+    m = rng.randrange(13)
+    if not hs:
+        m = 6
+    i = rng.choice(ours)
+    if m == 0:  # a null busguard-* header value
+        hs[i] = (hs[i][0], None)
+    elif m == 1:  # a busguard-* header repeated, same value or another
+        extra = hs[i][1] if rng.random() < 0.5 else (rng.choice(donors)[0][:64] if donors else b"x")
+        hs.insert(rng.randrange(len(hs) + 1), (hs[i][0], extra))
+    elif m == 2:  # reordered headers
+        rng.shuffle(hs)
+    elif m == 3:  # a header dropped
+        del hs[i]
+    elif m == 4:  # a truncated header value (a seal, an inclusion proof, an attestation)
+        v = hs[i][1] or b""
+        hs[i] = (hs[i][0], v[: rng.randrange(len(v) + 1)])
+    elif m == 5:  # a bit flipped in a header value
+        v = bytearray(hs[i][1] or b"\x00")
+        v[rng.randrange(len(v))] ^= 1 << rng.randrange(8)
+        hs[i] = (hs[i][0], bytes(v))
+    elif m == 6:  # an altered value
+        v = bytearray(value or b"\x00")
+        choice = rng.randrange(3)
+        if choice == 0:
+            v[rng.randrange(len(v))] ^= 1 << rng.randrange(8)
+        elif choice == 1:
+            v += b" "
+        else:
+            del v[rng.randrange(len(v)) :]
+        value = bytes(v)
+    elif m == 7:  # no value, or an empty one
+        value = rng.choice([None, b""])
+    elif m == 8 and donors:  # one header's value from another genuine record
+        dv, dh = rng.choice(donors)
+        same = [v for k, v in dh if k.encode() == hs[i][0]]
+        hs[i] = (hs[i][0], same[0] if same else dv[:86])
+    elif m == 9:  # a header name that is not UTF-8
+        hs.insert(rng.randrange(len(hs) + 1), (rng.choice([b"\xff", b"busguard-seal\xff", b"\xc0\xaf"]), b"x"))
+    elif m == 10:  # an unbound annotation, or an unknown busguard-* header
+        name = rng.choice([HEADER_ANNOTATION_PREFIX + "verdict", "busguard-x", HEADER_DECISION_ID])
+        hs.append((name.encode(), rng.choice([b"ok", b"\xff\xfe", b""])))
+    elif m == 11:  # every busguard-* value null
+        hs = [(k, None if k.startswith(b"busguard-") else v) for k, v in hs]
+    else:  # another record's value under these headers
+        value = rng.choice(donors)[0] if donors else b"{}"
+    return None, value, hs
+
+
 class Readers:
     """Two real guards for genuine records, an SDK receiver, a reconciler
     and an auditor's ledger, fed one topic's fetch at a time."""
@@ -287,56 +341,7 @@ class Readers:
     def variant(
         self, value: bytes | None, headers: Sequence[tuple[str, bytes]], donors: Sequence[tuple[bytes, list[tuple[str, bytes]]]]
     ) -> Rec:
-        """A sealed record altered the way a writer of its topic can alter it."""
-        rng = self.rng
-        hs: list[tuple[bytes, bytes | None]] = _bytes_headers(headers)
-        ours = [i for i, (k, _) in enumerate(hs) if k.startswith(b"busguard-")] or [0]
-        m = rng.randrange(13)
-        if not hs:
-            m = 6
-        i = rng.choice(ours)
-        if m == 0:  # a null busguard-* header value
-            hs[i] = (hs[i][0], None)
-        elif m == 1:  # a busguard-* header repeated, same value or another
-            extra = hs[i][1] if rng.random() < 0.5 else (rng.choice(donors)[0][:64] if donors else b"x")
-            hs.insert(rng.randrange(len(hs) + 1), (hs[i][0], extra))
-        elif m == 2:  # reordered headers
-            rng.shuffle(hs)
-        elif m == 3:  # a header dropped
-            del hs[i]
-        elif m == 4:  # a truncated header value (a seal, an inclusion proof, an attestation)
-            v = hs[i][1] or b""
-            hs[i] = (hs[i][0], v[: rng.randrange(len(v) + 1)])
-        elif m == 5:  # a bit flipped in a header value
-            v = bytearray(hs[i][1] or b"\x00")
-            v[rng.randrange(len(v))] ^= 1 << rng.randrange(8)
-            hs[i] = (hs[i][0], bytes(v))
-        elif m == 6:  # an altered value
-            v = bytearray(value or b"\x00")
-            choice = rng.randrange(3)
-            if choice == 0:
-                v[rng.randrange(len(v))] ^= 1 << rng.randrange(8)
-            elif choice == 1:
-                v += b" "
-            else:
-                del v[rng.randrange(len(v)) :]
-            value = bytes(v)
-        elif m == 7:  # no value, or an empty one
-            value = rng.choice([None, b""])
-        elif m == 8 and donors:  # one header's value from another genuine record
-            dv, dh = rng.choice(donors)
-            same = [v for k, v in dh if k.encode() == hs[i][0]]
-            hs[i] = (hs[i][0], same[0] if same else dv[:86])
-        elif m == 9:  # a header name that is not UTF-8
-            hs.insert(rng.randrange(len(hs) + 1), (rng.choice([b"\xff", b"busguard-seal\xff", b"\xc0\xaf"]), b"x"))
-        elif m == 10:  # an unbound annotation, or an unknown busguard-* header
-            name = rng.choice([HEADER_ANNOTATION_PREFIX + "verdict", "busguard-x", HEADER_DECISION_ID])
-            hs.append((name.encode(), rng.choice([b"ok", b"\xff\xfe", b""])))
-        elif m == 11:  # every busguard-* value null
-            hs = [(k, None if k.startswith(b"busguard-") else v) for k, v in hs]
-        else:  # another record's value under these headers
-            value = rng.choice(donors)[0] if donors else b"{}"
-        return None, value, hs
+        return variant(self.rng, value, headers, donors)
 
     def batch_audit_variant(self, value: bytes | None, headers: Sequence[tuple[str, bytes]]) -> Rec:
         """A batch audit record whose entries (a msgpack array) are altered."""
