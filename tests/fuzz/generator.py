@@ -8,7 +8,9 @@ unknown codecs, corrupt compressed sections, lying offset deltas and
 counts, junk), plus compression bombs and claimed spans. The guard's
 campaign (campaign.py) feeds them to the guard's input topic; the readers'
 campaign (readers.py) puts them among what the SDK, the reconciler and the
-auditor read. A seed reproduces a campaign.
+auditor read. A seed reproduces the generator's choices; a guard sealing
+per batch picks a random chain id, so the readers' campaign, whose batches
+hold what such a guard wrote, varies a little from run to run.
 """
 
 from __future__ import annotations

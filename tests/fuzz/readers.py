@@ -301,27 +301,25 @@ class Readers:
         """What one of the real guards writes for `recs` (one input batch)."""
         return self.rng.choice(self.guards).decide_records(recs)
 
+    def _sign(self, task_id: str, receiver: str, payload: bytes) -> Rec:
+        """A handoff signed by the planner, its nonce from the seeded RNG (a
+        seed reproduces the campaign) and unique (the guards remember nonces)."""
+        self.tasks += 1
+        nonce = f"{self.tasks:08x}{self.rng.getrandbits(96):024x}"
+        r = self.planner.sign(kind="handoff", task_id=task_id, receiver=receiver, payload=payload, nonce=nonce)
+        return None, r.value, _bytes_headers(r.headers)
+
     def _task_records(self) -> list[Rec]:
         """Valid tasks for the receiver, some for another agent, and a few
         copies and conflicts (the guard escalates those)."""
         rng = self.rng
         recs = [self.gen.valid() for _ in range(rng.choice([1, 2, 4, 8]))]
         if rng.random() < 0.3:  # a task for someone else: forwarded, and `not_for_me` here
-            r = self.planner.sign(
-                kind="handoff", task_id=f"other-{self.gen.n}-{rng.getrandbits(32)}", receiver=self.planner.agent_id, payload=b'{"op":"x"}'
-            )
-            recs.append((None, r.value, _bytes_headers(r.headers)))
+            recs.append(self._sign(f"other-{self.gen.n}-{rng.getrandbits(32)}", self.planner.agent_id, b'{"op":"x"}'))
         if rng.random() < 0.4:  # the same task again: a conflict, or a retransmission
             task = f"esc-{self.tasks}-{rng.getrandbits(32):08x}"
-            self.tasks += 1
-            first = self.planner.sign(kind="handoff", task_id=task, receiver=self.receiver, payload=b'{"op":"fuzz","esc":1}')
-            again = self.planner.sign(
-                kind="handoff",
-                task_id=task,
-                receiver=self.receiver,
-                payload=rng.choice([b'{"op":"fuzz","esc":1}', b'{"op":"fuzz","esc":2}']),
-            )
-            recs += [(None, first.value, _bytes_headers(first.headers)), (None, again.value, _bytes_headers(again.headers))]
+            recs.append(self._sign(task, self.receiver, b'{"op":"fuzz","esc":1}'))
+            recs.append(self._sign(task, self.receiver, rng.choice([b'{"op":"fuzz","esc":1}', b'{"op":"fuzz","esc":2}'])))
         if rng.random() < 0.3:
             recs.append(self.gen.hostile())  # rejected: its audit record and dead letter
         return recs
