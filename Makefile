@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # e.g. make bench BENCH_ARGS='--records 50000 --rounds 5 --check'
 BENCH_ARGS ?=
 
-.PHONY: venv kafka test demo typecheck lint format bench clean
+.PHONY: venv kafka test ts demo typecheck lint format bench clean
 
 venv: $(STAMP)
 
@@ -29,8 +29,20 @@ $(STAMP): pyproject.toml
 kafka: $(STAMP)
 	$(BIN)/python -m busguard.devtools.kafka fetch
 
-test: $(STAMP) kafka
+test: $(STAMP) ts kafka
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The TypeScript package (ts/, issue 39): `npm ci` only when its lock file
+# changes (the stamp, as for the venv), then build, lint and its own tests.
+# `make test` runs it first: tests/unit/test_ts_vectors.py runs its build.
+TS_STAMP := ts/node_modules/.installed
+
+$(TS_STAMP): ts/package-lock.json
+	cd ts && npm ci --no-audit --no-fund
+	touch $@
+
+ts: $(TS_STAMP)
+	cd ts && npm run build && npm run lint && npm test
 
 demo: $(STAMP)
 	$(BIN)/busguard demo

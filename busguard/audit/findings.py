@@ -8,6 +8,7 @@ from typing import Literal
 import msgspec
 
 from busguard.audit.coverage import InputCoverage
+from busguard.audit.reach import PartitionRead
 from busguard.protocol.records import Coordinates
 
 EscalationState = Literal["pending", "held", "resolved"]
@@ -143,3 +144,5 @@ class AuditReport(msgspec.Struct, kw_only=True, omit_defaults=True):  # calls an
     notices: list[NoticeReport] = []  # compromise notices (busguard.audit.notices)
     chains: list[ChainReport] = []  # batch-seal chains (docs/protocol.md 12.6), by guard and chain
     inputs: list[InputCoverage] = []  # per input partition, the offsets its decisions cover (busguard.audit.coverage)
+    #: per partition of the audit and downstream topics, how far the audit read it (busguard.audit.reach)
+    reads: list[PartitionRead] = []

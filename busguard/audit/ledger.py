@@ -14,6 +14,7 @@ from typing import Final, Literal, TypeVar
 import msgspec
 
 from busguard.audit.deployment import Deployment
+from busguard.audit.reach import PartitionRead, merge
 from busguard.protocol.records import Coordinates, Decision, Resolution, SignedCommand, Stage
 
 LEDGER_VERSION: Final = 1
@@ -151,8 +152,17 @@ class Ledger(msgspec.Struct, kw_only=True):
     chains: dict[str, ChainFacts] = msgspec.field(default_factory=dict)
     #: records whose tree head verified but whose inclusion proof did not: sha256 -> why
     bad_inclusions: dict[str, str] = msgspec.field(default_factory=dict)
+    #: how far each partition of the audit and downstream topics was read (busguard.audit.reach), by topic and partition
+    reads: list[PartitionRead] = msgspec.field(default_factory=list)
 
     # -- feeding ------------------------------------------------------------
+
+    def note_reads(self, reads: list[PartitionRead]) -> None:
+        """One read's reach into the partitions it read, merged with earlier runs'."""
+        by = {(r.topic, r.partition): r for r in self.reads}
+        for r in reads:
+            by[(r.topic, r.partition)] = merge(by.get((r.topic, r.partition)), r)
+        self.reads = [by[k] for k in sorted(by)]
 
     def add_decision(
         self, raw_value: bytes, decision: Decision, verified: bool, why: str = "", sealed_by: Sealer = "guard", at: At | None = None

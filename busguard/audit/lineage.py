@@ -52,6 +52,9 @@ docs/design.md, "The auditor's invariants"):
 | `foreign_chain` | 7 | tree heads that prove only another deployment's records: excluded before the chain checks |
 | `offsets_overlap` | 8 | two decision ids cover one input offset (a span decision's range overlaps another decision; busguard.audit.coverage) |
 | `offsets_undecided` | 8 | input offsets between decided ones that no decision covers |
+| `offsets_unserved` | 9 | offsets below a read partition's end the broker answered every fetch at with nothing: stepped over, not read (audit.reach) |
+| `offsets_rewound` | 9 | a read partition's high watermark fell below an offset the audit had read to: offsets given out again, not read |
+| `partition_unfinished` | 9 | a partition of the audit or a downstream topic not read to its end offset: where the read stopped, the end, and why |
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ from busguard.audit.findings import (
 )
 from busguard.audit.ledger import LEDGER_VERSION, DecisionFact, F, Ledger, ResolutionFact, Sealer
 from busguard.audit.notices import notice_reports
+from busguard.audit.reach import findings as read_findings
 from busguard.policies import single_witness, task_indexed
 
 #: code -> invariant number (1-5 and 0 as docs/design.md, "The auditor's invariants", numbers them).
@@ -108,6 +112,9 @@ INVARIANTS: Final[dict[str, int]] = {
     "foreign_chain": 7,
     "offsets_overlap": 8,
     "offsets_undecided": 8,
+    "offsets_unserved": 9,
+    "offsets_rewound": 9,
+    "partition_unfinished": 9,
 }
 
 
@@ -123,6 +130,7 @@ class _Judge:
         """Only the deployment's own records are judged; the rest are
         findings before the other checks start (busguard.audit.deployment)."""
         self.led = ledger
+        self.reads = ledger.reads
         self.violations: list[Violation] = []
         self.single_key = 0
         self.foreign = 0
@@ -151,6 +159,8 @@ class _Judge:
         inputs, gaps = coverage(led.decisions.values())
         for g in gaps:
             self.flag(g.code, g.detail, decision_id=g.decision_id)
+        for r in read_findings(self.reads):
+            self.flag(r.code, r.detail)
         self.violations.sort(
             key=lambda v: (INVARIANTS.get(v.invariant, 9), v.invariant, v.kind or "", v.task_id or "", v.decision_id or "", v.detail)
         )
@@ -182,6 +192,7 @@ class _Judge:
             notices=notice_reports(decisions),
             chains=chains,
             inputs=inputs,
+            reads=self.reads,
         )
 
     # invariant 1 (and the table)

@@ -4,11 +4,12 @@ No consumer group: partitions are assigned by hand and read from the saved
 offsets (or from the beginning), so an audit never moves anybody's committed
 offsets and can be repeated at will.
 
-The end of the log is found by silence, not by asking: tansu's ListOffsets
-answers lag behind what a fetch returns, so "caught up" means no new record
-for `idle_ms`. Seals are checked across a small thread pool (PyNaCl releases
-the GIL) while aiokafka keeps prefetching; the Ledger itself is only touched
-from the event loop's thread, in log order per partition.
+Each partition is read to the end offset it has when the read starts
+(busguard.audit.reach), not until an idle gap, which a broker that answers
+nothing at one offset (tansu after an empty record batch) fakes. Seals are
+checked across a small thread pool (PyNaCl releases the GIL) while aiokafka
+keeps prefetching; the Ledger itself is only touched from the event loop's
+thread, in log order per partition.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, NamedTuple, TypeVar
 
 import msgspec
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
 
 from busguard.audit.checks import (
     RawRecord,
@@ -31,6 +33,7 @@ from busguard.audit.checks import (
     check_forwarded,
 )
 from busguard.audit.lineage import Ledger
+from busguard.audit.reach import PartitionRead, Reach, Step, findings
 from busguard.config import Config
 from busguard.protocol.attestation import (
     HeadCache,
@@ -48,6 +51,8 @@ Progress = Callable[[int], None]
 """Called with the number of records just processed."""
 
 MAX_RECORDS_PER_POLL: Final = 5000
+#: the fetch long poll: an empty answer (reach.EMPTY_ANSWERS make an unserved offset) comes back after this
+FETCH_WAIT_MS: Final = 100
 VERIFY_THREADS: Final = 2
 _POLL_MS: Final = 200
 _R = TypeVar("_R")
@@ -55,6 +60,11 @@ _R = TypeVar("_R")
 
 class AuditReadError(RuntimeError):
     """The log cannot be read as configured (e.g. the audit topic does not exist)."""
+
+
+class Scan(NamedTuple):
+    offsets: Offsets  # where to resume
+    reads: list[PartitionRead]  # how far each partition was read this time
 
 
 # -- the consume loop ---------------------------------------------------------
@@ -110,11 +120,14 @@ async def scan(
     progress: Progress | None = None,
     required: str | None = None,
     audit: str | None = None,
-) -> Offsets:
-    """Read `topics` from `offsets` (or the beginning) until `idle_ms` pass
-    without a new record, handing each poll's records to `handle` (in log
-    order per partition; a batch audit record on the `audit` topic as its
-    entries). Returns the offsets to resume from."""
+) -> Scan:
+    """Read every partition of `topics` from `offsets` (or the beginning)
+    to the end offset it has when the read starts (busguard.audit.reach),
+    handing each poll's records to `handle` (in log order per partition; a
+    batch audit record on the `audit` topic as its entries). When no
+    partition's position moves for `idle_ms`, every one not at its end is
+    unfinished. Returns the offsets to resume from and how far each
+    partition was read."""
     parts = await partitions_of(cfg, topics, name="audit")
     if required is not None and required not in parts:
         raise AuditReadError(f"topic {required!r} does not exist on {cfg.kafka.bootstrap_servers}")
@@ -124,53 +137,101 @@ async def scan(
             position.setdefault(t, {}).setdefault(p, o)
     tps = [TopicPartition(t, p) for t, ps in parts.items() for p in ps]
     if not tps:
-        return position
-    # an undecodable record is reported, not fatal
-    consumer = reader(cfg, name="audit", min_partition_fetch_bytes=4_194_304)
+        return Scan(position, [])
+    # an undecodable record is reported, not fatal; an empty fetch answer
+    # comes back after fetch_max_wait_ms, and an unserved offset takes
+    # reach.EMPTY_ANSWERS of them
+    consumer = reader(cfg, name="audit", min_partition_fetch_bytes=4_194_304, fetch_max_wait_ms=FETCH_WAIT_MS)
     await consumer.start()
     try:
         consumer.assign(tps)
+        ends = await consumer.end_offsets(tps)
+        reach: dict[TopicPartition, Reach] = {}
         for tp in tps:
-            consumer.seek(tp, position[tp.topic][tp.partition])
-        idle_s = idle_ms / 1000
-        last_new = time.monotonic()
-        # One batch is checked (in handle's worker threads) while the next is
-        # fetched and parsed on this thread; batches are handled in order.
-        in_hand: tuple[asyncio.Task[None], dict[TopicPartition, list[Any]], int] | None = None
-
-        async def settle() -> None:
-            nonlocal in_hand, last_new
-            if in_hand is None:
-                return
-            task, done, count = in_hand
-            in_hand = None
-            await task
-            for tp, recs in done.items():
-                if recs:
-                    position[tp.topic][tp.partition] = recs[-1].offset + 1
-            if progress is not None:
-                progress(count)
-            last_new = time.monotonic()  # silence is measured from when nothing is in hand
-
-        try:
-            while True:
-                batch = await consumer.getmany(timeout_ms=max(1, min(_POLL_MS, idle_ms)), max_records=MAX_RECORDS_PER_POLL)
-                records = [
-                    x for tp in sorted(batch, key=lambda t: (t.topic, t.partition)) for r in batch[tp] for x in _raws(tp.topic, r, audit)
-                ]
-                await settle()
-                if not records:
-                    if time.monotonic() - last_new >= idle_s:
-                        break
-                    continue
-                in_hand = (asyncio.ensure_future(handle(records)), batch, len(records))
-        finally:
-            if in_hand is not None:
-                in_hand[0].cancel()
-                await asyncio.gather(in_hand[0], return_exceptions=True)
+            start = position[tp.topic][tp.partition]
+            consumer.seek(tp, start)
+            reach[tp] = Reach(tp.topic, tp.partition, start, ends[tp])
+        await _read(consumer, reach, idle_ms, handle, progress, audit)
     finally:
         await consumer.stop()
-    return position
+    for tp, r in reach.items():
+        position[tp.topic][tp.partition] = r.position
+    return Scan(position, [r.result() for r in reach.values()])
+
+
+async def _read(
+    consumer: AIOKafkaConsumer,
+    reach: dict[TopicPartition, Reach],
+    idle_ms: int,
+    handle: Callable[[list[RawRecord]], Awaitable[None]],
+    progress: Progress | None,
+    audit: str | None,
+) -> None:
+    """Poll until every partition is settled (busguard.audit.reach). One
+    poll's records are checked (in handle's worker threads) while the next
+    is fetched and parsed on this thread; polls are handled in order."""
+    answered_at: dict[TopicPartition, int | None] = {tp: None for tp in reach}
+    idle_s = idle_ms / 1000
+    last_move = time.monotonic()
+    in_hand: tuple[asyncio.Task[None], int] | None = None
+
+    async def settle() -> None:
+        nonlocal in_hand, last_move
+        if in_hand is None:
+            return
+        task, count = in_hand
+        in_hand = None
+        await task
+        if progress is not None:
+            progress(count)
+        last_move = time.monotonic()  # the time bound runs from when nothing is in hand
+
+    def pause_settled() -> None:
+        done = [tp for tp, r in reach.items() if r.settled and tp not in consumer.paused()]
+        if done:
+            consumer.pause(*done)
+
+    try:
+        pause_settled()
+        while not all(r.settled for r in reach.values()):
+            try:
+                batch = await consumer.getmany(timeout_ms=_POLL_MS, max_records=MAX_RECORDS_PER_POLL)
+            except KafkaError as exc:
+                for r in reach.values():
+                    r.stop(f"fetch error: {type(exc).__name__}: {exc}")
+                break
+            drained = sum(len(v) for v in batch.values()) < MAX_RECORDS_PER_POLL
+            moved = False
+            for tp, r in reach.items():
+                if r.settled:
+                    continue
+                at = consumer.last_poll_timestamp(tp)
+                answered = drained and at is not None and at != answered_at[tp]
+                if answered:
+                    answered_at[tp] = at
+                before = r.position
+                if r.observe(await consumer.position(tp), len(batch.get(tp, ())), answered, consumer.highwater(tp)) is Step.SKIP:
+                    consumer.seek(tp, r.position)  # an unserved offset, stepped over (a finding)
+                moved = moved or r.position != before or r.settled
+            records = [
+                x for tp in sorted(batch, key=lambda t: (t.topic, t.partition)) for r in batch[tp] for x in _raws(tp.topic, r, audit)
+            ]
+            await settle()
+            if records:
+                in_hand = (asyncio.ensure_future(handle(records)), len(records))
+            now = time.monotonic()
+            if moved or records:
+                last_move = now
+            elif now - last_move >= idle_s:
+                for r in reach.values():
+                    r.stop(f"the position did not move for {idle_ms} ms (--idle-ms)")
+                break
+            pause_settled()
+        await settle()
+    finally:
+        if in_hand is not None:
+            in_hand[0].cancel()
+            await asyncio.gather(in_hand[0], return_exceptions=True)
 
 
 async def read_log(
@@ -183,8 +244,9 @@ async def read_log(
     reconciler_public_key: bytes | None = None,
 ) -> Offsets:
     """Feed the audit topic and every route's downstream topic into `ledger`,
-    from `offsets` (None: from the beginning) to the end of the log. Returns
-    the offsets to resume from."""
+    from `offsets` (None: from the beginning) to each partition's end offset,
+    and how far it got into `ledger.reads`. Returns the offsets to resume
+    from."""
     audit = cfg.topics.audit
     downstream = sorted({r.downstream for r in cfg.routes} - {audit})
     pool = ThreadPoolExecutor(VERIFY_THREADS, thread_name_prefix="busguard-audit")
@@ -220,9 +282,11 @@ async def read_log(
             apply_forwarded(ledger, f, r.at)
 
     try:
-        return await scan(cfg, [audit, *downstream], offsets, idle_ms, handle, progress, required=audit, audit=audit)
+        done = await scan(cfg, [audit, *downstream], offsets, idle_ms, handle, progress, required=audit, audit=audit)
     finally:
         pool.shutdown(wait=True)
+    ledger.note_reads(done.reads)
+    return done.offsets
 
 
 class EscalationRecords(NamedTuple):
@@ -241,7 +305,8 @@ async def find_escalation(
     reconciler_public_key: bytes | None = None,
 ) -> EscalationRecords:
     """Scan the whole audit topic for one escalation's decision and resolutions
-    (the Ledger keeps no receipts, so `escalations show` reads them here)."""
+    (the Ledger keeps no receipts, so `escalations show` reads them here).
+    AuditReadError if a partition of it was not read to its end."""
     found = EscalationRecords([], [])
     seen: set[tuple[bytes, bool]] = set()  # identical re-emissions are shown once
 
@@ -271,5 +336,10 @@ async def find_escalation(
             else:
                 found.resolutions.append((rec, verified))
 
-    await scan(cfg, [cfg.topics.audit], None, idle_ms, handle, progress, required=cfg.topics.audit, audit=cfg.topics.audit)
+    done = await scan(cfg, [cfg.topics.audit], None, idle_ms, handle, progress, required=cfg.topics.audit, audit=cfg.topics.audit)
+    # an escalation's records may sit where the read did not reach (offsets
+    # the broker serves nothing at are `busguard audit`'s findings)
+    gaps = [f.detail for f in findings(done.reads) if f.code != "offsets_unserved"]
+    if gaps:
+        raise AuditReadError("the audit topic was not read to its end: " + "; ".join(gaps))
     return found

@@ -158,6 +158,20 @@ def render_table(report: AuditReport) -> str:
                 for c in report.inputs
             ],
         )
+    if report.reads:
+        lines += ["", f"partitions read ({len(report.reads)}; every one must reach its end offset):"]
+        lines += _table(
+            ["TOPIC", "PARTITION", "FROM", "TO", "END", "RECORDS", "UNSERVED", "STATUS"],
+            [
+                [
+                    r.topic,
+                    *map(str, (r.partition, r.start, r.position, r.end, r.records)),
+                    str(sum(hi - lo + 1 for lo, hi in r.unserved)),
+                    "REWOUND" if r.rewound else "UNFINISHED" if r.unfinished is not None or r.position < r.end else "read to the end",
+                ]
+                for r in report.reads
+            ],
+        )
     if report.violations:
         lines += ["", f"violations ({len(report.violations)}):"]
         for v in report.violations:
@@ -171,9 +185,8 @@ def render_table(report: AuditReport) -> str:
 
 
 class StderrProgress:
-    """A one-line counter on stderr: records read so far and the rate. The
-    total is unknown (the end of the log is found by silence), so there is
-    no percentage."""
+    """A one-line counter on stderr: records read so far and the rate (no
+    percentage: the end offsets count offsets, not records)."""
 
     _SPIN: Final = "|/-\\"
 

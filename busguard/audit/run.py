@@ -29,7 +29,7 @@ from busguard.protocol.records import Decision, Resolution
 from busguard.reconcile.operators import Operators
 
 CHECKPOINT_FORMAT: Final = "busguard.audit-checkpoint.v1"
-DEFAULT_IDLE_MS: Final = 1500
+DEFAULT_IDLE_MS: Final = 10_000
 
 _T = TypeVar("_T")
 

@@ -162,7 +162,8 @@ def _common(sp: argparse.ArgumentParser) -> None:
         "--idle-ms",
         type=_idle_ms,
         default=DEFAULT_IDLE_MS,
-        help=f"the log has ended after this long without a new record (default {DEFAULT_IDLE_MS})",
+        help="a partition whose read position does not move for this long below its end offset is unfinished, "
+        f"a violation (default {DEFAULT_IDLE_MS}; a complete read never waits for it)",
     )
     sp.add_argument("--progress", action="store_true", help="show progress on stderr even when it is not a terminal")
 

@@ -186,6 +186,10 @@ def decode_receipt(raw: bytes) -> Receipt:
         message = str(exc)
         if message.startswith("Expected `object`"):
             raise ReceiptError(Reason.NOT_JSON, f"receipt must be a JSON object: {message}") from None
+        if message.startswith("Number out of range"):
+            # a number literal past the double range (1e400): never an integer
+            # of a field's type, so the wrong type there, and no object at the top (3.2, 3.3)
+            raise ReceiptError(Reason.WRONG_TYPE if " - at `" in message else Reason.NOT_JSON, message) from None
         raise ReceiptError(_validation_reason(message), message) from None
     except msgspec.DecodeError as exc:
         raise ReceiptError(Reason.NOT_JSON, f"receipt is not valid UTF-8 JSON: {exc}") from None

@@ -353,7 +353,27 @@ class Resolution(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, 
 
 
 AuditRecord = Decision | Resolution
-audit_decoder: Final = msgspec.json.Decoder(AuditRecord)
+
+
+class _AuditDecoder:
+    """msgspec's decoder of audit records, except that a value nested deeper
+    than msgspec can follow (a 6 KB `{"a":{"a":…}}` 1000 levels deep) is a
+    `msgspec.DecodeError` like any other bad value, not a `RecursionError`:
+    anyone may write the audit topic, and every reader of it (`busguard
+    audit`, `escalations show`, `escalations resolve`) refuses what it
+    cannot decode by catching `msgspec.MsgspecError`."""
+
+    __slots__ = ()
+    _inner: Final = msgspec.json.Decoder(AuditRecord)
+
+    def decode(self, data: bytes) -> AuditRecord:
+        try:
+            return self._inner.decode(data)
+        except RecursionError:
+            raise msgspec.DecodeError("JSON nested too deeply to decode") from None
+
+
+audit_decoder: Final = _AuditDecoder()
 
 
 class ResolveCommand(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

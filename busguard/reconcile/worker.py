@@ -8,7 +8,11 @@ each record, whatever its headers hold, into exactly one of these). Outputs (res
 audit topic, replies to senders) are sealed with the reconciler's own key
 (`keys.reconciler_key`), not the guard's, so the auditor can hold each role
 to its own key; an operator's resolution carries the operator's signed
-command. Several workers may share the load in one consumer group:
+command. Every output is sized against `kafka.max_message_bytes` before it
+is persisted: an input whose resolution or reply would not fit (only an
+operator's long command can make one so) is one `output_too_large` dead
+letter instead, and changes no escalation (docs/protocol.md 12.5). Several
+workers may share the load in one consumer group:
 escalations and commands for one task share a key, hence a partition.
 """
 
@@ -31,7 +35,7 @@ from busguard.reconcile.policy import EscalationState, Item, Rejected, on_comman
 from busguard.reconcile.store import Processed, ReconcileState, States
 from busguard.runtime.faults import Faults
 from busguard.runtime.ops import Metrics
-from busguard.runtime.outputs import Output, dead_letter, proof_headers
+from busguard.runtime.outputs import Output, OutputBudget, dead_letter, proof_headers
 from busguard.runtime.stage import SealingStage
 from busguard.runtime.tolerant_fetch import preserved
 from busguard.runtime.undecodable import Undecodable
@@ -86,6 +90,8 @@ class Reconciler(SealingStage):
         self.store = store
         self.operators = operators
         self.namespace = f"reconcile:{cfg.reconcile.group_id}"
+        # every record it writes is sized against the broker's limit before it is persisted (docs/protocol.md 12.5)
+        self.budget = OutputBudget(cfg.kafka.max_message_bytes, cfg.kafka.compression, identity.agent_id)
         self._start_stage(
             cfg,
             identity,
@@ -124,9 +130,15 @@ class Reconciler(SealingStage):
                 if src in done or src in new:  # re-delivered: re-emit what was persisted
                     continue
                 items, state = self._judge(p, states, Coordinates(topic=src[0], partition=src[1], offset=src[2]), now)
+                outputs = self._outputs(items, record, p)
+                too_large = self._too_large(items, outputs, record, p)
+                if too_large is not None:  # one decision for the input, and the escalation stays as it was
+                    items, state = [too_large], None
+                    outputs = self._outputs(items, record, p)
                 if state is not None:
                     states[state.escalation.decision_id] = changed[state.escalation.decision_id] = state
-                new[src] = self._outputs(items, record, p)
+                new[src] = outputs
+                self._log(items, record)
             return new, changed
 
         by_source = await asyncio.to_thread(self.store.run_batch, sources, ids, decide)
@@ -144,7 +156,26 @@ class Reconciler(SealingStage):
         assert p.command is not None
         return on_command(p.command, states.get(p.command.escalation_id), source, now, p.signed)
 
+    def _too_large(self, items: list[Item], outputs: list[Output], record: Any, p: Parsed) -> Rejected | None:
+        """Why a resolution or reply of `items` cannot be produced, or None.
+        Dead letters size themselves (`dead_letter` falls back to the bounded
+        form); a resolution carries the operator's command as signed, so only
+        it grows with an input, but every sealed output is measured."""
+        for item, o in zip(items, outputs, strict=True):
+            if isinstance(item, Rejected) or self.budget.fits(o):
+                continue
+            what = f"{item.stage} resolution" if isinstance(item, Resolution) else "reply"
+            value = record.value if type(record) is not Undecodable else None
+            command = f", its note {len(p.command.note.encode())}" if p.command is not None else ""
+            return Rejected(
+                "output_too_large",
+                f"its {what} would be a {self.budget.sent_size(o)}-byte record batch (kafka.compression {self.budget.compression}), "
+                f"over kafka.max_message_bytes {self.budget.limit}: the input's value is {len(value or b'')} bytes{command}",
+            )
+        return None
+
     def _outputs(self, items: list[Item], record: Any, p: Parsed) -> list[Output]:
+        """One output per item, in order."""
         out: list[Output] = []
         source = Coordinates(topic=record.topic, partition=record.partition, offset=record.offset)
         for item in items:
@@ -165,15 +196,6 @@ class Reconciler(SealingStage):
                         item.resolved_at,
                     )
                 )
-                log.info(
-                    "resolution",
-                    resolution_id=item.resolution_id,
-                    escalation_id=item.escalation_id,
-                    stage=item.stage,
-                    resolved_as=item.resolved_as,
-                    by=item.by,
-                    task_id=item.task_id,
-                )
             elif isinstance(item, Reply):
                 body = _json.encode(item)
                 out.append(
@@ -190,7 +212,6 @@ class Reconciler(SealingStage):
                     )
                 )
             else:
-                did = decision_id(self.namespace, source)
                 key, value, headers = preserved(record, self.cfg.batch.max_payload_bytes)
                 out.append(
                     dead_letter(
@@ -198,22 +219,37 @@ class Reconciler(SealingStage):
                         key,
                         value,
                         headers,
-                        did,
+                        decision_id(self.namespace, source),
                         item.reason,
                         item.detail,
                         source,
                         max_payload_bytes=self.cfg.batch.max_payload_bytes if type(record) is Undecodable else None,
+                        fits=self.budget.fits,
                     )
                 )
+        return out
+
+    def _log(self, items: list[Item], record: Any) -> None:
+        for item in items:
+            if isinstance(item, Resolution):
+                log.info(
+                    "resolution",
+                    resolution_id=item.resolution_id,
+                    escalation_id=item.escalation_id,
+                    stage=item.stage,
+                    resolved_as=item.resolved_as,
+                    by=item.by,
+                    task_id=item.task_id,
+                )
+            elif isinstance(item, Rejected):
                 log.warning(
                     "reconciliation input dead-lettered",
                     reason=item.reason,
                     detail=item.detail,
-                    topic=source.topic,
-                    partition=source.partition,
-                    offset=source.offset,
+                    topic=record.topic,
+                    partition=record.partition,
+                    offset=record.offset,
                 )
-        return out
 
     def _sealed(
         self,

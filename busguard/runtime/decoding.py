@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 from aiokafka.structs import ConsumerRecord
@@ -94,6 +94,22 @@ def _over(codec_name: str, exc: OverLimit) -> str:
     return f"{codec_name} records inflate to more than {exc.limit} bytes (batch.max_inflated_bytes){claim}; refused unread, the batch is kept compressed"
 
 
+def _is_abort_marker(batch: bytes) -> bool:
+    """The control batch's first record's key is (version, type 0 = ABORT);
+    control batches are never compressed. Bytes that do not parse are no
+    abort marker."""
+    try:
+        pos, end = _BATCH_HEADER.size, len(batch)
+        _, pos = _varint(batch, pos, end)  # record length
+        pos += 1  # attributes
+        _, pos = _varint(batch, pos, end)  # timestamp delta
+        _, pos = _varint(batch, pos, end)  # offset delta
+        key, _ = _bytes(batch, pos, end, "control key")
+    except _Corrupt:
+        return False
+    return key is not None and len(key) >= 4 and struct.unpack_from(">h", key, 2)[0] == 0
+
+
 def _no_record(lo: int, hi: int) -> str:
     span = f"offset {lo}" if lo == hi else f"offsets {lo}-{hi}"
     return f"the batch header claims {span} but the batch holds no record there"
@@ -125,6 +141,7 @@ class PartitionDecoder:
         *,
         max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
         floor: int | None = None,
+        aborted: Sequence[tuple[int, int]] | None = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -135,6 +152,11 @@ class PartitionDecoder:
         self.floor = floor if floor is not None and floor > fetch_offset else None
         self.next_fetch_offset = fetch_offset if self.floor is None else self.floor
         self.max_inflated_bytes = max_inflated_bytes
+        #: read_committed (a consumer with isolation_level="read_committed"):
+        #: the fetch's aborted transactions, (producer id, first offset), by
+        #: first offset; None reads every batch (read_uncommitted)
+        self._aborted = None if aborted is None else sorted(aborted, key=lambda a: a[1])
+        self._aborting: set[int] = set()
 
     def __iter__(self) -> Iterator[ConsumerRecord | Undecodable]:
         raw = self.raw
@@ -233,6 +255,21 @@ class PartitionDecoder:
                 batch, base, self.next_fetch_offset, last, tail or _no_record(self.next_fetch_offset, last), carrier=carrier
             )
 
+    def _aborted_batch(self, batch: bytes, base: int, attrs: int, producer_id: int) -> bool:
+        """read_committed, as Kafka's consumers do it (KIP-98): a producer
+        whose aborted transaction began at or before this batch is aborting
+        until its abort marker; its transactional batches until then are
+        skipped. A control batch is never a record either way (below)."""
+        aborted = self._aborted
+        assert aborted is not None
+        while aborted and aborted[0][1] <= base:
+            self._aborting.add(aborted.pop(0)[0])
+        if attrs & _CONTROL:
+            if _is_abort_marker(batch):
+                self._aborting.discard(producer_id)
+            return False
+        return bool(attrs & _TRANSACTIONAL) and producer_id in self._aborting
+
     def _record(self, rec: Any) -> ConsumerRecord:
         key, value = rec.key, rec.value
         return ConsumerRecord(
@@ -252,12 +289,15 @@ class PartitionDecoder:
     def _v2(self, batch: bytes, base: int, next_base: int | None) -> Iterator[ConsumerRecord | Undecodable]:
         from aiokafka.record.default_records import DefaultRecordBatch
 
-        _, _, _, _, _, attrs, last_delta, first_ts, max_ts, _, _, _, count = _BATCH_HEADER.unpack_from(batch, 0)
+        _, _, _, _, _, attrs, last_delta, first_ts, max_ts, producer_id, _, _, count = _BATCH_HEADER.unpack_from(batch, 0)
         last = base + max(last_delta, 0)
         if next_base is not None and base < next_base <= last:
             last = next_base - 1
         if last < self.next_fetch_offset:
             return  # already consumed (the broker returns whole batches)
+        if self._aborted is not None and producer_id >= 0 and self._aborted_batch(batch, base, attrs, producer_id):
+            self.next_fetch_offset = last + 1  # an aborted transaction's records: not for a read_committed reader
+            return
         if last_delta < 0 and count > 0:
             # Kafka writes lastOffsetDelta = records - 1; a broker that trusts a
             # negative one (tansu) gives the NEXT records offsets this reader

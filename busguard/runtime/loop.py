@@ -60,9 +60,8 @@ from busguard.runtime.faults import Faults
 from busguard.runtime.ops import Liveness, Metrics, OpsServer
 from busguard.runtime.outputs import Output
 from busguard.runtime.rejoin import SessionBridge
-from busguard.runtime.stuck import Refetch, StuckPartitions, unfetchable
-from busguard.runtime.tolerant_fetch import floors_of
-from busguard.runtime.undecodable import Undecodable, next_offset
+from busguard.runtime.undecodable import next_offset
+from busguard.runtime.unstick import Unsticker, stuck_after_s
 
 log = structlog.get_logger(__name__)
 
@@ -200,10 +199,8 @@ class BatchLoop:
         self._stop = asyncio.Event()
         self._partitions: dict[str, list[int]] = {}
         self.ops_port: int | None = None
-        #: partitions the broker will not move on (busguard.runtime.stuck)
-        self.stuck = StuckPartitions(after_s=max(2.0, cfg.kafka.fetch_max_wait_ms / 50))
-        self._next_stuck_check = 0.0
-        self._floors: dict[tuple[str, int], int] | None = None
+        #: partitions the broker will not move on (busguard.runtime.unstick), made with the consumer
+        self._unsticker: Unsticker | None = None
 
     def request_stop(self) -> None:
         """SIGTERM: finish the batch in hand, commit it, leave the group."""
@@ -281,61 +278,19 @@ class BatchLoop:
         batch = await consumer.getmany(timeout_ms=self.cfg.batch.linger_ms or 1, max_records=self.cfg.batch.max_records)
         generation = self.generation  # no await since getmany returned: the records' assignment
         self.liveness.polled()
-        if time.monotonic() >= self._next_stuck_check:
-            for tp, item in await self._unstick(consumer, batch):
-                batch[tp] = [item]
+        if self._unsticker is None:
+            self._unsticker = Unsticker(consumer, stuck_after_s(self.cfg.kafka.fetch_max_wait_ms))
+        for tp, item in await self._unsticker.check(batch):
+            batch[tp] = [item]
         if not batch:
             return None
         records = [r for tp in sorted(batch, key=lambda t: (t.topic, t.partition)) for r in batch[tp]]
         prepared = await self.prepares.prepare(records) if self.prepares is not None else None
         return _Polled(generation, batch, records, prepared)
 
-    async def _unstick(self, consumer: AIOKafkaConsumer, batch: Mapping[TopicPartition, Any]) -> list[tuple[TopicPartition, Undecodable]]:
-        """Refetch or skip past the partitions whose position the broker has
-        not moved for a while though it holds more (busguard.runtime.stuck);
-        the skipped offsets, each to be decided in this batch. At most every
-        quarter of the stuck time: a quiet poll costs a clock read."""
-        now = time.monotonic()
-        self._next_stuck_check = now + self.stuck.after_s / 4
-        if self._floors is None:
-            self._floors = floors_of(consumer)
-        skipped: list[tuple[TopicPartition, Undecodable]] = []
-        for tp in consumer.assignment():
-            if tp in batch:
-                continue
-            position = await consumer.position(tp)
-            high, stable = consumer.highwater(tp), consumer.last_stable_offset(tp)
-            if high is not None and stable is not None:
-                high = min(high, stable)  # records behind an open transaction are not stuck, only pending
-            action = self.stuck.observe(tp.topic, tp.partition, position, high, consumer.last_poll_timestamp(tp), now)
-            if action is None:
-                continue
-            if isinstance(action, Refetch):
-                if self._floors is not None:
-                    self._floors[(tp.topic, tp.partition)] = action.floor
-                consumer.seek(tp, action.start)
-                log.warning(
-                    "partition stuck: fetching again from the offset before",
-                    partition=f"{tp.topic}:{tp.partition}",
-                    position=position,
-                    high_watermark=high,
-                )
-            else:
-                consumer.seek(tp, action.offset + 1)
-                skipped.append((tp, unfetchable(action)))
-                log.error(
-                    "offset unfetchable: decided as a span of one",
-                    partition=f"{tp.topic}:{tp.partition}",
-                    offset=action.offset,
-                    high_watermark=high,
-                )
-        return skipped
-
     def forget_stuck(self, tps: set[TopicPartition]) -> None:
-        for tp in tps:
-            self.stuck.forget(tp.topic, tp.partition)
-            if self._floors is not None:
-                self._floors.pop((tp.topic, tp.partition), None)
+        if self._unsticker is not None:
+            self._unsticker.forget(tps)
 
     async def _batch(self, polled: _Polled, consumer: AIOKafkaConsumer, producer: AIOKafkaProducer) -> None:
         started = time.perf_counter()

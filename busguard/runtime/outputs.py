@@ -23,8 +23,9 @@ dead-letter that cannot fit is replaced by a bounded one that carries no
 input bytes, only their lengths and SHA-256. Every other output is bounded
 by construction: a decision record carries what grows with the input by
 hash (protocol.records.carried, docs/protocol.md 12.5), and a dead letter
-written without a budget (the reconciler's) falls back to the bounded form
-past what fits any allowed limit (`fits_any_limit`).
+that does not pass its writer's budget (the guard's and the reconciler's
+`fits`; without one, what fits any allowed limit, `fits_any_limit`) falls
+back to the bounded form.
 """
 
 from __future__ import annotations
@@ -269,7 +270,7 @@ def dead_letter(
     """The original value and headers untouched, followed by why; or, if
     that record does not pass `fits`, the bounded form (`bounded_dead_letter`).
     `fits` None is `fits_any_limit`: a caller that does not size its outputs
-    itself (the reconciler) still never writes one a broker could refuse."""
+    itself still never writes one a broker could refuse."""
     extra = _why(decision_id, outcome, reason, detail, source, prior_decision_id)
     original = value
     if value is not None and max_payload_bytes is not None and len(value) > max_payload_bytes:

@@ -21,7 +21,10 @@ every offset it claims as one span. So, per partition:
    step 1 cannot resolve, docs/notes-broker.md).
 
 A partition whose position moves, or that has caught up with the high
-watermark, is forgotten. Nothing here reads a clock or a broker: the loop
+watermark, is forgotten. A high watermark BELOW the position is said once
+(`Rewound`): tansu hands offsets out again after a batch with a negative
+lastOffsetDelta, and the records it stores there get no decision; the
+guard names them and does not go back. Nothing here reads a clock or a broker: the loop
 passes what it saw and when.
 """
 
@@ -33,7 +36,7 @@ from typing import Final, NamedTuple
 from busguard.protocol.reasons import Reason
 from busguard.runtime.undecodable import Undecodable
 
-__all__ = ["Refetch", "Skip", "StuckPartitions", "unfetchable"]
+__all__ = ["Refetch", "Rewound", "Skip", "StuckPartitions", "unfetchable"]
 
 _NOTHING_SHA256: Final = hashlib.sha256(b"").hexdigest()
 
@@ -56,11 +59,25 @@ class Skip(NamedTuple):
     high_watermark: int
 
 
+class Rewound(NamedTuple):
+    """The broker's log end fell below what this reader has decided: a broker
+    that hands offsets out again (tansu, after a batch with a negative
+    lastOffsetDelta) will store records at `high_watermark` … `position - 1`,
+    offsets already decided, so no decision of their own will cover them.
+    Said once per (position, high watermark)."""
+
+    topic: str
+    partition: int
+    position: int
+    high_watermark: int
+
+
 class _Seen(NamedTuple):
     position: int
     since: float
     refetched: bool
     fetched: int | None  # the broker's last answer for the partition when this phase began
+    in_flight: bool = False  # a Refetch from position - 1 was asked for
 
 
 class StuckPartitions:
@@ -70,10 +87,11 @@ class StuckPartitions:
         self.after_s = after_s
         self._seen: dict[tuple[str, int], _Seen] = {}
         self._skipped: dict[tuple[str, int], int] = {}  # the last offset skipped, per partition
+        self._rewound: dict[tuple[str, int], tuple[int, int]] = {}  # the last Rewound said, per partition
 
     def observe(
         self, topic: str, partition: int, position: int, high_watermark: int | None, fetched: int | None, now: float
-    ) -> Refetch | Skip | None:
+    ) -> Refetch | Skip | Rewound | None:
         """The action for one partition after a poll that saw `position` and
         `high_watermark` at `now`; `fetched` identifies the broker's last
         answer for the partition (aiokafka's `last_poll_timestamp`). A skip
@@ -83,9 +101,14 @@ class StuckPartitions:
         if high_watermark is None or position >= high_watermark:
             self._seen.pop(key, None)
             self._skipped.pop(key, None)
+            if high_watermark is not None and position > high_watermark:
+                said = self._rewound.get(key)
+                self._rewound[key] = (position, high_watermark)
+                if said != (position, high_watermark):
+                    return Rewound(topic, partition, position, high_watermark)
             return None
         seen = self._seen.get(key)
-        refetching = seen is not None and seen.refetched and position == seen.position - 1
+        refetching = seen is not None and seen.in_flight and position == seen.position - 1
         if refetching and seen is not None and seen.position >= high_watermark:
             del self._seen[key]  # the log ends where the refetch started: nothing to skip
             return None
@@ -96,7 +119,7 @@ class StuckPartitions:
         if now - seen.since < self.after_s:
             return None
         if not seen.refetched:
-            self._seen[key] = _Seen(position, now, True, fetched)
+            self._seen[key] = _Seen(position, now, True, fetched, in_flight=True)
             return Refetch(topic, partition, position - 1, position)
         if fetched is None or (seen.fetched is not None and fetched <= seen.fetched):
             return None
@@ -108,6 +131,7 @@ class StuckPartitions:
         """A partition revoked: its history means nothing to the next owner."""
         self._seen.pop((topic, partition), None)
         self._skipped.pop((topic, partition), None)
+        self._rewound.pop((topic, partition), None)
 
     def __len__(self) -> int:
         return len(self._seen)

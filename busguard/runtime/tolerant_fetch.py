@@ -33,8 +33,10 @@ for aiokafka 0.14 only: `MemoryRecords` (by a wrapper that keeps the raw
 bytes and otherwise delegates) and `PartitionRecords` (by a subclass). The
 subclass behaves exactly as aiokafka's unless the consumer's key
 deserializer is a `RawKeys` (such as `RAW_KEYS`), so consumers that did not opt in
-(tests' readers, the SDK) see aiokafka's behaviour unchanged. Read-committed
-isolation is not supported on the tolerant path (busguard never asks for it).
+(tests' readers) see aiokafka's behaviour unchanged. A consumer with
+`isolation_level="read_committed"` skips aborted transactions' batches on the
+tolerant path as aiokafka does (the decoder is given the fetch's aborted
+transactions).
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ from busguard.config import DEFAULT_MAX_INFLATED_BYTES
 from busguard.protocol.reasons import Reason
 from busguard.runtime.decoding import PartitionDecoder
 from busguard.runtime.undecodable import Undecodable, next_offset
+
+_READ_COMMITTED: Final = 1  # aiokafka.consumer.fetcher.READ_COMMITTED
 
 __all__ = [
     "FORM_BATCH",
@@ -102,9 +106,10 @@ class RawKeys:
 
     def __init__(self, max_inflated_bytes: int) -> None:
         self.max_inflated_bytes = max_inflated_bytes
-        #: (topic, partition) -> the position a fetch from before it must
-        #: resume at (busguard.runtime.stuck.Refetch); used by the first
-        #: fetch from below it, then dropped. At most one per assigned partition.
+        #: (topic, partition) -> the position a fetch from the offset just
+        #: before it must resume at (busguard.runtime.unstick); used by that
+        #: fetch, then dropped. At most one per assigned partition, dropped on
+        #: any rebalance of it.
         self.floors: dict[tuple[str, int], int] = {}
 
     def __call__(self, key: bytes | None) -> bytes | None:
@@ -193,7 +198,7 @@ def install() -> None:
         "check_crcs",
         "isolation_level",
     ]
-    if list(inspect.signature(original_partition.__init__).parameters) != expected:
+    if list(inspect.signature(original_partition.__init__).parameters) != expected or fetcher.READ_COMMITTED != _READ_COMMITTED:
         raise RuntimeError("aiokafka's PartitionRecords changed shape; busguard's tolerant fetch decoder needs updating")
 
     class RawMemoryRecords:
@@ -222,12 +227,18 @@ def install() -> None:
             if isinstance(key_des, RawKeys) and isinstance(records, RawMemoryRecords):
                 self._key_deserializer = None
                 floor = key_des.floors.get((tp.topic, tp.partition))
-                if floor is not None and fetch_offset < floor:
+                if floor is not None and fetch_offset == floor - 1:
                     del key_des.floors[(tp.topic, tp.partition)]  # the refetch it was set for
                 else:
                     floor = None
                 decoder = PartitionDecoder(
-                    tp.topic, tp.partition, records.raw, fetch_offset, max_inflated_bytes=key_des.max_inflated_bytes, floor=floor
+                    tp.topic,
+                    tp.partition,
+                    records.raw,
+                    fetch_offset,
+                    max_inflated_bytes=key_des.max_inflated_bytes,
+                    floor=floor,
+                    aborted=(aborted or []) if isolation == _READ_COMMITTED else None,
                 )
                 self._records_iterator = self._tolerant(decoder)
 

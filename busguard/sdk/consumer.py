@@ -62,6 +62,7 @@ from busguard.protocol.receipt import Receipt, ReceiptError, decode_receipt
 
 if TYPE_CHECKING:  # the placeholder's module loads aiokafka; admit imports it only when one can exist
     from busguard.runtime.undecodable import Undecodable
+    from busguard.runtime.unstick import Unsticker
 
 __all__ = ["AdmittingConsumer", "Batch", "Delivery", "Fetched", "Reader", "Refusal", "log_refusals"]
 
@@ -168,6 +169,7 @@ class AdmittingConsumer:
         self.readers: dict[str, Reader] = dict(readers or {})
         self.heads = heads if heads is not None else HeadCache()
         self.max_records = max_records
+        self._unsticker: Unsticker | None = None  # set by `open`, which owns the consumer's rebalances
 
     @classmethod
     async def open(
@@ -205,7 +207,6 @@ class AdmittingConsumer:
         tolerant = consumer_options() if max_inflated_bytes is None else consumer_options(max_inflated_bytes)
         names = (topics,) if isinstance(topics, str) else tuple(topics)
         consumer = AIOKafkaConsumer(
-            *names,
             bootstrap_servers=bootstrap_servers,
             group_id=group_id,
             enable_auto_commit=False,
@@ -213,6 +214,11 @@ class AdmittingConsumer:
             **tolerant,
             **dict(client_options or {}),
         )
+        from busguard.runtime.unstick import Unsticker, stuck_after_s
+
+        inbox._unsticker = Unsticker(consumer, stuck_after_s(int((client_options or {}).get("fetch_max_wait_ms", 500))))
+        if names:
+            consumer.subscribe(names, listener=_forgetting_listener(inbox._unsticker))
         try:
             await consumer.start()
         except BaseException:
@@ -234,7 +240,9 @@ class AdmittingConsumer:
     async def getmany(self, timeout_ms: int = 1000) -> Batch:
         """Fetch up to `max_records` records (waiting up to `timeout_ms`) and decide each."""
         fetched = await self.consumer.getmany(timeout_ms=timeout_ms, max_records=self.max_records)
-        batch = self.admit(r for records in fetched.values() for r in records)
+        # a partition the broker will not move past (busguard.runtime.unstick): its offsets are refused one by one
+        skipped = await self._unsticker.check(fetched) if self._unsticker is not None else []
+        batch = self.admit([*(r for records in fetched.values() for r in records), *(item for _, item in skipped)])
         log_refusals(batch.refusals)
         return batch
 
@@ -344,3 +352,18 @@ def _principal(agent_id: str) -> str | None:
 
 def _refuse(r: Fetched | Any, reason: str, detail: str) -> Refusal:
     return Refusal(topic=r.topic, partition=r.partition, offset=r.offset, reason=reason, detail=detail[:MAX_DETAIL])
+
+
+def _forgetting_listener(unsticker: Unsticker) -> Any:
+    """A rebalance listener that drops the unsticker's state for partitions
+    revoked or assigned: a refetch floor must not outlive its assignment."""
+    from aiokafka import ConsumerRebalanceListener
+
+    class Forget(ConsumerRebalanceListener):  # type: ignore[misc]
+        async def on_partitions_revoked(self, revoked: Any) -> None:
+            unsticker.forget(revoked)
+
+        async def on_partitions_assigned(self, assigned: Any) -> None:
+            unsticker.forget(assigned)
+
+    return Forget()

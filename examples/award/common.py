@@ -84,16 +84,16 @@ class Agent:
     async def inbox(self, role: str, *, addressed_to: str) -> AdmittingConsumer:
         """Records busguard admitted for `addressed_to` (this agent, or an
         audience it belongs to), read by the award readers; one consumer group per role."""
-        c = AIOKafkaConsumer(
+        inbox = await AdmittingConsumer.open(
             self.net.inbox,
             bootstrap_servers=self.net.bootstrap,
             group_id=f"{self.net.tag}.{self.name}.{role}",
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
+            guard_public_key=self.guard_key,
+            agent_id=addressed_to,
+            readers=READERS,
         )
-        await c.start()
-        self._clients.append(c)
-        return AdmittingConsumer(c, guard_public_key=self.guard_key, agent_id=addressed_to, readers=READERS)
+        self._clients.append(inbox.consumer)
+        return inbox
 
     async def close(self) -> None:
         for client in reversed(self._clients):

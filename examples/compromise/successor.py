@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from aiokafka import AIOKafkaConsumer
 
 from busguard.policies.compromise.build import sign_statement
 from busguard.policies.compromise.message import IntegrityStatus, SuccessorIntegrity
@@ -85,15 +84,16 @@ async def receive(a: argparse.Namespace) -> int:
         done.connection.execute(ddl)
     done.connection.commit()
     keys = registry_keys(KeyRegistry.load(a.registry))
-    consumer = AIOKafkaConsumer(
-        a.topic, bootstrap_servers=a.bootstrap, group_id=a.group, enable_auto_commit=False, auto_offset_reset="earliest"
-    )
     summary: dict[str, Any] = {"agent": me.agent_id, "acted": 0, "skipped": 0, "refused": 0}
-    await consumer.start()
+    inbox = await AdmittingConsumer.open(
+        a.topic,
+        bootstrap_servers=a.bootstrap,
+        group_id=a.group,
+        guard_public_key=multikey_decode(a.guard_public_key),
+        agent_id=me.agent_id,
+        readers=readers(keys),
+    )
     try:
-        inbox = AdmittingConsumer(
-            consumer, guard_public_key=multikey_decode(a.guard_public_key), agent_id=me.agent_id, readers=readers(keys)
-        )
         loop = ActOnce(inbox, done, effect=act)
         deadline = time.monotonic() + a.timeout
         while time.monotonic() < deadline:
@@ -103,7 +103,7 @@ async def receive(a: argparse.Namespace) -> int:
             if handled(done.connection) >= a.expect and summary["acted"] + summary["skipped"] >= a.expect:
                 break
     finally:
-        await consumer.stop()
+        await inbox.close()
     summary["handoffs"] = [
         {"handoff_id": h, "verdict": v, "not_used": json.loads(n)}
         for h, v, n in done.connection.execute("SELECT handoff_id, verdict, not_used FROM handoffs ORDER BY rowid")

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 
 from busguard.policies.taint.replay import encode_request
 from busguard.protocol.identity import multikey_decode
@@ -69,12 +69,15 @@ async def main(a: argparse.Namespace) -> int:
             summary["asked"] = rec.receipt_id
         finally:
             await raw.stop()
-    consumer = AIOKafkaConsumer(
-        a.plans, bootstrap_servers=a.bootstrap, group_id=a.group, enable_auto_commit=False, auto_offset_reset="earliest"
+    inbox = await AdmittingConsumer.open(
+        a.plans,
+        bootstrap_servers=a.bootstrap,
+        group_id=a.group,
+        guard_public_key=multikey_decode(a.guard_public_key),
+        agent_id=me.agent_id,
+        readers=READERS,
     )
-    await consumer.start()
     try:
-        inbox = AdmittingConsumer(consumer, guard_public_key=multikey_decode(a.guard_public_key), agent_id=me.agent_id, readers=READERS)
         loop = ActOnce(inbox, done, effect=act)
         deadline = time.monotonic() + a.timeout
         while time.monotonic() < deadline:
@@ -85,7 +88,7 @@ async def main(a: argparse.Namespace) -> int:
             if planned(done.connection, a.task_id) and summary["acted"] + summary["skipped"] >= 1:
                 break
     finally:
-        await consumer.stop()
+        await inbox.close()
     rows = done.connection.execute("SELECT unit_key, unit, nodes, sinks FROM replay_units WHERE task_id = ?", (a.task_id,)).fetchall()
     summary["units"] = [{"key": k, "unit": u, "nodes": json.loads(n), "sinks": json.loads(s)} for k, u, n, s in rows]
     done.close()

@@ -28,7 +28,7 @@ import signal
 import sqlite3
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from common import load_pipeline, say, start_producer
 
 from busguard.protocol.keyfile import read_key
@@ -71,13 +71,11 @@ async def main() -> int:
     done.connection.execute(EFFECTS)
     sender = Sender(read_key(p.key_file("executor")).seed, session_path=p.path / "sdk-executor.session.json")
     producer = await start_producer(p.bootstrap)
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=p.bootstrap, group_id=f"{p.handoffs}.sdk-executor", enable_auto_commit=False, auto_offset_reset="earliest"
+    inbox = await AdmittingConsumer.open(
+        (), bootstrap_servers=p.bootstrap, group_id=f"{p.handoffs}.sdk-executor", guard_public_key=p.guard_key(), agent_id=p.executor
     )
-    await consumer.start()
     try:
-        consumer.assign([TopicPartition(p.executor_inbox, 0)])
-        inbox = AdmittingConsumer(consumer, guard_public_key=p.guard_key(), agent_id=p.executor)
+        inbox.consumer.assign([TopicPartition(p.executor_inbox, 0)])
         loop = ActOnce(inbox, done, effect=effect_for(p.acks), producer=SigningProducer(producer, sender))
         say(NAME, f"acting on {p.executor_inbox}; effects in {p.path / 'executor.db'}")
         while not stop.is_set():
@@ -87,7 +85,7 @@ async def main() -> int:
                     NAME, f"acted {step.acted}, skipped {step.skipped} (done before), refused {step.refused}, acks sent {step.replies_sent}"
                 )
     finally:
-        await consumer.stop()
+        await inbox.close()
         await producer.stop()
         done.close()
     return 0

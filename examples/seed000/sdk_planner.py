@@ -20,7 +20,7 @@ import signal
 import time
 from collections import defaultdict
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from common import load_pipeline, say, start_producer, write_json
 
 from busguard.protocol.keyfile import read_key
@@ -47,10 +47,11 @@ async def main() -> int:
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     sender = Sender(read_key(p.key_file("planner")).seed, session_path=p.path / "sdk-planner.session.json")
     producer = await start_producer(p.bootstrap)
-    consumer = AIOKafkaConsumer(bootstrap_servers=p.bootstrap, group_id=None, enable_auto_commit=False, auto_offset_reset="earliest")
-    await consumer.start()
-    consumer.assign([TopicPartition(p.planner_inbox, 0)])
-    inbox = AdmittingConsumer(consumer, guard_public_key=p.guard_key(), agent_id=p.planner)
+    # acks are only counted, never committed: every start reads the inbox from its beginning
+    inbox = await AdmittingConsumer.open(
+        (), bootstrap_servers=p.bootstrap, group_id=f"{p.handoffs}.sdk-planner", guard_public_key=p.guard_key(), agent_id=p.planner
+    )
+    inbox.consumer.assign([TopicPartition(p.planner_inbox, 0)])
     acks: dict[str, set[str]] = defaultdict(set)
     refused: list[str] = []
     out = SigningProducer(producer, sender)
@@ -80,7 +81,7 @@ async def main() -> int:
         await reader
     finally:
         reader.cancel()
-        await consumer.stop()
+        await inbox.close()
         await producer.stop()
     summary = {
         "handed_off": handed,

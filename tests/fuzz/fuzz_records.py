@@ -29,7 +29,8 @@ import time
 
 from busguard.runtime.logs import configure
 
-from .campaign import Campaign, Generator
+from .campaign import Campaign
+from .generator import Generator
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,9 +24,10 @@ from busguard.config import load_config
 from busguard.devtools.broker import EmbeddedBroker
 from busguard.devtools.guardkit import GuardProcess, Setup, collect, collect_all, identity, make_setup, produce, sender
 from busguard.protocol.records import Decision
-from tests.fuzz.batches import batch
+from tests.fuzz.batches import batch, claimed_span, record
 
 from .test_hostile_records import produce_batches
+from .test_sdk_hostile import forward_tasks, open_receiver, run_until
 
 
 def _decisions(s: Setup, got: dict[str, list[object]]) -> list[Decision]:
@@ -106,3 +107,72 @@ async def test_an_empty_batch_at_the_start_of_the_log_is_skipped_offset_by_offse
     assert sorted(len(r.value or b"") for r in got[s.dead_letter]) == [0, 0, 0]  # type: ignore[attr-defined]
     assert guard.log.read_text(errors="replace").count("offset unfetchable") == 3
     await _audit_ok(s, 0, 4)
+
+
+async def test_offsets_claimed_without_records_and_a_negative_delta_are_each_decided_and_named(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """Findings 6c and 6b through `busguard run`: a well-formed one-record
+    batch claiming six offsets leaves none undecided (the audit used to fail
+    with `offsets_undecided` on an honest guard), and a batch with a negative
+    lastOffsetDelta, which makes tansu store the next records at offsets the
+    guard has read past, is refused with a decision naming those offsets."""
+    s = await make_setup(tmp_path, broker.bootstrap, partitions=1)
+    planner, to = sender("planner"), identity("executor").agent_id
+    guard = GuardProcess(s)
+    try:
+        guard.wait_ready()
+        six = batch([record(0, b"planner", b"six", [])], last_offset_delta=5)
+        (six_span,) = await produce_batches(s.bootstrap, s.handoffs, [(six, 6)])
+        ((_, valid),) = await produce(s.bootstrap, s.handoffs, [planner.sign(kind="handoff", task_id="t", receiver=to, payload=b"w")])
+        (claimed,) = await produce_batches(s.bootstrap, s.handoffs, [(claimed_span(10), 10)])
+        await collect(s.bootstrap, [s.audit], lambda c: len(c[s.audit]) >= 4, timeout=90)
+        # tansu stores this batch at 17 and moves its log end back to 9, below the guard's position
+        (neg,) = await produce_batches(s.bootstrap, s.handoffs, [(batch([record(0, None, b"neg", [])], last_offset_delta=-9), 1)])
+        said = "log end moved back below the decided position"
+        for _ in range(120):
+            if said in guard.log.read_text(errors="replace"):
+                break
+            await asyncio.sleep(0.5)
+        got = await collect_all(s.bootstrap, [s.audit])
+        assert guard.proc.poll() is None, guard.tail()
+    finally:
+        assert guard.terminate() == 0, guard.tail()
+    assert (six_span, valid, claimed, neg) == (range(0, 6), 6, range(7, 17), range(17, 18))
+    lines = [line for line in guard.log.read_text(errors="replace").splitlines() if said in line]
+    assert len(lines) == 1 and '"offsets": "9-16"' in lines[0], lines
+    decisions = _decisions(s, got)
+    assert [(d.source.offset, d.covers_to, d.reason) for d in decisions] == [
+        (0, 0, "missing_header"),
+        (1, 5, "undecodable_batch"),
+        (6, 6, "admitted"),
+        (7, 16, "undecodable_batch"),
+    ]
+    assert "holds no record" in (decisions[1].detail or "")
+    await _audit_ok(s, 0, 16)
+
+
+async def test_an_sdk_receiver_moves_past_an_empty_batch_on_its_downstream_topic(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    """The same stall in the agent's SDK: a key-less writer puts an empty
+    batch on the downstream topic right at a receiver's position; the
+    receiver (ActOnce over `AdmittingConsumer.open`) refuses its offsets once
+    and acts on every task behind it."""
+    s = await make_setup(tmp_path, broker.bootstrap, partitions=1)
+    guard = GuardProcess(s)
+    try:
+        guard.wait_ready()
+        loop, done = await open_receiver(s, "receiver", tmp_path / "done.db")
+        try:
+            await forward_tasks(s, ["first"], 1)
+            assert (await run_until(loop, acted=1, refused=0))[0].acted == 1
+            (span,) = await produce_batches(s.bootstrap, s.downstream_handoffs, [(batch([], count=0, last_offset_delta=3), 4)])
+            await forward_tasks(s, ["second", "third"], 3)
+            total, reasons = await run_until(loop, acted=2, refused=1, timeout=120)
+        finally:
+            await loop.inbox.close()
+        assert guard.proc.poll() is None, guard.tail()
+    finally:
+        assert guard.terminate() == 0, guard.tail()
+    assert span == range(1, 5)
+    assert (total.acted, total.refused, dict(reasons)) == (2, 1, {"undecodable": 1})
+    assert [t for (t,) in done.connection.execute("SELECT task_id FROM work ORDER BY rowid")] == ["first", "second", "third"]

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.fuzz.batches import batch, fix_crc, record
-from tests.fuzz.campaign import Batch, Campaign, Generator, Stats
+from tests.fuzz.campaign import Campaign, Stats
+from tests.fuzz.generator import Batch, Generator
 
 _names = st.one_of(st.binary(max_size=12), st.sampled_from([b"busguard-receipt", b"busguard-signature", b"\xff", b"\xc3\x28", b"ok"]))
 _headers = st.lists(st.tuples(_names, st.one_of(st.none(), st.binary(max_size=40))), max_size=5)

@@ -52,6 +52,8 @@ SDK_MAY_IMPORT = (
     "busguard.sdk",
     "busguard.runtime.tolerant_fetch",
     "busguard.runtime.undecodable",
+    "busguard.runtime.unstick",
+    "busguard.runtime.stuck",
 )
 
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from busguard.protocol.reasons import Reason
-from busguard.runtime.stuck import Refetch, Skip, StuckPartitions, unfetchable
+from busguard.runtime.stuck import Refetch, Rewound, Skip, StuckPartitions, unfetchable
 from busguard.runtime.tolerant_fetch import FORM_BATCH, HEADER_ORIGINAL_FORM, preserved
 from busguard.runtime.undecodable import next_offset
 
@@ -43,8 +43,8 @@ def test_no_skip_while_the_broker_has_not_answered_since_the_refetch() -> None:
 @pytest.mark.parametrize("high", [None, 5, 4])
 def test_a_partition_at_or_past_its_end_is_never_stuck(high: int | None) -> None:
     s = StuckPartitions(after_s=1)
-    for t in range(10):
-        assert s.observe("t", 0, 5, high, t, now=t) is None
+    actions = [s.observe("t", 0, 5, high, t, now=t) for t in range(10)]
+    assert actions == [Rewound("t", 0, 5, 4) if high == 4 and t == 0 else None for t in range(10)]
     assert len(s) == 0
 
 
@@ -77,6 +77,9 @@ def test_no_action_unless_the_position_stood_still_below_the_end_for_after_s(ste
         action = s.observe("t", 0, position, high, fetched, now)
         assert len(s) <= 1
         if action is None:
+            continue
+        if isinstance(action, Rewound):
+            assert high is not None and (action.position, action.high_watermark) == (position, high) and position > high
             continue
         assert high is not None and position < high
         assert now - still_since >= 2
@@ -112,3 +115,11 @@ def test_a_refetch_that_never_gets_back_to_the_position_skips_it() -> None:
     assert s.observe("t", 0, 5, 9, 2, now=2) == Refetch("t", 0, 4, 5)
     assert s.observe("t", 0, 4, 9, 3, now=3) is None
     assert s.observe("t", 0, 4, 9, 4, now=4) == Skip("t", 0, 5, 9)
+
+
+def test_a_log_end_below_the_position_is_said_once_per_reading() -> None:
+    s = StuckPartitions(after_s=2)
+    assert s.observe("t", 0, 17, 9, 1, now=0) == Rewound("t", 0, 17, 9)
+    assert s.observe("t", 0, 17, 9, 2, now=5) is None
+    assert s.observe("t", 0, 17, 10, 3, now=6) == Rewound("t", 0, 17, 10)
+    assert s.observe("t", 0, 17, 17, 4, now=7) is None

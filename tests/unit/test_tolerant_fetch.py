@@ -237,6 +237,60 @@ def test_a_negative_last_offset_delta_is_refused_whole_and_names_the_offsets_it_
     assert "offsets 3-10 may then hold records no decision covers" in item.detail
 
 
+# -- read_committed (issue 36: a downstream reader of a transactional guard) -------
+
+
+def _txn(records: list[bytes], base: int, producer_id: int, attributes: int = 0x10) -> bytes:
+    raw = bytearray(batch(records, base_offset=base, attributes=attributes))
+    raw[43:51] = producer_id.to_bytes(8, "big", signed=True)
+    return fix_crc(raw)
+
+
+def _marker(base: int, producer_id: int, commit: bool) -> bytes:
+    key = (0).to_bytes(2, "big") + (1 if commit else 0).to_bytes(2, "big")
+    return _txn([record(0, key, (0).to_bytes(2, "big") + (5).to_bytes(4, "big"), [])], base, producer_id, attributes=0x30)
+
+
+def _read_committed(raw: bytes, aborted: list[tuple[int, int]], tolerant: bool) -> list[Any]:
+    return list(
+        fetcher.PartitionRecords(
+            TopicPartition("t", 0),
+            fetcher.MemoryRecords(raw),
+            aborted,
+            0,
+            RAW_KEYS if tolerant else None,
+            None,
+            True,
+            fetcher.READ_COMMITTED,
+        )
+    )
+
+
+def test_read_committed_skips_aborted_transactions_as_aiokafka_does() -> None:
+    log = (
+        _txn([record(0, b"k", b"aborted-0", []), record(1, b"k", b"aborted-1", [])], 0, 7)
+        + _marker(2, 7, commit=False)
+        + _txn([record(0, b"k", b"committed-3", []), record(1, b"k", b"committed-4", [])], 3, 8)
+        + _marker(5, 8, commit=True)
+        + _txn([record(0, b"k", b"after-abort-6", [])], 6, 7)  # the same producer's next transaction, not aborted
+        + batch([record(0, b"k", b"plain-7", [])], base_offset=7)
+    )
+    ours = _read_committed(log, [(7, 0)], tolerant=True)
+    theirs = _read_committed(log, [(7, 0)], tolerant=False)
+    assert [(r.offset, r.value) for r in ours] == [(r.offset, r.value) for r in theirs]
+    assert [r.value for r in ours] == [b"committed-3", b"committed-4", b"after-abort-6", b"plain-7"]
+    # read_uncommitted (busguard's own processes) reads every record batch
+    assert [i.value for i in _decode(log)] == [b"aborted-0", b"aborted-1", b"committed-3", b"committed-4", b"after-abort-6", b"plain-7"]
+
+
+def test_read_committed_positions_move_past_an_aborted_batch_at_the_end() -> None:
+    log = _txn([record(0, b"k", b"a", [])], 0, 9) + _marker(1, 9, commit=False)
+    records = fetcher.PartitionRecords(
+        TopicPartition("t", 0), fetcher.MemoryRecords(log), [(9, 0)], 0, RAW_KEYS, None, True, fetcher.READ_COMMITTED
+    )
+    assert list(records) == [] and records.next_fetch_offset == 2
+
+
 # -- position ---------------------------------------------------------------------
 
 
