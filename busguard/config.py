@@ -62,6 +62,12 @@ class KafkaConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     #: the host name. "" (default): dynamic membership. docs/config.md.
     group_instance_id: str = ""
     client_id: str = "busguard"
+    #: Exactly-once outputs (Kafka transactions): each batch's outputs and its
+    #: input offsets commit in one transaction. This process's transactional
+    #: id prefix ("{hostname}" replaced; the role is appended, so a guard and
+    #: a reconciler never fence each other); a second process started with the
+    #: same id fences the first. "" (default): off. docs/config.md.
+    transactional_id: str = ""
     idempotence: bool = True
     acks: Literal["all", "1"] = "all"
     session_timeout_ms: Positive = 10_000

@@ -53,6 +53,30 @@ def group_instance_id(cfg: Config, hostname: str | None = None) -> str | None:
     return resolved
 
 
+TRANSACTIONAL_ID_ALLOWED = (
+    '1-240 characters of [A-Za-z0-9._-] once {hostname} is replaced, or "" for no transactions; '
+    'with it, kafka.idempotence = true and kafka.acks = "all"'
+)
+
+
+def transactional_id(cfg: Config, role: str, hostname: str | None = None) -> str | None:
+    """kafka.transactional_id for one role's producer ("<id>-<role>"), None when off."""
+    template = cfg.kafka.transactional_id
+    if template == "":
+        return None
+    if any(m != "hostname" for m in _PLACEHOLDER.findall(template)) or not (cfg.kafka.idempotence and cfg.kafka.acks == "all"):
+        raise ConfigError(cfg.source, "kafka.transactional_id", template, TRANSACTIONAL_ID_ALLOWED)
+    if hostname is None:
+        import socket
+
+        hostname = socket.gethostname()
+    resolved = template.replace("{hostname}", hostname)
+    if len(resolved) > 240 or _TOPIC.fullmatch(resolved) is None:
+        shown = template if resolved == template else f"{template} (= {resolved})"
+        raise ConfigError(cfg.source, "kafka.transactional_id", shown, TRANSACTIONAL_ID_ALLOWED)
+    return f"{resolved}-{role}"
+
+
 def _codec_available(codec: str) -> bool:
     from aiokafka import codec as codecs
 
@@ -203,6 +227,7 @@ def validate(cfg: Config) -> None:
     if cfg.kafka.heartbeat_interval_ms >= cfg.kafka.session_timeout_ms:
         raise ConfigError(f, "kafka.heartbeat_interval_ms", cfg.kafka.heartbeat_interval_ms, "less than kafka.session_timeout_ms")
     group_instance_id(cfg)
+    transactional_id(cfg, "guard")
     if cfg.kafka.compression != "none" and not _codec_available(cfg.kafka.compression):
         raise ConfigError(
             f,

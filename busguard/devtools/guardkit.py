@@ -265,9 +265,17 @@ async def collect(
     topics: Sequence[str],
     until: Callable[[Collected], bool],
     timeout: float = 60,
+    *,
+    read_committed: bool = False,
 ) -> Collected:
-    """Read topics from the beginning (no group) until `until(collected)` or time out."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
+    """Read topics from the beginning (no group) until `until(collected)` or
+    time out; `read_committed` reads only committed transactions' records."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed" if read_committed else "read_uncommitted",
+    )
     await consumer.start()
     try:
         tps = [TopicPartition(t, p) for t in topics for p in (consumer.partitions_for_topic(t) or await _partitions(consumer, t))]
@@ -286,7 +294,7 @@ async def collect(
         await consumer.stop()
 
 
-async def collect_all(bootstrap: str, topics: Sequence[str], quiet_s: float = 2.0) -> Collected:
+async def collect_all(bootstrap: str, topics: Sequence[str], quiet_s: float = 2.0, *, read_committed: bool = False) -> Collected:
     """Everything in `topics` once nothing new has arrived for `quiet_s`.
 
     (tansu's ListOffsets answers are not reliable, so end offsets cannot be
@@ -300,7 +308,7 @@ async def collect_all(bootstrap: str, topics: Sequence[str], quiet_s: float = 2.
             state["n"], state["since"] = n, time.monotonic()
         return time.monotonic() - state["since"] >= quiet_s
 
-    return await collect(bootstrap, topics, quiet)
+    return await collect(bootstrap, topics, quiet, read_committed=read_committed)
 
 
 async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:

@@ -26,7 +26,7 @@ from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssigno
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 
 from busguard.config import Config
-from busguard.config_checks import group_instance_id
+from busguard.config_checks import group_instance_id, transactional_id
 from busguard.runtime.batch_size import producer_batch_size
 from busguard.runtime.tolerant_fetch import consumer_options
 
@@ -93,13 +93,15 @@ def group_consumer(cfg: Config, *, group_id: str, role: str) -> AIOKafkaConsumer
 
 
 def loop_producer(cfg: Config, *, role: str) -> AIOKafkaProducer:
-    """The batch loop's producer: batches sized for the brokers' limit after compression."""
+    """The batch loop's producer: batches sized for the brokers' limit after
+    compression; transactional when kafka.transactional_id is set."""
     k = cfg.kafka
     return AIOKafkaProducer(
         bootstrap_servers=k.bootstrap_servers,
         client_id=_client_id(cfg, f"{role}-producer"),
         acks="all" if k.acks == "all" else 1,
         enable_idempotence=k.idempotence,
+        transactional_id=transactional_id(cfg, role),
         linger_ms=5,
         # Batches fill to a size that compresses to at most the brokers'
         # limit; a larger output travels alone, checked by OutputBudget.

@@ -7,7 +7,10 @@ OOM kill or a pulled plug would. Points, in batch-protocol order:
     decided    inside the state transaction, before it commits
     persisted  after the state commit, before anything is produced
     produced   after every output is acknowledged, before offsets commit
-    committed  after the offset commit
+               (with transactions: inside the open Kafka transaction)
+    offsets    with transactions only: the input offsets added to the open
+               transaction, before it commits
+    committed  after the offset commit (the transaction's commit)
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import os
 import signal
 
-POINTS = ("decided", "persisted", "produced", "committed")
+POINTS = ("decided", "persisted", "produced", "offsets", "committed")
 
 
 class Faults:

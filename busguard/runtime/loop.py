@@ -44,6 +44,7 @@ fetching a partition before the assignment callback has finished.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -51,10 +52,11 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError, ProducerFenced
 from aiokafka.partitioner import murmur2
 
 from busguard.config import Config
+from busguard.config_checks import transactional_id
 from busguard.runtime.clients import group_consumer, loop_producer
 from busguard.runtime.faults import Faults
 from busguard.runtime.ops import Liveness, Metrics, OpsServer
@@ -201,6 +203,8 @@ class BatchLoop:
         self.ops_port: int | None = None
         #: partitions the broker will not move on (busguard.runtime.unstick), made with the consumer
         self._unsticker: Unsticker | None = None
+        #: steps 2 and 3 in one Kafka transaction (kafka.transactional_id)
+        self.transactional = transactional_id(cfg, role) is not None
 
     def request_stop(self) -> None:
         """SIGTERM: finish the batch in hand, commit it, leave the group."""
@@ -309,20 +313,24 @@ class BatchLoop:
             outputs = await self.stage.process(records)
         self.faults.reached("persisted")
         produced = time.perf_counter()
-        # 2. produce everything, then await every delivery
-        await self._publish(producer, outputs)
-        self.faults.reached("produced")
-        committed = time.perf_counter()
-        # 3. commit offsets: only now is every output of this batch durable
         # past the whole span of an undecodable batch's one decision (runtime/decoding.py)
         offsets = {tp: next_offset(recs[-1]) for tp, recs in batch.items() if recs}
-        try:
-            await consumer.commit(offsets)
-        except (CommitFailedError, IllegalStateError) as exc:
-            # The group moved on; the new owner re-reads these records and,
-            # finding their results by coordinates, re-emits them identically.
-            self.metrics.commit_failures.inc()
-            log.warning("offset commit refused after rebalance; outputs will be re-emitted identically", error=str(exc))
+        if self.transactional:
+            await self._commit_in_transaction(producer, outputs, offsets)
+            committed = produced
+        else:
+            # 2. produce everything, then await every delivery
+            await self._publish(producer, outputs)
+            self.faults.reached("produced")
+            committed = time.perf_counter()
+            # 3. commit offsets: only now is every output of this batch durable
+            try:
+                await consumer.commit(offsets)
+            except (CommitFailedError, IllegalStateError) as exc:
+                # The group moved on; the new owner re-reads these records and,
+                # finding their results by coordinates, re-emits them identically.
+                self.metrics.commit_failures.inc()
+                log.warning("offset commit refused after rebalance; outputs will be re-emitted identically", error=str(exc))
         self.faults.reached("committed")
         done = time.perf_counter()
         self.metrics.phase_seconds.labels("process").observe(produced - started)
@@ -330,6 +338,41 @@ class BatchLoop:
         self.metrics.phase_seconds.labels("commit").observe(done - committed)
         self.metrics.batch_seconds.observe(done - started)
         self.metrics.batch_records.observe(len(records))
+
+    async def _commit_in_transaction(
+        self, producer: AIOKafkaProducer, outputs: Sequence[Output], offsets: Mapping[TopicPartition, int]
+    ) -> None:
+        """Steps 2 and 3 as one Kafka transaction (kafka.transactional_id):
+        the outputs and the input offsets commit together or not at all, so
+        a `read_committed` reader sees each decision's outputs once. Step 1
+        has persisted the decisions already, so a batch whose transaction is
+        aborted (a rebalance took the group's partitions, or the process
+        died) is read again and re-emitted byte for byte in a new one. A
+        process fenced by another with the same transactional id
+        (ProducerFenced) raises out of the loop and exits: the newer one
+        owns the id."""
+        try:
+            await producer.begin_transaction()
+            try:
+                await self._publish(producer, outputs)
+                self.faults.reached("produced")
+                await producer.send_offsets_to_transaction(offsets, self.group_id)
+                self.faults.reached("offsets")
+            except (CommitFailedError, IllegalStateError) as exc:
+                await producer.abort_transaction()
+                self.metrics.commit_failures.inc()
+                log.warning("offsets refused after rebalance; transaction aborted, outputs will be re-emitted identically", error=str(exc))
+                return
+            except ProducerFenced:
+                raise
+            except BaseException:
+                with contextlib.suppress(Exception):  # a producer in a fatal state can do nothing more, abort included
+                    await asyncio.shield(producer.abort_transaction())
+                raise
+            await producer.commit_transaction()
+        except ProducerFenced:
+            log.error("fenced: another process started with this transactional id and owns it now; exiting", role=self.role)
+            raise
 
     async def _first_batch_of(self, tps: list[TopicPartition], consumer: AIOKafkaConsumer, prepared: Any) -> None:
         """The group's committed offsets for partitions new to this process, to

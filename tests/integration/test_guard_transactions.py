@@ -1,0 +1,161 @@
+"""Issue 36 item 4: exactly-once outputs on Kafka transactions (Apache Kafka).
+
+With `kafka.transactional_id` set, each batch's outputs and its input
+offsets commit in one Kafka transaction, after the batch's decisions are
+persisted. Through `busguard run` processes on the real broker: a guard
+killed with SIGKILL at every point of the commit protocol (inside the open
+transaction, after the offsets joined it, after it committed) and
+restarted leaves every decision's outputs exactly once for a
+`read_committed` reader, while a `read_uncommitted` reader may see the
+aborted copies (byte-identical re-emissions); a second guard started with
+the same transactional id fences the first, which exits, and nothing is
+admitted twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from busguard.devtools.guardkit import (
+    GuardProcess,
+    Setup,
+    collect,
+    collect_all,
+    distinct_sources,
+    header,
+    identity,
+    make_setup,
+    produce,
+    sender,
+)
+from busguard.devtools.kafka import ApacheKafka
+
+from .test_apache_kafka import ON_KAFKA
+from .test_guard_crash import check_exactly_once, committed_offsets, workload
+
+TXN = {**ON_KAFKA, "BUSGUARD_KAFKA__TRANSACTIONAL_ID": "guard-t"}
+
+
+def _settled(s: Setup, total: int, admitted: int) -> Any:
+    def settled(c: Any) -> bool:
+        ids = {header(r, "busguard-decision-id") for r in c[s.downstream_handoffs]}
+        return distinct_sources(s, c) == total and len(ids) == admitted
+
+    return settled
+
+
+def _once_each(s: Setup, got: Any) -> None:
+    """A read_committed reader sees no output twice: one audit record per
+    decision, one forward per admitted decision."""
+    for topic in (s.audit, s.downstream_handoffs):
+        counts = Counter(header(r, "busguard-decision-id") for r in got[topic])
+        assert max(counts.values()) == 1, f"{topic}: {[k for k, n in counts.items() if n > 1][:3]} twice"
+
+
+@pytest.mark.parametrize("point", ["persisted", "produced", "offsets", "committed"])
+async def test_kill_9_at_each_point_leaves_each_output_once_for_a_read_committed_reader(
+    kafka: ApacheKafka, tmp_path: Path, point: str
+) -> None:
+    s = await make_setup(tmp_path, kafka.bootstrap, max_records=20)
+    victim = GuardProcess(s, fault=f"{point}:3", env=TXN)
+    victim.wait_ready()
+    records, expected = workload(tmp_path)
+    coords = await produce(s.bootstrap, s.handoffs, records, key=b"planner")
+    assert victim.wait(90) == -9, victim.tail()
+    survivor = GuardProcess(s, env=TXN)
+    try:
+        survivor.wait_ready()
+        got = await collect(s.bootstrap, s.outputs, _settled(s, len(records), expected.count("admitted")), timeout=150, read_committed=True)
+        await asyncio.sleep(1)
+    finally:
+        assert survivor.terminate() == 0, survivor.tail()
+    committed = await collect_all(s.bootstrap, s.outputs, read_committed=True)
+    check_exactly_once(s, committed, coords, expected)
+    _once_each(s, committed)
+    assert await committed_offsets(s, s.handoffs) == len(records)
+    everything = await collect_all(s.bootstrap, s.outputs)
+    aborted = len(everything[s.audit]) - len(committed[s.audit])
+    # the batch the kill cut inside its transaction is on the log twice, the first copy aborted
+    assert (aborted > 0) == (point in ("produced", "offsets")), aborted
+    assert got is not None
+
+
+async def test_a_stalled_guard_whose_transactional_id_was_taken_over_is_fenced(kafka: ApacheKafka, tmp_path: Path) -> None:
+    """The zombie: a guard stops (SIGSTOP: a long GC pause, a frozen VM), the
+    group moves its partitions to a guard started with the same
+    transactional id, whose start fences it; when the first wakes and
+    tries its next transaction it is refused (ProducerFenced) and exits, and
+    nothing is decided or emitted twice."""
+    s = await make_setup(tmp_path, kafka.bootstrap, max_records=20)
+    first = GuardProcess(s, env=TXN)
+    first.wait_ready()
+    records, expected = workload(tmp_path, n=60)
+    half = len(records) // 2
+    coords = await produce(s.bootstrap, s.handoffs, records[:half], key=b"planner")
+    await collect(s.bootstrap, s.outputs, lambda c: distinct_sources(s, c) == half, timeout=90, read_committed=True)
+    os.kill(first.proc.pid, signal.SIGSTOP)
+    second = GuardProcess(s, env=TXN)  # same config, same transactional id
+    try:
+        second.wait_ready()
+        coords += await produce(s.bootstrap, s.handoffs, records[half:], key=b"planner")
+        await collect(s.bootstrap, s.outputs, lambda c: distinct_sources(s, c) == len(records), timeout=150, read_committed=True)
+        os.kill(first.proc.pid, signal.SIGCONT)
+        # records on every partition, so that whichever the woken guard is given, it has a batch to commit
+        extra = sender("planner", session=tmp_path / "fence.session")
+        to = identity("executor").agent_id
+        for i in range(16):
+            rec = extra.sign(kind="handoff", task_id=f"fence-{i}", receiver=to, payload=b"{}")
+            coords += await produce(s.bootstrap, s.handoffs, [rec], key=f"k{i}".encode())
+            expected.append("admitted")
+        assert first.wait(120) not in (None, 0), first.tail()
+        assert "fenced: another process started with this transactional id" in first.log.read_text(errors="replace")
+        await collect(s.bootstrap, s.outputs, _settled(s, len(coords), expected.count("admitted")), timeout=150, read_committed=True)
+        await asyncio.sleep(1)
+    finally:
+        if first.proc.poll() is None:
+            os.kill(first.proc.pid, signal.SIGKILL)
+        assert second.terminate() == 0, second.tail()
+    committed = await collect_all(s.bootstrap, s.outputs, read_committed=True)
+    assert len({p for p, _ in coords}) == 4
+    check_exactly_once(s, committed, coords, expected)
+    _once_each(s, committed)
+
+
+async def test_twenty_kills_under_load_leave_no_duplicate_for_a_read_committed_reader(kafka: ApacheKafka, tmp_path: Path) -> None:
+    """20 guards in a row, each killed with SIGKILL at a random point of the
+    commit protocol after a random number of batches (a static member, so a
+    restart takes its partitions back at once), over one workload of small
+    batches; then one that finishes. A read_committed reader sees every
+    decision's outputs exactly once."""
+    s = await make_setup(tmp_path, kafka.bootstrap, max_records=5)
+    env = {**TXN, "BUSGUARD_KAFKA__GROUP_INSTANCE_ID": "guard-1"}
+    records, expected = workload(tmp_path, n=120)
+    coords = await produce(s.bootstrap, s.handoffs, records, key=b"planner")
+    rng = random.Random(36)
+    kills = 0
+    while kills < 20:
+        point = rng.choice(["decided", "persisted", "produced", "offsets", "committed"])
+        guard = GuardProcess(s, fault=f"{point}:{rng.randint(1, 3)}", env=env)
+        rc = guard.wait(90)
+        assert rc == -9, guard.tail()
+        kills += 1
+    survivor = GuardProcess(s, env=env)
+    try:
+        survivor.wait_ready()
+        await collect(s.bootstrap, s.outputs, _settled(s, len(records), expected.count("admitted")), timeout=150, read_committed=True)
+        await asyncio.sleep(1)
+    finally:
+        assert survivor.terminate() == 0, survivor.tail()
+    committed = await collect_all(s.bootstrap, s.outputs, read_committed=True)
+    check_exactly_once(s, committed, coords, expected)
+    _once_each(s, committed)
+    everything = await collect_all(s.bootstrap, s.outputs)
+    print(f"20 kills: {len(everything[s.audit]) - len(committed[s.audit])} aborted audit records on the log, none read committed")
