@@ -37,6 +37,7 @@ from busguard.devtools.guardkit import (
     sender,
 )
 from busguard.devtools.kafka import ApacheKafka
+from busguard.sdk import AdmittingConsumer
 
 from .test_apache_kafka import ON_KAFKA
 from .test_guard_crash import check_exactly_once, committed_offsets, workload
@@ -159,3 +160,48 @@ async def test_twenty_kills_under_load_leave_no_duplicate_for_a_read_committed_r
     _once_each(s, committed)
     everything = await collect_all(s.bootstrap, s.outputs)
     print(f"20 kills: {len(everything[s.audit]) - len(committed[s.audit])} aborted audit records on the log, none read committed")
+
+
+async def test_the_sdks_read_committed_consumer_gets_each_forward_once_after_a_kill_inside_a_transaction(
+    kafka: ApacheKafka, tmp_path: Path
+) -> None:
+    """An agent's AdmittingConsumer.open(client_options={"isolation_level":
+    "read_committed"}) reads tolerantly (busguard's decoder skips aborted
+    transactions as aiokafka does) and gets every admitted forward exactly
+    once, though the aborted copies are on the log."""
+    s = await make_setup(tmp_path, kafka.bootstrap, max_records=20)
+    victim = GuardProcess(s, fault="produced:2", env=TXN)
+    victim.wait_ready()
+    records, expected = workload(tmp_path, n=60)
+    await produce(s.bootstrap, s.handoffs, records, key=b"planner")
+    assert victim.wait(90) == -9, victim.tail()
+    survivor = GuardProcess(s, env=TXN)
+    try:
+        survivor.wait_ready()
+        await collect(s.bootstrap, s.outputs, _settled(s, len(records), expected.count("admitted")), timeout=150, read_committed=True)
+    finally:
+        assert survivor.terminate() == 0, survivor.tail()
+    everything = await collect_all(s.bootstrap, [s.downstream_handoffs])
+    assert len(everything[s.downstream_handoffs]) > expected.count("admitted")  # aborted copies are on the log
+    inbox = await AdmittingConsumer.open(
+        s.downstream_handoffs,
+        bootstrap_servers=s.bootstrap,
+        group_id="agent",
+        guard_public_key=s.guard.public_key,
+        agent_id=identity("executor").agent_id,
+        client_options={"isolation_level": "read_committed"},
+    )
+    delivered: list[str] = []
+    try:
+        for _ in range(40):
+            batch = await inbox.getmany(timeout_ms=300)
+            assert batch.refusals == []
+            delivered += [d.decision_id for d in batch.deliveries]
+            await inbox.commit(batch)
+            if len(delivered) >= expected.count("admitted"):
+                break
+        await asyncio.sleep(1)
+        delivered += [d.decision_id for d in (await inbox.getmany(timeout_ms=1000)).deliveries]
+    finally:
+        await inbox.close()
+    assert len(delivered) == len(set(delivered)) == expected.count("admitted")
