@@ -43,7 +43,7 @@ from typing import Any, Self, TypeVar
 import structlog
 from aiokafka.admin import AIOKafkaAdminClient
 
-__all__ = ["EXTRA_HINT", "HOST", "BrokerError", "EmbeddedBroker", "embedded_available", "free_port"]
+__all__ = ["EXTRA_HINT", "HOST", "BrokerError", "EmbeddedBroker", "embedded_available", "free_port", "signal_group"]
 
 HOST = "127.0.0.1"
 """The only address the embedded broker listens on and advertises."""
@@ -246,12 +246,12 @@ class EmbeddedBroker:
         how = "exited"
         if proc.poll() is None:
             how = "terminated"
-            _signal_group(proc, signal.SIGTERM)
+            signal_group(proc, signal.SIGTERM)
             try:
                 proc.wait(self._stop_grace)
             except subprocess.TimeoutExpired:
                 how = "killed"
-                _signal_group(proc, signal.SIGKILL)
+                signal_group(proc, signal.SIGKILL)
                 proc.wait()
         _log.info("broker.stopped", pid=proc.pid, how=how, returncode=proc.returncode)
         self._reap()
@@ -383,7 +383,8 @@ def _resolve_binary() -> str:
     return path
 
 
-def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+def signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    """Signal a broker started in its own session, and every process it started."""
     try:
         os.killpg(proc.pid, sig)  # pid == pgid: started with start_new_session
     except ProcessLookupError:

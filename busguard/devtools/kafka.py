@@ -53,7 +53,7 @@ from typing import Any, Self
 import structlog
 from aiokafka.admin import AIOKafkaAdminClient
 
-from busguard.devtools.broker import HOST, BrokerError, free_port
+from busguard.devtools.broker import HOST, BrokerError, free_port, signal_group
 
 __all__ = [
     "DEFAULT_HEAP_MB",
@@ -656,12 +656,8 @@ def _tcp_open(host: str, port: int) -> bool:
 
 
 def _signal_group(node: _Node, sig: signal.Signals) -> None:
-    if node.proc is None:
-        return
-    try:
-        os.killpg(node.proc.pid, sig)  # pid == pgid: started with start_new_session
-    except ProcessLookupError:
-        pass
+    if node.proc is not None:
+        signal_group(node.proc, sig)
 
 
 # Nodes still running when the interpreter exits are stopped, so an aborted test
