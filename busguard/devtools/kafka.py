@@ -185,8 +185,13 @@ def require_java() -> str:
 
 
 def _cluster_id() -> str:
-    """A KRaft cluster id: a random UUID in URL-safe base64 without padding (what ``random-uuid`` prints)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A KRaft cluster id: a random UUID in URL-safe base64 without padding
+    (what ``random-uuid`` prints), never one starting with "-": the format
+    tool would read it as an option (1 start in 64 failed so)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cid.startswith("-"):
+            return cid
 
 
 @dataclass
@@ -526,7 +531,7 @@ class ApacheKafka:
 
     def _format(self, node: _Node) -> None:
         cmd = self._java_cmd(
-            "kafka.tools.StorageTool", "format", "--cluster-id", self._cluster_id, "--config", str(node.properties), heap_mb=256
+            "kafka.tools.StorageTool", "format", f"--cluster-id={self._cluster_id}", "--config", str(node.properties), heap_mb=256
         )
         with open(node.log_path, "ab") as log:
             log.write(f"$ {' '.join(cmd)}\n".encode())
