@@ -18,11 +18,19 @@ the group (DescribeGroups: static member ids are ``<instance id>-<uuid>`` on
 tansu and on Kafka) and heartbeats that id until its own consumer has been
 assigned, for at most session_timeout_ms. This is only ever done for the
 holder of the name's claim (busguard.runtime.membership), so the id it keeps
-alive is its own dead predecessor's, never another live process's. On
-Apache Kafka the JoinGroup of a known static member counts as contact by
-itself; these heartbeats (generation -1) are refused there with
-ILLEGAL_GENERATION, and once the join has given the name a new member id,
-with UNKNOWN_MEMBER_ID, which ends them. Either way they change no state.
+alive is its own dead predecessor's, never another live process's.
+
+Apache Kafka needs none of it: its group coordinator answers a known static
+member's JoinGroup at once with the old assignment, and the new member id's
+session starts with that answer (measured on 4.4.0: three static guards, six
+kill -9 + restarts per run, seven runs without these heartbeats, 0 survivor
+revocations; docs/notes-broker.md, "Static membership on Apache Kafka"). So
+the bridge first asks the coordinator's ApiVersions and does nothing when it
+serves ConsumerGroupHeartbeat (API key 68): the mark of KIP-848's group
+coordinator, Apache Kafka's default from 4.0, which tansu does not have.
+Brokers without it (tansu; Apache Kafka before 4.0, where these heartbeats are
+refused with ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID and change nothing) still
+get them.
 """
 
 from __future__ import annotations
@@ -35,19 +43,27 @@ from typing import Any, Final
 
 import structlog
 from aiokafka.client import AIOKafkaClient, ConnectionGroup, CoordinationType
-from aiokafka.protocol.admin import DescribeGroupsRequest
+from aiokafka.protocol.admin import ApiVersionRequest, DescribeGroupsRequest
 from aiokafka.protocol.group import HeartbeatRequest
 
 from busguard.config import Config
 from busguard.config_checks import group_instance_id
 
-__all__ = ["SessionBridge", "predecessor_member_id"]
+__all__ = ["SessionBridge", "answers_static_joins_at_once", "predecessor_member_id"]
 
 log = structlog.get_logger("busguard.runtime.rejoin")
 
 _UNKNOWN_MEMBER_ID: Final = 25
 _NO_GENERATION: Final = -1  # no generation is known before the join; tansu counts the contact anyway
 _MAX_INTERVAL_S: Final = 1.0
+_CONSUMER_GROUP_HEARTBEAT: Final = 68  # KIP-848's API: served by Apache Kafka's new group coordinator
+
+
+def answers_static_joins_at_once(api_keys: Iterable[int]) -> bool:
+    """Whether a broker serving `api_keys` (its ApiVersions) has Apache Kafka's
+    KIP-848 group coordinator, which answers a known static member's JoinGroup
+    at once and counts it as contact: then there is no held join to bridge."""
+    return _CONSUMER_GROUP_HEARTBEAT in set(api_keys)
 
 
 def predecessor_member_id(instance: str, member_ids: Iterable[str]) -> str | None:
@@ -114,6 +130,9 @@ class SessionBridge:
         try:
             await client.bootstrap()
             node = await client.coordinator_lookup(CoordinationType.GROUP, self.group_id)
+            versions = await client.send(node, ApiVersionRequest(), group=ConnectionGroup.COORDINATION)
+            if answers_static_joins_at_once(key for key, _, _ in versions.api_versions):
+                return
             described = await client.send(
                 node, DescribeGroupsRequest(groups=[self.group_id], include_authorized_operations=False), group=ConnectionGroup.COORDINATION
             )

@@ -8,7 +8,7 @@ import uuid
 from hypothesis import given
 from hypothesis import strategies as st
 
-from busguard.runtime.rejoin import predecessor_member_id
+from busguard.runtime.rejoin import answers_static_joins_at_once, predecessor_member_id
 
 U = "08507889-783c-4749-b28d-24a8b58314cc"
 
@@ -42,3 +42,51 @@ def test_only_an_instance_uuid_id_is_ever_returned(instance: str, others: list[s
         and found.startswith(f"{instance}-")
         and str(uuid.UUID(found[len(instance) + 1 :])) == found[len(instance) + 1 :].lower()
     )
+
+
+#: ApiVersions keys as measured on loopback (docs/notes-broker.md, "Static membership on Apache Kafka")
+TANSU_510F3E2 = [
+    0,
+    1,
+    2,
+    3,
+    8,
+    9,
+    10,
+    11,
+    12,
+    13,
+    14,
+    15,
+    16,
+    17,
+    18,
+    19,
+    20,
+    21,
+    22,
+    24,
+    25,
+    26,
+    28,
+    29,
+    30,
+    32,
+    36,
+    42,
+    44,
+    46,
+    50,
+    51,
+    60,
+    69,
+    71,
+    75,
+]
+KAFKA_4_4_0 = [*range(0, 52), 55, 57, 60, 61, *range(64, 70), 74, 75, *range(76, 82), *range(83, 95)]
+
+
+def test_the_bridge_runs_on_tansu_and_not_on_apache_kafka_4() -> None:
+    assert not answers_static_joins_at_once(TANSU_510F3E2)
+    assert answers_static_joins_at_once(KAFKA_4_4_0)
+    assert not answers_static_joins_at_once([])
