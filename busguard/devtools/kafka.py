@@ -91,9 +91,7 @@ _JAVA_ENV = (
     "LOG4J_CONFIGURATION_FILE",
 )
 
-JAVA_HINT = (
-    f"Java {_MIN_JAVA}+ is needed to run Apache Kafka: install a JDK or JRE {_MIN_JAVA}+ (Debian: apt-get install openjdk-17-jre-headless)"
-)
+JAVA_HINT = f"Java {_MIN_JAVA}+ is needed to run Apache Kafka: install a JDK {_MIN_JAVA}+ (Debian: apt-get install openjdk-17-jdk-headless)"
 MAVEN_HINT = "Maven is needed to fetch Apache Kafka (kafka/pom.xml) the first time: install Maven 3.6+ (Debian: apt-get install maven)"
 
 

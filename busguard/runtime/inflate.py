@@ -17,8 +17,8 @@ Per codec, with the library aiokafka itself uses (cramjam):
   `gzip_decode`) reads a stream, so both agree on what the bytes inflate to.
 * lz4 (frame), zstd: `decompress_into` a fixed buffer, which stops
   writing when the buffer is full ("failed to write whole buffer"). The
-  first buffer is the zstd frame's declared content size (librdkafka writes
-  it), else sized from the compressed length; a batch that fills it is
+  first buffer is the zstd frame's declared content size (aiokafka writes
+  it; librdkafka 2.16 and the Java client do not), else sized from the compressed length; a batch that fills it is
   retried into one eight times larger, up to `limit`. The work is at most a
   small multiple of what the batch inflates to, or of `limit`.
 * snappy, raw or xerial-framed (as aiokafka's `snappy_decode` detects it):
@@ -94,7 +94,8 @@ def inflate(codec: int, body: bytes | memoryview, limit: int, prefix: bytes = b"
 
 def _zstd_content_size(body: bytes | memoryview) -> int | None:
     """The first zstd frame's declared content size (RFC 8878 3.1.1.1), if
-    it has one: librdkafka declares it. Only a first guess; the bound is
+    it has one (aiokafka declares it; librdkafka 2.16 and the Java client do
+    not, docs/notes-broker.md). Only a first guess; the bound is
     enforced by the buffer whatever the frame says."""
     if len(body) < 6 or bytes(body[:4]) != b"\x28\xb5\x2f\xfd":
         return None

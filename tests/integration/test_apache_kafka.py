@@ -332,5 +332,5 @@ def test_busguard_kafka_without_java_says_what_to_install(tmp_path: Path) -> Non
     done = subprocess.run([sys.executable, "-m", "busguard.cli", "kafka"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == (
-        "busguard: Java 17+ is needed to run Apache Kafka: install a JDK or JRE 17+ (Debian: apt-get install openjdk-17-jre-headless)"
+        "busguard: Java 17+ is needed to run Apache Kafka: install a JDK 17+ (Debian: apt-get install openjdk-17-jdk-headless)"
     )
