@@ -136,7 +136,8 @@ async def describe(bootstrap: str, names: Sequence[str], timeout_ms: int = 30_00
     for response in responses:
         for res in response.to_object()["resources"]:
             entries = {e["config_names"]: e["config_value"] for e in res["config_entries"] if e["config_value"] is not None}
-            if res["error_code"] != 0:
+            if res["error_code"] != 0:  # e.g. no DescribeConfigs permission: existence checked only, said once
+                _log.warning("topics.configs_not_described", resource=res["resource_name"], error_code=res["error_code"])
                 continue
             if res["resource_type"] == _TOPIC_RESOURCE:
                 configs[res["resource_name"]] = entries
