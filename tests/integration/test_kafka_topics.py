@@ -63,10 +63,10 @@ async def _configs(bootstrap: str, topic: str) -> dict[str, str]:
     return {e[0]: e[1] for e in response.resources[0][4]}
 
 
-def refused(s: Setup, env: dict[str, str]) -> str:
-    """Run `busguard run` expecting it to refuse at start: exit 2 and one line on stderr, which is returned."""
+def refused(s: Setup, env: dict[str, str], command: str = "run") -> str:
+    """Run `busguard <command>` expecting it to refuse at start: exit 2 and one line on stderr, which is returned."""
     done = subprocess.run(
-        [sys.executable, "-m", "busguard.cli", "run", "--config", str(s.config)],
+        [sys.executable, "-m", "busguard.cli", command, "--config", str(s.config)],
         env={**_environ(), **ON_KAFKA, "BUSGUARD_OPS__PORT": "0", **env},
         capture_output=True,
         text=True,
@@ -103,6 +103,7 @@ async def test_a_mismatched_topic_is_one_line_at_start(kafka: ApacheKafka, tmp_p
     await _set(kafka.bootstrap, s.audit)  # back to the broker's: delete
     line = refused(s, {})
     assert line.startswith(f"{where}: topic {s.reconciliation} cleanup.policy = 'compact,delete': 'delete'"), line
+    assert refused(s, {}, command="reconcile") == line  # the reconciler checks its own topics the same way
     await _set(kafka.bootstrap, s.reconciliation)
 
     await _set(kafka.bootstrap, s.audit, retention_ms="3600000")
