@@ -78,6 +78,13 @@ class KafkaConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
     create_topics: bool = False
     topic_partitions: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 4
+    #: retention.ms of the audit topic busguard creates (`create_topics`);
+    #: -1: kept forever. The audit topic is the proof (docs/operations.md 2).
+    audit_retention_ms: Annotated[int, msgspec.Meta(ge=-1)] = -1
+    #: The least retention.ms an existing audit topic may have at start
+    #: (-1: it must be kept forever). Default: Apache Kafka's default
+    #: retention.ms, 7 days (busguard.runtime.topic_checks).
+    audit_min_retention_ms: Annotated[int, msgspec.Meta(ge=-1)] = 604_800_000
     #: The brokers' limit on one record batch (Apache Kafka's message.max.bytes,
     #: or the output topics' max.message.bytes if lower). Default: Kafka's.
     max_message_bytes: Annotated[int, msgspec.Meta(ge=MIN_MAX_MESSAGE_BYTES, le=1 << 30)] = 1_048_588

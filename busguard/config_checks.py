@@ -77,6 +77,21 @@ def transactional_id(cfg: Config, role: str, hostname: str | None = None) -> str
     return f"{resolved}-{role}"
 
 
+def _validate_audit_retention(cfg: Config) -> None:
+    """busguard must never create an audit topic it would then refuse at start
+    (busguard.runtime.topic_checks); 0 would delete the proof at once."""
+    k = cfg.kafka
+    if k.audit_retention_ms == 0 or (
+        k.audit_retention_ms != -1 and (k.audit_min_retention_ms == -1 or k.audit_retention_ms < k.audit_min_retention_ms)
+    ):
+        least = "" if k.audit_min_retention_ms == -1 else f" or at least kafka.audit_min_retention_ms ({k.audit_min_retention_ms})"
+        raise ConfigError(cfg.source, "kafka.audit_retention_ms", k.audit_retention_ms, f"-1 (kept forever){least}")
+    if k.audit_min_retention_ms == 0:
+        raise ConfigError(
+            cfg.source, "kafka.audit_min_retention_ms", 0, "-1 (the audit topic must be kept forever) or a positive number of ms"
+        )
+
+
 def _codec_available(codec: str) -> bool:
     from aiokafka import codec as codecs
 
@@ -177,6 +192,7 @@ def validate(cfg: Config) -> None:
             '"record" while batch.seal is "record": a batch audit record holds batch-sealed decisions '
             '(their tree head, its seal and each inclusion proof), so "batch" needs batch.seal = "batch"',
         )
+    _validate_audit_retention(cfg)
     _validate_compromise(cfg)
     _validate_inflated(cfg)
     if not cfg.routes:

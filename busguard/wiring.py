@@ -262,8 +262,13 @@ def reconciler_topics(cfg: Config) -> list[str]:
 
 
 async def ensure_topics(cfg: Config, topics: list[str]) -> None:
-    """Create `topics` when the config asks for it (`kafka.create_topics`)."""
+    """Create `topics` when the config asks for it (`kafka.create_topics`),
+    then check them, created or not (busguard.runtime.topic_checks): a
+    mismatch is one ConfigError before anything is consumed or produced."""
+    from busguard.runtime.topic_checks import check_topics, creation_configs
+
     if cfg.kafka.create_topics:
         from busguard.runtime.topics import create_topics
 
-        await create_topics(cfg.kafka.bootstrap_servers, topics, cfg.kafka.topic_partitions)
+        await create_topics(cfg.kafka.bootstrap_servers, topics, cfg.kafka.topic_partitions, configs=creation_configs(cfg, topics))
+    await check_topics(cfg, topics)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -33,8 +33,13 @@ async def create_topics(
     *,
     replication_factor: int = 1,
     timeout_ms: int = 10_000,
+    configs: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, int]:
     """Create ``names`` (idempotent: existing topics are left as they are).
+
+    ``configs`` gives a topic its topic configs when it is created (busguard's
+    own: busguard.runtime.topic_checks.creation_configs); an existing topic
+    keeps its own, which busguard.runtime.topic_checks checks.
 
     Waits until every topic is visible in metadata and returns its partition
     count; an existing topic keeps its own count (a warning is logged when it
@@ -52,7 +57,7 @@ async def create_topics(
     await admin.start()
     try:
         response = await admin.create_topics(
-            [NewTopic(n, partitions, replication_factor) for n in names],
+            [NewTopic(n, partitions, replication_factor, topic_configs=dict((configs or {}).get(n, {}))) for n in names],
             timeout_ms=timeout_ms,
         )
         for err in response.topic_errors:
