@@ -57,9 +57,11 @@ from busguard.devtools.broker import HOST, BrokerError, free_port, signal_group
 
 __all__ = [
     "DEFAULT_HEAP_MB",
+    "NODE_SETTINGS",
     "POM",
     "ApacheKafka",
     "KafkaUnavailable",
+    "cluster_settings",
     "ensure_libs",
     "kafka_version",
     "require_java",
@@ -159,6 +161,58 @@ def ensure_libs(pom: Path = POM) -> Path:
     staging.rename(libs)
     _log.info("kafka.fetched", version=kafka_version(pom), libs=str(libs), seconds=round(time.monotonic() - started, 1))
     return libs
+
+
+NODE_SETTINGS = frozenset(
+    {
+        "node.id",
+        "controller.quorum.voters",
+        "listeners",
+        "advertised.listeners",
+        "listener.security.protocol.map",
+        "log.dirs",
+    }
+)
+"""The settings each node (or each deployment's network) has its own value for:
+its id, the quorum's addresses, its listeners and ports, its data directory.
+Every other setting a node gets is :func:`cluster_settings`."""
+
+
+def cluster_settings(brokers: int) -> dict[str, str]:
+    """The settings every node of a ``brokers``-node cluster shares: what differs from Apache Kafka's defaults, and why.
+
+    The one source of the broker's behaviour for the test clusters,
+    ``busguard kafka`` and ``compose/docker-compose.yml`` (whose ``KAFKA_*``
+    variables must say the same: ``tests/unit/test_compose.py`` compares them).
+    """
+    if brokers < 1:
+        raise ValueError(f"brokers must be 1 or more, not {brokers}")
+    n = brokers
+    return {
+        "process.roles": "broker,controller",  # combined KRaft node
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        # topics are created explicitly, by the tests and by busguard (issue 36)
+        "auto.create.topics.enable": "false",
+        "num.partitions": "1",
+        "default.replication.factor": str(n),
+        "min.insync.replicas": str(min(2, n)),
+        "offsets.topic.replication.factor": str(n),
+        "transaction.state.log.replication.factor": str(n),
+        "transaction.state.log.min.isr": str(min(2, n)),
+        "share.coordinator.state.topic.replication.factor": str(n),
+        "share.coordinator.state.topic.min.isr": str(min(2, n)),
+        # the internal topics are created on first use; 50 partitions each
+        # (the default) costs seconds on a 2-core machine for nothing here
+        "offsets.topic.num.partitions": "8",
+        "transaction.state.log.num.partitions": "8",
+        # a group's first join is not held back 3 s waiting for more members
+        "group.initial.rebalance.delay.ms": "0",
+        # two cores: fewer idle threads
+        "num.network.threads": "2",
+        "num.io.threads": "4",
+        "num.recovery.threads.per.data.dir": "1",
+    }
 
 
 _java_checked: dict[str, str] = {}  # java path -> the first line of its `java -version`
@@ -470,40 +524,18 @@ class ApacheKafka:
             self._spawn(node)
 
     def _server_properties(self, node: _Node) -> str:
-        """The node's configuration: what differs from Apache Kafka's defaults, and why."""
-        n = self.brokers
+        """The node's configuration: its own listeners, ports and data, then :func:`cluster_settings`."""
         voters = ",".join(f"{m.node_id}@{HOST}:{m.controller_port}" for m in self._nodes)
         props: dict[str, str] = {
-            "process.roles": "broker,controller",  # combined KRaft node
             "node.id": str(node.node_id),
             "controller.quorum.voters": voters,
             "listeners": f"PLAINTEXT://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}",
             "advertised.listeners": f"PLAINTEXT://{HOST}:{node.port}",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
             "log.dirs": str(node.data),
-            # topics are created explicitly, by the tests and by busguard (issue 36)
-            "auto.create.topics.enable": "false",
-            "num.partitions": "1",
-            "default.replication.factor": str(n),
-            "min.insync.replicas": str(min(2, n)),
-            "offsets.topic.replication.factor": str(n),
-            "transaction.state.log.replication.factor": str(n),
-            "transaction.state.log.min.isr": str(min(2, n)),
-            "share.coordinator.state.topic.replication.factor": str(n),
-            "share.coordinator.state.topic.min.isr": str(min(2, n)),
-            # the internal topics are created on first use; 50 partitions each
-            # (the default) costs seconds on a 2-core machine for nothing here
-            "offsets.topic.num.partitions": "8",
-            "transaction.state.log.num.partitions": "8",
-            # a group's first join is not held back 3 s waiting for more members
-            "group.initial.rebalance.delay.ms": "0",
-            # two cores: fewer idle threads
-            "num.network.threads": "2",
-            "num.io.threads": "4",
-            "num.recovery.threads.per.data.dir": "1",
         }
+        assert props.keys() == NODE_SETTINGS
+        props.update(cluster_settings(self.brokers))
         props.update(self.overrides)
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
