@@ -534,7 +534,6 @@ class ApacheKafka:
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "log.dirs": str(node.data),
         }
-        assert props.keys() == NODE_SETTINGS
         props.update(cluster_settings(self.brokers))
         props.update(self.overrides)
         return "".join(f"{k}={v}\n" for k, v in props.items())
