@@ -402,6 +402,27 @@ class ApacheKafka:
         except _ExitedEarly as exc:
             raise BrokerError(str(exc)) from None
 
+    async def arestart_all(self) -> None:
+        """Stop every node (SIGTERM together) and start them all again on their own ports and data.
+
+        A whole-cluster restart: :meth:`stop` removes the data, and one node at a
+        time cannot come back alone (a lone voter has no controller quorum), so
+        every node is spawned before any is waited for.
+        """
+        for node in self._nodes:
+            if node.running():
+                _signal_group(node, signal.SIGTERM)
+        deadline = time.monotonic() + self._stop_grace
+        for node in self._nodes:
+            await asyncio.to_thread(self._stop_node, node, deadline)
+        self._spawned_at = time.monotonic()
+        for node in self._nodes:
+            self._spawn(node)
+        try:
+            await self._wait_ready(list(range(len(self._nodes))))
+        except _ExitedEarly as exc:
+            raise BrokerError(str(exc)) from None
+
     def terminate(self, index: int) -> None:
         """SIGTERM one node (a controlled shutdown) and wait for it; :meth:`restart` brings it back."""
         node = self._node(index)
