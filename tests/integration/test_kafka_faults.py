@@ -44,9 +44,6 @@ from busguard.runtime.topics import create_topics
 from .test_apache_kafka import ON_KAFKA
 from .test_guard_crash import check_exactly_once, committed_offsets, workload
 
-# Clients on both sides wait out a leader election or a whole-cluster restart
-# instead of failing a request (a bound, not a measurement).
-PATIENT = {"BUSGUARD_KAFKA__REQUEST_TIMEOUT_MS": "120000"}
 TXN = {"BUSGUARD_KAFKA__TRANSACTIONAL_ID": "guard-faults"}
 RATE_S = 0.1  # one input every 100 ms: the stream goes on through the fault
 SETTLE_S = 240.0
@@ -79,7 +76,10 @@ async def _leader(bootstrap: str, topic: str, partition: int) -> tuple[int, list
 
 
 async def _feed(bootstrap: str, topic: str, records: list[Any], coords: list[tuple[int, int]]) -> None:
-    """Keep producing, one record every RATE_S, idempotent with acks=all; (partition, offset) per record, in order."""
+    """Keep producing, one record every RATE_S, idempotent with acks=all; (partition, offset) per record, in order.
+
+    Its request timeout (120 s) outlasts any fault here, so a record is retried,
+    never sent again as a new one: the inputs are exactly ``records``."""
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, request_timeout_ms=120_000, linger_ms=5, metadata_max_age_ms=2000
     )
@@ -145,7 +145,7 @@ async def _under_fault(
     s = await make_setup(tmp_path, cluster.bootstrap, max_records=20)
     for topic in (s.handoffs, s.downstream_handoffs, s.audit):
         assert (await _leader(cluster.bootstrap, topic, 0))[1] == [1, 2, 3], f"{topic} is not replicated on all three nodes"
-    guard = GuardProcess(s, env={**ON_KAFKA, **PATIENT, **(env or {})})
+    guard = GuardProcess(s, env={**ON_KAFKA, **(env or {})})  # busguard's own timeouts (request 40 s)
     try:
         guard.wait_ready(60)
         records, expected = workload(tmp_path, n=150)
