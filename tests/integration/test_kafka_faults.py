@@ -25,6 +25,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -163,6 +164,11 @@ async def _under_fault(
             return distinct_sources(s, c) == len(records) and len(ids) == admitted
 
         got = await collect(s.bootstrap, s.outputs, settled, timeout=SETTLE_S)
+        if env and "BUSGUARD_KAFKA__TRANSACTIONAL_ID" in env:  # a read_committed reader sees each output once
+            committed = await collect(s.bootstrap, s.outputs, settled, timeout=SETTLE_S, read_committed=True)
+            for topic in (s.audit, s.downstream_handoffs):
+                counts = Counter(header(r, "busguard-decision-id") for r in committed[topic])
+                assert max(counts.values()) == 1, f"{topic}: an output twice for a read_committed reader"
         assert guard.proc.poll() is None, f"the guard exited during the fault:\n{guard.tail()}"
     finally:
         rc = guard.terminate(120)
