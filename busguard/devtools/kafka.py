@@ -26,6 +26,7 @@ Usage::
     async with ApacheKafka(brokers=3) as cluster:
         cluster.kill(1)                          # SIGKILL node 1's JVM
         await cluster.arestart(1)                # same ports, same data
+        await cluster.arestart_all()             # all three stopped and started on their data
 """
 
 from __future__ import annotations
