@@ -26,6 +26,7 @@ Usage::
     async with ApacheKafka(brokers=3) as cluster:
         cluster.kill(1)                          # SIGKILL node 1's JVM
         await cluster.arestart(1)                # same ports, same data
+        await cluster.arestart_all()             # all three stopped and started on their data
 """
 
 from __future__ import annotations
@@ -453,6 +454,27 @@ class ApacheKafka:
         self._spawn(node)
         try:
             await self._wait_ready([index])
+        except _ExitedEarly as exc:
+            raise BrokerError(str(exc)) from None
+
+    async def arestart_all(self) -> None:
+        """Stop every node (SIGTERM together) and start them all again on their own ports and data.
+
+        A whole-cluster restart: :meth:`stop` removes the data, and one node at a
+        time cannot come back alone (a lone voter has no controller quorum), so
+        every node is spawned before any is waited for.
+        """
+        for node in self._nodes:
+            if node.running():
+                _signal_group(node, signal.SIGTERM)
+        deadline = time.monotonic() + self._stop_grace
+        for node in self._nodes:
+            await asyncio.to_thread(self._stop_node, node, deadline)
+        self._spawned_at = time.monotonic()
+        for node in self._nodes:
+            self._spawn(node)
+        try:
+            await self._wait_ready(list(range(len(self._nodes))))
         except _ExitedEarly as exc:
             raise BrokerError(str(exc)) from None
 
