@@ -199,7 +199,7 @@ class BatchConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     def threads(self, cpus: int) -> int:
         """The verify and seal threads for a process that may run on `cpus`
         CPUs. Why "auto" is cores minus one: on 2 cores a second verify
-        thread only adds GIL hand-offs (README, "Seventh pass": 1–11 % more
+        thread only adds GIL hand-offs (docs/performance.md, "Seventh pass": 1–11 % more
         CPU per record than one, and no more throughput)."""
         if self.verify_threads != "auto":
             return self.verify_threads

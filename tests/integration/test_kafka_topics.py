@@ -13,12 +13,10 @@ import random
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from busguard.audit.checks import check_audit_record
@@ -32,20 +30,10 @@ from busguard.runtime.outputs import Output
 from busguard.runtime.topics import create_topics
 from busguard.sdk.sender import SignedRecord
 
-from .test_apache_kafka import ON_KAFKA
+from .test_apache_kafka import ON_KAFKA, _admin
 from .test_output_size import EXECUTOR, INCIDENT, SMALL_LIMIT, padded
 
 pytestmark = pytest.mark.integration
-
-
-@asynccontextmanager
-async def _admin(bootstrap: str) -> AsyncIterator[AIOKafkaAdminClient]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
-    await admin.start()
-    try:
-        yield admin
-    finally:
-        await admin.close()
 
 
 async def _set(bootstrap: str, topic: str, **configs: str) -> None:
