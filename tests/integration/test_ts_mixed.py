@@ -1,0 +1,180 @@
+"""The mixed pipeline: TypeScript and Python agents through one `busguard run`, killed -9.
+
+Real processes only: the session broker, `busguard run` (guardkit, on a store
+made as `busguard state init` makes one), examples/seed000's Python agents and
+their TypeScript twins (ts/examples/seed000, built by `make ts`). An agent is
+restarted after every kill; some runs die at an ActOnce crash point
+(BUSGUARD_AGENT_CRASH_AT, the same names in both languages), the others at a
+random instant chosen here. Both directions:
+
+* a Python planner hands tasks to a TypeScript executor, whose acks come back
+  through the guard;
+* a TypeScript planner (its handoffs staged in its done-set's outbox, its acks
+  acted on once) hands tasks to a Python executor; both are killed.
+
+Asserted: one effect per admitted task on each side, each effect the admitted
+decision's, every ack admitted once, and `busguard audit` OK.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from busguard.devtools.broker import EmbeddedBroker
+from busguard.devtools.guardkit import GuardProcess, Setup, make_setup
+from busguard.sdk.once import CRASH_ENV, CRASH_POINTS
+
+from .paths import REPO
+from .test_agents_seed000 import _crash_point, _effects, _pipeline
+
+PY_AGENTS = REPO / "examples" / "seed000"
+TS_AGENTS = REPO / "ts" / "dist" / "examples" / "seed000"
+TASKS = 200
+MIN_KILLS = 20
+#: handoffs spread over the kill loop, so every run has deliveries to die among
+PACE = "0.25"
+#: every agent's first line once its consumer and producer are up (both languages)
+READY = b": acting on "
+
+
+def _start(lang: str, name: str, d: Path, run: int, *args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], Path]:
+    log = d / f"{lang}-{name}-{run}.log"
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "PYTHONUNBUFFERED": "1"}
+    environ.pop(CRASH_ENV, None)
+    environ.update(env or {})
+    cmd = [sys.executable, str(PY_AGENTS / f"{name}.py")] if lang == "py" else ["node", str(TS_AGENTS / f"{name}.js")]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([*cmd, "--pipeline", str(d), *args], stdout=out, stderr=subprocess.STDOUT, env=environ)
+    return proc, log
+
+
+class Killer:
+    """Runs one agent again and again, each run killed -9: at a crash point it
+    arms (one point per run, in turn, or none) or at a random instant."""
+
+    def __init__(self, lang: str, name: str, d: Path, rng: random.Random, *args: str) -> None:
+        self.lang, self.name, self.d, self.rng, self.args = lang, name, d, rng, args
+        self.kills: Counter[str] = Counter()
+        self.run = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log: Path | None = None
+        self.deadline = 0.0
+        self.started = 0.0
+
+    def satisfied(self) -> bool:
+        return self.kills.total() >= MIN_KILLS and all(self.kills[p] for p in (*CRASH_POINTS, "random"))
+
+    def tick(self) -> None:
+        """Start a run, or reap one that died, or kill one whose time is up."""
+        if self.proc is None:
+            self.run += 1
+            slot = self.run % (len(CRASH_POINTS) + 1)
+            point = CRASH_POINTS[slot - 1] if slot else None
+            env = {CRASH_ENV: f"{point}:0.3"} if point else {}
+            self.proc, self.log = _start(self.lang, self.name, self.d, self.run, *self.args, env=env)
+            self.deadline = 0.0  # set once the run says it is ready: the random instant is counted from there
+            self.started = time.monotonic()
+            return
+        assert self.log is not None
+        if not self.deadline and self.proc.poll() is None:
+            if READY not in self.log.read_bytes():
+                assert time.monotonic() - self.started < 60, self.log.read_text()[-3000:]
+                return
+            self.deadline = time.monotonic() + self.rng.uniform(0.05, 2.0)
+        if self.proc.poll() is None and time.monotonic() < self.deadline:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        rc = self.proc.wait(30)
+        assert rc == -signal.SIGKILL, self.log.read_text()[-3000:]
+        self.kills[_crash_point(self.log) or "random"] += 1
+        self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+        self.proc = None
+
+
+def _rows(db: Path, sql: str) -> list[tuple[str, str]]:
+    if not db.exists():
+        return []
+    conn = sqlite3.connect(db)
+    try:
+        return [(str(a), str(b)) for a, b in conn.execute(sql).fetchall()]
+    except sqlite3.OperationalError:  # the table is not there yet
+        return []
+    finally:
+        conn.close()
+
+
+def _audit(s: Setup) -> dict[tuple[str, str], str]:
+    audit = subprocess.run(
+        [sys.executable, "-m", "busguard.cli", "audit", "--config", str(s.config), "--json"], capture_output=True, text=True, timeout=180
+    )
+    assert audit.returncode == 0, audit.stdout[-3000:] + audit.stderr[-3000:]
+    report = json.loads(audit.stdout)
+    assert all(t["forwards"] == 1 for t in report["tasks"])
+    return {(t["kind"], t["task_id"]): t["witness"] for t in report["tasks"]}
+
+
+def _wait(cond: object, what: str, procs: list[tuple[subprocess.Popen[bytes], Path]], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():  # type: ignore[operator]
+        for proc, log in procs:
+            assert proc.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, what
+        time.sleep(0.3)
+
+
+async def test_python_planner_hands_tasks_to_a_typescript_executor_killed_at_random(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    s = await make_setup(tmp_path, broker.bootstrap, partitions=1, max_records=20)
+    d = _pipeline(s)
+    guard = GuardProcess(s)
+    guard.wait_ready()
+    planner, planner_log = _start("py", "sdk_planner", d, 0, "--tasks", str(TASKS), "--pace", PACE)
+    executor = Killer("ts", "sdk_executor", d, random.Random())
+    started = time.monotonic()
+    try:
+        while not executor.satisfied() or not (d / "sdk-planner.sent.json").exists():
+            assert planner.poll() is None, planner_log.read_text()
+            assert executor.run < int(os.environ.get("TSMIX_RUNS", "90")), (
+                f"kills so far: {dict(executor.kills)}; effects: {len(_effects(d))}"
+            )
+            executor.tick()
+            time.sleep(0.05)
+        executor.stop()
+        final, log = _start("ts", "sdk_executor", d, 999)
+        _wait(lambda: len({t for t, _ in _effects(d)}) >= TASKS, "every task's effect", [(final, log), (planner, planner_log)])
+        time.sleep(2)  # the last acks reach the guard and the planner
+        planner.send_signal(signal.SIGTERM)
+        assert planner.wait(60) == 0, planner_log.read_text()
+        final.send_signal(signal.SIGTERM)
+        assert final.wait(30) == 0, log.read_text()
+    finally:
+        executor.stop()
+        if planner.poll() is None:
+            planner.kill()
+        guard.terminate()
+    print(f"TypeScript executor kills per point: {dict(executor.kills)}; {time.monotonic() - started:.0f} s")
+
+    witness = _audit(s)
+    admitted = {task for kind, task in witness if kind == "handoff"}
+    assert admitted == {f"task-{i}" for i in range(1, TASKS + 1)}
+    effects = _effects(d)
+    per_task = Counter(t for t, _ in effects)
+    assert set(per_task) == admitted and set(per_task.values()) == {1}, [t for t, n in per_task.items() if n > 1]
+    assert all(witness[("handoff", t)] == decision for t, decision in effects)
+    summary = json.loads((d / "sdk-planner.json").read_text())
+    assert summary["unacknowledged"] == [] and summary["acknowledged_more_than_once"] == []
+    assert summary["acks"] == {t: [witness[("ack", t)]] for t in admitted}
