@@ -178,3 +178,54 @@ async def test_python_planner_hands_tasks_to_a_typescript_executor_killed_at_ran
     summary = json.loads((d / "sdk-planner.json").read_text())
     assert summary["unacknowledged"] == [] and summary["acknowledged_more_than_once"] == []
     assert summary["acks"] == {t: [witness[("ack", t)]] for t in admitted}
+
+
+async def test_typescript_planner_and_python_executor_both_killed_at_random(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    s = await make_setup(tmp_path, broker.bootstrap, partitions=1, max_records=20)
+    d = _pipeline(s)
+    guard = GuardProcess(s)
+    guard.wait_ready()
+    rng = random.Random()
+    planner = Killer("ts", "sdk_planner", d, rng, "--tasks", str(TASKS), "--pace", "0.1")
+    executor = Killer("py", "sdk_executor", d, rng)
+    acks = d / "planner.db"
+    started = time.monotonic()
+    try:
+        while not (planner.satisfied() and executor.satisfied()):  # then clean runs finish the work
+            assert planner.run + executor.run < 2 * int(os.environ.get("TSMIX_RUNS", "90")), (
+                f"planner kills {dict(planner.kills)}, executor kills {dict(executor.kills)}; effects: {len(_effects(d))}"
+            )
+            planner.tick()
+            executor.tick()
+            time.sleep(0.05)
+        planner.stop()
+        executor.stop()
+        finals = [_start("ts", "sdk_planner", d, 999, "--tasks", str(TASKS)), _start("py", "sdk_executor", d, 999)]
+
+        def settled() -> bool:
+            return (
+                len({t for t, _ in _effects(d)}) >= TASKS
+                and len({t for t, _ in _rows(acks, "SELECT task_id, decision_id FROM acks")}) >= TASKS
+            )
+
+        _wait(settled, "every task's effect and ack", finals)
+        for proc, log in finals:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0, log.read_text()[-3000:]
+    finally:
+        planner.stop()
+        executor.stop()
+        guard.terminate()
+    print(
+        f"TypeScript planner kills: {dict(planner.kills)}; Python executor kills: {dict(executor.kills)}; {time.monotonic() - started:.0f} s"
+    )
+
+    witness = _audit(s)
+    tasks = {f"task-{i}" for i in range(1, TASKS + 1)}
+    assert {task for kind, task in witness if kind == "handoff"} == tasks
+    effects = _effects(d)
+    assert sorted(t for t, _ in effects) == sorted(tasks), Counter(t for t, _ in effects).most_common(3)
+    assert all(witness[("handoff", t)] == decision for t, decision in effects)
+    planner_acks = _rows(acks, "SELECT task_id, decision_id FROM acks")
+    assert sorted(t for t, _ in planner_acks) == sorted(tasks), Counter(t for t, _ in planner_acks).most_common(3)
+    assert all(witness[("ack", t)] == decision for t, decision in planner_acks)
