@@ -316,6 +316,26 @@ def _carried() -> Verdicts:
     return out
 
 
+def _batches() -> Verdicts:
+    """busguard's tolerant decoder (aiokafka's fetcher with busguard's hook) on each fetch."""
+    from aiokafka.consumer import fetcher
+    from aiokafka.structs import TopicPartition
+
+    from busguard.runtime.tolerant_fetch import RAW_KEYS, consumer_options
+    from busguard.runtime.undecodable import Undecodable
+
+    consumer_options()
+    doc = _load("batches.json")
+    out: Verdicts = {}
+    for v in doc["vectors"]:
+        raw = bytes.fromhex(v["fetch_hex"])
+        tp = TopicPartition(doc["topic"], doc["partition"])
+        records = fetcher.PartitionRecords(tp, fetcher.MemoryRecords(raw), None, v["fetch_offset"], RAW_KEYS, None, True, 0)
+        items = [[i.offset, i.next_offset - 1, i.reason] if type(i) is Undecodable else [i.offset, i.offset, "record"] for i in records]
+        out[v["name"]] = {"items": items, "next": records.next_fetch_offset}
+    return out
+
+
 def _resolutions() -> Verdicts:
     doc = _load("resolutions.json")
     keys = {"guard": multikey_decode(doc["guard_public_key"]), "reconciler": multikey_decode(doc["reconciler_public_key"])}
@@ -351,6 +371,7 @@ PYTHON: dict[str, Callable[[], Verdicts]] = {
     "annotations/annotations.json": _annotations,
     "auditbatch/audit-batches.json": _audit_batches,
     "carried/carried.json": _carried,
+    "batches.json": _batches,
     "resolutions.json": _resolutions,
 }
 

@@ -40,6 +40,7 @@ import {
   headersEncoding,
   included,
   isBatch,
+  decodePartition,
   leafHash,
   merkleRoot,
   multikeyDecode,
@@ -74,7 +75,6 @@ export interface FileResult {
 
 /** Vector files this package does not judge yet, and why (later work of issue 39). */
 export const NOT_YET: Readonly<Record<string, string>> = {
-  "batches.json": "Kafka record-batch decoding (section 2.1) belongs to the Kafka client layer, not written yet",
   "cnet/cnet.json": "the contract-net kinds' payloads and readers (section 15) are not mirrored yet",
   "compromise/compromise.json": "the compromise kinds' payloads and readers (section 14) are not mirrored yet",
   "taint_replay.json": "the taint-replay kind's request and plan reader (section 13) are not mirrored yet",
@@ -495,6 +495,22 @@ function resolutions(): FileResult {
   doc.vectors.forEach((rec: Json, i: number) => c.put(`vector${i}`, opens(rec)));
   return c.result();
 }
+/** Record-batch decoding (section 2.1; src/kafka/decode.ts): every item as [first offset, last offset, what], and the next fetch offset. */
+function batches(): FileResult {
+  const c = new Collector();
+  const doc = load("batches.json");
+  for (const v of doc.vectors) {
+    const fetchOffset = BigInt(v.fetch_offset as number);
+    const decoded = decodePartition(doc.topic as string, doc.partition as number, fromHex(v.fetch_hex as string), fetchOffset);
+    const items = decoded.items.map((i) =>
+      "undecodable" in i ? [Number(i.offset), Number(i.lastOffset ?? i.offset), i.undecodable] : [Number(i.offset), Number(i.offset), "record"],
+    );
+    const expect = v.expect as Array<[number, number, string]>;
+    const next = expect.length > 0 ? (expect[expect.length - 1] as [number, number, string])[1] + 1 : Number(fetchOffset);
+    c.put(v.name as string, { items, next: Number(decoded.next) }, { items: expect, next });
+  }
+  return c.result();
+}
 /* eslint-enable @typescript-eslint/no-unsafe-member-access, @typescript-eslint/no-unsafe-assignment, @typescript-eslint/no-unsafe-argument, @typescript-eslint/no-unsafe-call */
 
 /** Every vector file this package judges, by its path under tests/vectors. */
@@ -516,6 +532,7 @@ export const FILES: Readonly<Record<string, () => FileResult>> = {
   "auditbatch/audit-batches.json": auditBatches,
   "carried/carried.json": carried,
   "resolutions.json": resolutions,
+  "batches.json": batches,
 };
 
 export function allVerdicts(): Record<string, FileResult> {

@@ -26,6 +26,7 @@ export const DEFAULT_MAX_INFLATED_BYTES = 16 * 1024 * 1024;
 const HEADER_BYTES = 61; // baseOffset .. recordCount
 const LOG_OVERHEAD = 12; // baseOffset int64 + batchLength int32
 const CONTROL = 0x20;
+const TRANSACTIONAL = 0x10;
 const MAX_DETAIL = 512;
 const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
 
@@ -62,17 +63,6 @@ function bytesField(buf: Uint8Array, pos: number, end: number, what: string): [U
   return [buf.subarray(p, p + n), p + n];
 }
 
-function span(topic: string, partition: number, lo: bigint, hi: bigint, detail: string): Undecodable {
-  return {
-    undecodable: "undecodable_batch",
-    topic,
-    partition,
-    offset: lo,
-    ...(hi > lo ? { lastOffset: hi } : {}),
-    detail: detail.slice(0, MAX_DETAIL),
-  };
-}
-
 /**
  * Decode the record batches of one partition's fetch response, from
  * `fetchOffset` on (records before it, in a batch that starts earlier, are
@@ -86,111 +76,130 @@ export function decodePartition(
   fetchOffset: bigint,
   maxInflatedBytes = DEFAULT_MAX_INFLATED_BYTES,
 ): Decoded {
-  const items: Array<Fetched | Undecodable> = [];
-  const view = new DataView(records.buffer, records.byteOffset, records.byteLength);
-  let pos = 0;
-  let next = fetchOffset;
-  while (records.length - pos >= LOG_OVERHEAD) {
-    const base = view.getBigInt64(pos);
-    const length = view.getInt32(pos + 8);
-    if (length < 0 || pos + LOG_OVERHEAD + length > records.length) {
-      if (length >= HEADER_BYTES - LOG_OVERHEAD) break; // cut by the broker's size limit: fetched again from `next`
-      items.push(span(topic, partition, base < next ? next : base, base < next ? next : base, `batch length ${length} is not a record batch`));
-      next = (base < next ? next : base) + 1n;
-      break;
+  return new PartitionDecoder(topic, partition, fetchOffset, maxInflatedBytes).decode(records);
+}
+
+class PartitionDecoder {
+  readonly items: Array<Fetched | Undecodable> = [];
+
+  constructor(
+    readonly topic: string,
+    readonly partition: number,
+    public next: bigint,
+    readonly maxInflated: number,
+  ) {}
+
+  /** One `undecodable_batch` for the offsets of [lo, hi] not yet decided, however many. */
+  span(lo: bigint, hi: bigint, detail: string, into: Array<Fetched | Undecodable> = this.items): void {
+    const first = lo > this.next ? lo : this.next;
+    if (first > hi) return;
+    this.next = hi + 1n;
+    into.push({ undecodable: "undecodable_batch", topic: this.topic, partition: this.partition, offset: first, ...(hi > first ? { lastOffset: hi } : {}), detail: detail.slice(0, MAX_DETAIL) });
+  }
+
+  decode(raw: Uint8Array): Decoded {
+    const view = new DataView(raw.buffer, raw.byteOffset, raw.byteLength);
+    let pos = 0;
+    let first = true;
+    while (raw.length - pos >= LOG_OVERHEAD) {
+      const start = this.next;
+      const base = view.getBigInt64(pos);
+      const length = view.getInt32(pos + 8);
+      const end = pos + LOG_OVERHEAD + length;
+      if (length >= 0 && end > raw.length) break; // a partial batch at the end: fetched again next time
+      const headerLast = raw.length - pos >= 27 ? base + BigInt(Math.max(view.getInt32(pos + 23), 0)) : base;
+      if (length < HEADER_BYTES - LOG_OVERHEAD) {
+        const why = `batch length ${length} cannot frame a record batch`;
+        this.span(base, headerLast, why);
+        if (first && this.next === start) this.span(start, start, why);
+        break; // nothing after it can be delimited
+      }
+      const batch = raw.subarray(pos, end);
+      const nextBase = end + 8 <= raw.length ? view.getBigInt64(end) : undefined;
+      const magic = batch[16] as number;
+      if (magic === 2) this.v2(batch, base, nextBase);
+      else this.span(base, base, `message format v${magic}: this reader reads v2 record batches only (Kafka 0.11 and later write nothing else)`);
+      if (first && this.next === start) this.span(start, start, "the batch header does not cover the fetched offset");
+      first = false;
+      pos = end;
     }
-    const batch = records.subarray(pos, pos + LOG_OVERHEAD + length);
-    pos += LOG_OVERHEAD + length;
-    const magic = length >= 5 ? (batch[16] as number) : -1;
-    if (magic !== 2 || length < HEADER_BYTES - LOG_OVERHEAD) {
-      const lo = base < next ? next : base;
-      items.push(span(topic, partition, lo, lo, `message format v${magic} (legacy or truncated) at offset ${base}; this reader reads v2 batches only`));
-      next = lo + 1n;
-      continue;
-    }
+    return { items: this.items, next: this.next };
+  }
+
+  v2(batch: Uint8Array, base: bigint, nextBase: bigint | undefined): void {
     const bv = new DataView(batch.buffer, batch.byteOffset, batch.byteLength);
     const lastDelta = bv.getInt32(23);
-    const last = base + BigInt(Math.max(lastDelta, 0));
-    if (last < next) continue; // wholly before the position: already decided
-    const lo = base < next ? next : base;
+    const attributes = bv.getInt16(21);
+    const count = bv.getInt32(57);
+    let last = base + BigInt(Math.max(lastDelta, 0));
+    if (nextBase !== undefined && base < nextBase && nextBase <= last) last = nextBase - 1n;
+    if (last < this.next) return; // already decided (the broker returns whole batches)
+    if (lastDelta < 0 && count > 0) {
+      this.span(base, base, `lastOffsetDelta ${lastDelta} is negative`);
+      return;
+    }
+    if ((attributes & CONTROL) !== 0) {
+      if ((attributes & TRANSACTIONAL) !== 0) this.next = last + 1n; // a transaction marker, not a record
+      else this.span(base, last, "control batch outside a transaction");
+      return;
+    }
     const crc = bv.getUint32(17);
     const actual = crc32c(batch.subarray(21));
     if (crc !== actual) {
-      items.push(span(topic, partition, lo, last, `CRC-32C ${crc.toString(16)} in the header, ${actual.toString(16)} computed`));
-      next = last + 1n;
-      continue;
+      this.span(base, last, `CRC-32C mismatch: ${crc.toString(16)} in the header, ${actual.toString(16)} computed`);
+      return;
     }
-    if (lastDelta < 0) {
-      items.push(span(topic, partition, lo, lo, `lastOffsetDelta ${lastDelta} is negative`));
-      next = lo + 1n;
-      continue;
-    }
-    const attributes = bv.getInt16(21);
-    if ((attributes & CONTROL) !== 0) {
-      next = last + 1n; // a transaction marker: no record for an agent
-      continue;
-    }
-    const count = bv.getInt32(57);
     let body: Uint8Array;
     try {
-      body = inflate(attributes & 0x07, batch.subarray(HEADER_BYTES), maxInflatedBytes);
+      body = inflate(attributes & 0x07, batch.subarray(HEADER_BYTES), this.maxInflated);
     } catch (exc) {
-      const why = exc instanceof CodecError ? exc.message : `corrupt compressed records: ${(exc as Error).message}`;
-      items.push(span(topic, partition, lo, last, why));
-      next = last + 1n;
-      continue;
+      this.span(base, last, exc instanceof CodecError ? exc.message : `corrupt compressed records: ${(exc as Error).message}`);
+      return;
     }
-    next = walkRecords(topic, partition, base, lo, last, count, body, items);
+    this.records(base, last, count, body);
   }
-  return { items, next };
-}
 
-/** The records of one inflated batch; returns the offset after the batch. */
-function walkRecords(
-  topic: string,
-  partition: number,
-  base: bigint,
-  lo: bigint,
-  last: bigint,
-  count: number,
-  body: Uint8Array,
-  items: Array<Fetched | Undecodable>,
-): bigint {
-  let pos = 0;
-  let expect = lo; // the first offset not yet given an item
-  for (let i = 0; i < count && pos < body.length; i++) {
-    let len: number;
-    let start: number;
-    try {
-      [len, start] = varint(body, pos, body.length);
-    } catch {
-      break; // the rest cannot be attributed
+  /** The records of one inflated batch, then every offset of [next, last] no record holds as a span. */
+  records(base: bigint, last: bigint, count: number, body: Uint8Array): void {
+    const found: Array<Fetched | Undecodable> = [];
+    let pos = 0;
+    let prev = base - 1n;
+    let broken = "";
+    for (let i = 0; i < Math.max(count, 0); i++) {
+      if (pos >= body.length) {
+        broken = `${count} records declared, the batch holds fewer`;
+        break;
+      }
+      let len: number;
+      let p: number;
+      let delta: number;
+      try {
+        [len, p] = varint(body, pos, body.length);
+        if (len < 0 || p + len > body.length) throw new Corrupt(`record length ${len} runs past the batch`);
+        pos = p + len;
+        p += 1; // attributes
+        [, p] = varint(body, p, pos); // timestamp delta
+        [delta, p] = varint(body, p, pos);
+      } catch (exc) {
+        broken = `record after offset ${prev} cannot be delimited: ${(exc as Error).message}`;
+        break;
+      }
+      const offset = base + BigInt(delta);
+      if (offset <= prev || offset > last) {
+        this.span(base, last, `offset delta ${delta} is out of order or beyond the batch's last offset`); // the batch as a whole
+        return;
+      }
+      prev = offset;
+      if (offset < this.next) continue;
+      found.push(readRecord(this.topic, this.partition, offset, body, p, pos));
     }
-    if (len < 0 || start + len > body.length) break;
-    const end = start + len;
-    pos = end;
-    let delta: number;
-    let p: number;
-    try {
-      p = start + 1; // attributes
-      [, p] = varint(body, p, end); // timestamp delta
-      [delta, p] = varint(body, p, end);
-    } catch {
-      break;
+    for (const item of found) {
+      this.span(this.next, item.offset - 1n, noRecord(this.next, item.offset - 1n));
+      this.items.push(item);
+      this.next = item.offset + 1n;
     }
-    const offset = base + BigInt(delta);
-    if (delta < 0 || offset > last || offset < expect) {
-      if (offset < lo && delta >= 0) continue; // before the position
-      break;
-    }
-    if (offset > expect) items.push(span(topic, partition, expect, offset - 1n, noRecord(expect, offset - 1n)));
-    expect = offset + 1n;
-    items.push(readRecord(topic, partition, offset, body, p, end));
+    this.span(this.next, last, broken !== "" ? broken : noRecord(this.next, last));
   }
-  if (expect <= last) {
-    items.push(span(topic, partition, expect, last, pos >= body.length ? noRecord(expect, last) : "record length prefixes or offsets do not parse past here"));
-  }
-  return last + 1n;
 }
 
 function noRecord(lo: bigint, hi: bigint): string {
