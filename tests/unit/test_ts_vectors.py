@@ -336,6 +336,18 @@ def _batches() -> Verdicts:
     return out
 
 
+def _taint_plan_reader() -> Verdicts:
+    from tests.vectors.readers.generate import verdict
+
+    doc = _load("readers/taint-plan.json")
+    return {
+        v["name"]: verdict(
+            {"value": _b64(v["value_b64"]), "payload_hash": v["payload_hash"], "task_id": v["task_id"], "annotations": v["annotations"]}
+        )
+        for v in doc["vectors"]
+    }
+
+
 def _resolutions() -> Verdicts:
     doc = _load("resolutions.json")
     keys = {"guard": multikey_decode(doc["guard_public_key"]), "reconciler": multikey_decode(doc["reconciler_public_key"])}
@@ -372,6 +384,7 @@ PYTHON: dict[str, Callable[[], Verdicts]] = {
     "auditbatch/audit-batches.json": _audit_batches,
     "carried/carried.json": _carried,
     "batches.json": _batches,
+    "readers/taint-plan.json": _taint_plan_reader,
     "resolutions.json": _resolutions,
 }
 

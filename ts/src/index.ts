@@ -61,3 +61,4 @@ export * from "./once.js";
 export { AdmittingConsumer, type OpenOptions } from "./kafka/inbox.js";
 export { SigningProducer, kafkaHeaders, type OutgoingRecord, type ProducerOptions } from "./kafka/producer.js";
 export { DEFAULT_MAX_INFLATED_BYTES, decodePartition, type Decoded } from "./kafka/decode.js";
+export * from "./readers/taint.js";

@@ -41,6 +41,8 @@ import {
   included,
   isBatch,
   decodePartition,
+  readPlan,
+  type Delivery,
   leafHash,
   merkleRoot,
   multikeyDecode,
@@ -511,6 +513,32 @@ function batches(): FileResult {
   }
   return c.result();
 }
+/** The taint-replay kind's reader on what it reads of a delivery: the view's units, or "unreadable". */
+function taintPlanReader(): FileResult {
+  const c = new Collector();
+  for (const v of load("readers/taint-plan.json").vectors) {
+    const d = {
+      topic: "t",
+      partition: 0,
+      offset: 0n,
+      decision_id: "d",
+      receipt: { task_id: v.task_id, payload_hash: v.payload_hash },
+      payload: b64Decode(v.value_b64 as string),
+      annotations: v.annotations,
+      attestation: null,
+      view: undefined,
+    } as unknown as Delivery;
+    let verdict: Verdict;
+    try {
+      const view = readPlan(d);
+      verdict = { task_id: view.taskId, action: view.action, unit: view.unit, units: view.units.map((u) => [u.key, u.unit, [...u.nodes], [...u.sinks]]) };
+    } catch {
+      verdict = "unreadable";
+    }
+    c.put(v.name as string, verdict, v.expect as Verdict);
+  }
+  return c.result();
+}
 /* eslint-enable @typescript-eslint/no-unsafe-member-access, @typescript-eslint/no-unsafe-assignment, @typescript-eslint/no-unsafe-argument, @typescript-eslint/no-unsafe-call */
 
 /** Every vector file this package judges, by its path under tests/vectors. */
@@ -533,6 +561,7 @@ export const FILES: Readonly<Record<string, () => FileResult>> = {
   "carried/carried.json": carried,
   "resolutions.json": resolutions,
   "batches.json": batches,
+  "readers/taint-plan.json": taintPlanReader,
 };
 
 export function allVerdicts(): Record<string, FileResult> {
