@@ -13,10 +13,12 @@ from typing import Any
 
 import pytest
 
+from tests.vectors.readers import generate_award
 from tests.vectors.readers.generate import verdict
 
 HERE = Path(__file__).resolve().parents[1] / "vectors" / "readers"
 DOC = json.loads((HERE / "taint-plan.json").read_text(encoding="utf-8"))
+AWARD = json.loads((HERE / "award.json").read_text(encoding="utf-8"))
 
 
 @pytest.mark.parametrize("vec", DOC["vectors"], ids=lambda v: v["name"])
@@ -35,6 +37,18 @@ def test_the_vectors_hold_genuine_plans_and_every_refusal() -> None:
     assert sum(e != "unreadable" for e in expects) == 2 and expects.count("unreadable") == len(expects) - 2
 
 
-def test_generator_reproduces_the_file(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, str(HERE / "generate.py"), "--out", str(tmp_path)], check=True, timeout=120)
-    assert (tmp_path / "taint-plan.json").read_bytes() == (HERE / "taint-plan.json").read_bytes()
+@pytest.mark.parametrize("vec", AWARD["vectors"], ids=lambda v: v["name"])
+def test_the_award_readers_say_what_the_vector_expects(vec: Any) -> None:
+    assert generate_award.verdict(vec["kind"], base64.b64decode(vec["payload_b64"]), vec["annotations"]) == vec["expect"]
+
+
+def test_every_award_kind_has_views_and_refusals() -> None:
+    for kind in ("cnet.call", "cnet.bid", "cnet.award", "cnet.result"):
+        expects = [v["expect"] for v in AWARD["vectors"] if v["kind"] == kind]
+        assert "unreadable" in expects and any(e != "unreadable" for e in expects), kind
+
+
+@pytest.mark.parametrize(("script", "name"), [("generate.py", "taint-plan.json"), ("generate_award.py", "award.json")])
+def test_generators_reproduce_the_files(tmp_path: Path, script: str, name: str) -> None:
+    subprocess.run([sys.executable, str(HERE / script), "--out", str(tmp_path)], check=True, timeout=120)
+    assert (tmp_path / name).read_bytes() == (HERE / name).read_bytes()

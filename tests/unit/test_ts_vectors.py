@@ -348,6 +348,13 @@ def _taint_plan_reader() -> Verdicts:
     }
 
 
+def _award_readers() -> Verdicts:
+    from tests.vectors.readers.generate_award import verdict
+
+    doc = _load("readers/award.json")
+    return {v["name"]: verdict(v["kind"], _b64(v["payload_b64"]) or b"", v["annotations"]) for v in doc["vectors"]}
+
+
 def _resolutions() -> Verdicts:
     doc = _load("resolutions.json")
     keys = {"guard": multikey_decode(doc["guard_public_key"]), "reconciler": multikey_decode(doc["reconciler_public_key"])}
@@ -385,6 +392,7 @@ PYTHON: dict[str, Callable[[], Verdicts]] = {
     "carried/carried.json": _carried,
     "batches.json": _batches,
     "readers/taint-plan.json": _taint_plan_reader,
+    "readers/award.json": _award_readers,
     "resolutions.json": _resolutions,
 }
 

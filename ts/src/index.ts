@@ -62,3 +62,4 @@ export { AdmittingConsumer, type OpenOptions } from "./kafka/inbox.js";
 export { SigningProducer, kafkaHeaders, type OutgoingRecord, type ProducerOptions } from "./kafka/producer.js";
 export { DEFAULT_MAX_INFLATED_BYTES, decodePartition, type Decoded } from "./kafka/decode.js";
 export * from "./readers/taint.js";
+export * from "./readers/award.js";

@@ -42,6 +42,8 @@ import {
   isBatch,
   decodePartition,
   readPlan,
+  CNET_READERS,
+  type CnetView,
   type Delivery,
   leafHash,
   merkleRoot,
@@ -539,6 +541,30 @@ function taintPlanReader(): FileResult {
   }
   return c.result();
 }
+/** The contract-net kinds' readers on a payload: the view as canonical JSON, or "unreadable". */
+function awardReaders(): FileResult {
+  const c = new Collector();
+  const doc = load("readers/award.json");
+  for (const v of doc.vectors) {
+    const d = {
+      receipt: { kind: v.kind, task_id: doc.task_id, sender: doc.sender },
+      payload: b64Decode(v.payload_b64 as string),
+      annotations: v.annotations,
+    } as unknown as Delivery<CnetView>;
+    const reader = CNET_READERS.get(v.kind as string);
+    let verdict: string;
+    try {
+      if (reader === undefined) throw new Error("no reader");
+      const view = reader(d) as unknown as Record<string, unknown>;
+      const shown = "delivered" in view ? { ...view, delivered: b64Encode(view.delivered as Uint8Array) } : view;
+      verdict = new TextDecoder().decode(canonicalize(JSON.stringify(shown)));
+    } catch {
+      verdict = "unreadable";
+    }
+    c.put(v.name as string, verdict, v.expect as string);
+  }
+  return c.result();
+}
 /* eslint-enable @typescript-eslint/no-unsafe-member-access, @typescript-eslint/no-unsafe-assignment, @typescript-eslint/no-unsafe-argument, @typescript-eslint/no-unsafe-call */
 
 /** Every vector file this package judges, by its path under tests/vectors. */
@@ -562,6 +588,7 @@ export const FILES: Readonly<Record<string, () => FileResult>> = {
   "resolutions.json": resolutions,
   "batches.json": batches,
   "readers/taint-plan.json": taintPlanReader,
+  "readers/award.json": awardReaders,
 };
 
 export function allVerdicts(): Record<string, FileResult> {
