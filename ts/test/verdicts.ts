@@ -77,11 +77,11 @@ export interface FileResult {
   readonly mismatches: string[];
 }
 
-/** Vector files this package does not judge yet, and why (later work of issue 39). */
+/** Vector files this package does not judge, and why. */
 export const NOT_YET: Readonly<Record<string, string>> = {
-  "cnet/cnet.json": "the contract-net kinds' payloads and readers (section 15) are not mirrored yet",
-  "compromise/compromise.json": "the compromise kinds' payloads and readers (section 14) are not mirrored yet",
-  "taint_replay.json": "the taint-replay kind's request and plan reader (section 13) are not mirrored yet",
+  "cnet/cnet.json": "the contract-net policy's scenarios (section 15, guard side); the readers are judged on readers/award.json",
+  "compromise/compromise.json": "the compromise policy's scenarios (section 14, guard side); the handoff reader is not mirrored yet",
+  "taint_replay.json": "the taint-replay policy's requests (section 13, guard side); the plan reader is judged on readers/taint-plan.json",
 };
 
 const HERE = dirname(fileURLToPath(import.meta.url));
