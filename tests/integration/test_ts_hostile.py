@@ -30,6 +30,7 @@ CLI = REPO / "ts" / "dist" / "test" / "receiver-cli.js"
 
 
 def receive(s: Setup, group: str, db: Path, acted: int, refused: int) -> dict[str, Any]:
+    assert CLI.is_file(), f"{CLI} is missing: build the TypeScript package first (`make ts`; `make test` does it)"
     args = ["--topic", s.downstream_handoffs, "--bootstrap", s.bootstrap, "--group", group, "--db", str(db)]
     args += ["--guard", multikey_encode(s.guard.public_key), "--agent", EXECUTOR, "--acted", str(acted), "--refused", str(refused)]
     done = subprocess.run(["node", str(CLI), *args], capture_output=True, text=True, timeout=180, check=False)

@@ -55,6 +55,12 @@ PACE = "0.2"
 READY = b": acting on "
 
 
+def _built() -> None:
+    assert (TS_AGENTS / "sdk_planner.js").is_file(), (
+        f"{TS_AGENTS} is missing: build the TypeScript package first (`make ts`; `make test` does it)"
+    )
+
+
 def _start(lang: str, name: str, d: Path, run: int, *args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], Path]:
     log = d / f"{lang}-{name}-{run}.log"
     environ = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "PYTHONUNBUFFERED": "1"}
@@ -155,6 +161,7 @@ def _wait(cond: object, what: str, procs: list[tuple[subprocess.Popen[bytes], Pa
 async def test_planner_and_executor_in_two_languages_both_killed_at_random(
     broker: EmbeddedBroker, tmp_path: Path, planner_lang: str, executor_lang: str
 ) -> None:
+    _built()
     s = await make_setup(tmp_path, broker.bootstrap, partitions=1, max_records=20)
     d = _pipeline(s)
     guard = GuardProcess(s)
