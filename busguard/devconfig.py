@@ -17,9 +17,15 @@ import msgspec
 
 from busguard.policies import KINDS
 
-#: tansu refuses the idempotent producer, and holds each JoinGroup for
-#: max(1 s, session timeout / 2): a short session keeps rebalances quick.
-EMBEDDED_BROKER_KAFKA: Final[Mapping[str, object]] = {"idempotence": False, "session_timeout_ms": 3000, "heartbeat_interval_ms": 300}
+#: tansu refuses the idempotent producer, holds each JoinGroup for
+#: max(1 s, session timeout / 2) (a short session keeps rebalances quick), and
+#: answers a waiting fetch only when its wait expires, not when records arrive.
+EMBEDDED_BROKER_KAFKA: Final[Mapping[str, object]] = {
+    "idempotence": False,
+    "session_timeout_ms": 3000,
+    "heartbeat_interval_ms": 300,
+    "fetch_max_wait_ms": 20,
+}
 
 #: Apache Kafka: busguard's production defaults (idempotent producer,
 #: ``acks = "all"``) with the shortest session the broker accepts
