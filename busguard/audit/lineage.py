@@ -26,7 +26,7 @@ docs/design.md, "The auditor's invariants"):
 | --- | --- | --- |
 | `multiple_forwards` | 1 | a (kind, task_id) has more than one distinct `forward` decision id (a kind with its task index off excepted) |
 | `missing_witness` | 1 | a task of a single-witness kind (`KindSpec.single_witness`, e.g. handoff) has a non-reject decision but no `forward` decision |
-| `prior_mismatch` | 1 | a duplicate/escalation names a prior admission that is not the task's witness |
+| `prior_mismatch` | 1 | a duplicate/escalation names a prior admission that is not the task's witness (task index off: a non-`forward` of the kind) |
 | `unknown_escalation` | 2 | a resolution settles an id that is not an `escalate` decision in the log |
 | `duplicate_resolution` | 2 | two final resolution ids, or two different final records, for one escalation |
 | `bad_resolution_id` | 2 | a resolution id is not `resolution_id(escalation_id, stage)` |
@@ -204,9 +204,10 @@ class _Judge:
         helds: dict[str, list[ResolutionFact]],
     ) -> TaskLineage:
         kind, task_id = key
+        indexed = task_indexed(kind)
         forwards = [f for f in facts if f.outcome == "forward"]
         forward_ids = {f.decision_id for f in forwards}
-        if len(forwards) > 1 and task_indexed(kind):
+        if len(forwards) > 1 and indexed:
             ids = ", ".join(f.decision_id for f in forwards)
             self.flag(
                 "multiple_forwards",
@@ -218,7 +219,17 @@ class _Judge:
             shown = ", ".join(f"{f.decision_id} ({f.reason})" for f in facts if f.outcome != "reject")
             self.flag("missing_witness", f"{kind} {task_id!r} has decisions but no admitted witness in the log: {shown}", task=key)
         for f in facts:
-            if forwards and f.prior_decision_id is not None and f.prior_decision_id not in forward_ids:
+            if not indexed and f.prior_decision_id is not None:
+                # a kind that owns its tasks names an admission of the kind, of any task (seam.duplicate_of)
+                named = self.led.decisions.get(f.prior_decision_id)
+                if named is not None and (named.outcome != "forward" or named.kind != kind):
+                    self.flag(
+                        "prior_mismatch",
+                        f"{f.reason} decision names prior admission {f.prior_decision_id}, a {named.outcome} of kind {named.kind}",
+                        task=key,
+                        decision_id=f.decision_id,
+                    )
+            elif forwards and f.prior_decision_id is not None and f.prior_decision_id not in forward_ids:
                 self.flag(
                     "prior_mismatch",
                     f"{f.reason} decision names prior admission {f.prior_decision_id}, but the task's witness is {forwards[0].decision_id}",

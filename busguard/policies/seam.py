@@ -44,7 +44,7 @@ they cannot use is an `Objection`, never an exception.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, Final, NamedTuple, Protocol, TypeVar
 
 import msgspec
 
@@ -62,18 +62,44 @@ P = TypeVar("P")
 
 
 class Objection(msgspec.Struct, frozen=True):
+    """Not an admission: a reject, an escalation, or (with `prior_decision_id`)
+    a duplicate of an earlier admission (`duplicate_of`)."""
+
     outcome: Outcome
     #: one of busguard's `Reason`s, or one the kind declares (`KindSpec.reasons`)
     reason: str
     detail: str
+    #: a duplicate's: the decision id of the admission it repeats, which its
+    #: dead letter carries as `busguard-prior-decision-id` (as the core's
+    #: duplicates); required with `Outcome.DUPLICATE`, refused with any other
+    prior_decision_id: str | None = None
+
+
+def duplicate_of(prior_decision_id: str, reason: str, detail: str) -> Objection:
+    """A duplicate of the admission decided as `prior_decision_id` (which the
+    policy learnt from its own row: `PolicyView.decision_id` is what it
+    stores when it admits). Dead-lettered, never forwarded, counted by
+    `busguard audit` as a duplicate; its nonce and sequence are consumed."""
+    return Objection(Outcome.DUPLICATE, reason, detail, prior_decision_id)
 
 
 class PolicyWrite(msgspec.Struct, frozen=True, gc=False):
-    """A row the policy asks to persist: it expires `ttl_ms` after the decision."""
+    """A row the policy asks to persist: it expires `ttl_ms` after the
+    decision, or, with `ttl_ms=None`, never (a permanent row: a high-water
+    mark or a counter that must not reset). A permanent row is kept until a
+    later write replaces it, so its bound is the kind's: the keys it
+    writes permanently must come from a set its settings fix (docs/design.md,
+    "The policy seam"; docs/operations.md, "Bounds")."""
 
     key: PolicyKey
     value: bytes
-    ttl_ms: int
+    ttl_ms: int | None
+
+
+#: The expiry a permanent row is stored with (`PolicyWrite(ttl_ms=None)`):
+#: far past any clock (year 146 million), inside every backend's 64-bit
+#: column, so no store needs a second kind of row and `expire` never takes it.
+PERMANENT_EXPIRY_MS: Final = 1 << 62
 
 
 class PolicyOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -88,6 +114,14 @@ class PolicyView(Protocol):
     def get(self, key: PolicyKey) -> bytes | None:
         """The row's bytes, None when absent or expired. Only keys the
         policy named in `keys()` may be read (LookupError otherwise)."""
+        ...
+
+    @property
+    def decision_id(self) -> str:
+        """The id of the decision being made: what a row written on
+        admission stores, so that a later record can be answered
+        `duplicate_of(that id)`. Deterministic (the input's coordinates,
+        docs/protocol.md 4.4), so a re-decided batch stores the same id."""
         ...
 
 

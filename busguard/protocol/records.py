@@ -221,6 +221,16 @@ class Decision(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, tag_fi
     surfaced: tuple[str, ...] | None = None
     replacement_sha256: str | None = None
     replacement_length: int | None = None
+    #: a kind policy's duplicate (seam.duplicate_of): the decision id of the
+    #: admission it repeats; the core's duplicates name theirs in `prior`
+    prior_decision_id: str | None = None
+
+    @property
+    def prior_admission(self) -> str | None:
+        """The decision id of the admission this decision repeats or
+        conflicts with: `prior`'s (the task's witness) or a policy's
+        duplicate's `prior_decision_id`; None for every other decision."""
+        return self.prior.decision_id if self.prior is not None else self.prior_decision_id
 
     @property
     def covers_to(self) -> int:

@@ -1,0 +1,166 @@
+"""A kind's policy answers "a duplicate of an earlier admission" (seam.duplicate_of).
+
+The test kind `latest` keeps one permanent row per config key: the version
+and value admitted last, and the decision id that admitted them
+(`PolicyView.decision_id`). The same version and value again is a duplicate
+of that decision; a lower version is stale. Before this, a policy could only
+reject or escalate: an idempotent re-send was a rejection, with no
+`busguard-prior-decision-id` on its dead letter, and an exact copy of the
+signed bytes was `nonce_replay`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from busguard.admission import policystep
+from busguard.audit.lineage import judge
+from busguard.policies import KINDS, KindSpec
+from busguard.policies.seam import (
+    Objection,
+    PolicyContext,
+    PolicyInput,
+    PolicyKey,
+    PolicyOutcome,
+    PolicyView,
+    PolicyWrite,
+    duplicate_of,
+    policy_key,
+)
+from busguard.protocol.attestation import HEADER_PRIOR
+from busguard.protocol.reasons import Outcome, Reason
+from busguard.protocol.records import Decision
+from busguard.runtime.outputs import outputs_for
+from busguard.state.sqlite.store import SqliteStore
+from tests.unit.harness import NOW, Harness, agent, sender
+from tests.unit.test_audit_lineage import TOPICS, audit_record, codes, feed, harness, ledger, sealed_decision
+
+TO = agent("executor")
+
+
+class Update(msgspec.Struct, frozen=True):
+    key: str
+    version: int
+    value: str
+
+
+class Row(msgspec.Struct, frozen=True, array_like=True):
+    version: int
+    value: str
+    decision: str
+
+
+class Parsed(msgspec.Struct, frozen=True):
+    update: Update
+    row: PolicyKey
+
+
+class LatestPolicy:
+    """Per key, the highest version admitted; its row is permanent."""
+
+    def __init__(self, answer: str = "duplicate") -> None:
+        self.answer = answer  # what a broken policy says instead (contract tests)
+
+    def parse(self, record: PolicyInput, context: PolicyContext) -> Parsed | Objection:
+        try:
+            u = msgspec.json.decode(record.envelope.payload, type=Update)
+        except msgspec.ValidationError as exc:
+            return Objection(Outcome.REJECT, "bad_update", str(exc))
+        return Parsed(u, policy_key("latest", u.key))
+
+    def keys(self, parsed: Parsed) -> Iterable[PolicyKey]:
+        return (parsed.row,)
+
+    def decide(self, parsed: Parsed, view: PolicyView, now_ms: int) -> PolicyOutcome:
+        raw = view.get(parsed.row)
+        held = msgspec.msgpack.decode(raw, type=Row) if raw is not None else None
+        u = parsed.update
+        if held is not None and u.version == held.version and u.value == held.value:
+            if self.answer == "no-id":
+                return PolicyOutcome(objection=Objection(Outcome.DUPLICATE, "same_update", "again"))
+            if self.answer == "bad-id":
+                return PolicyOutcome(objection=duplicate_of("not-a-decision-id", "same_update", "again"))
+            if self.answer == "reject-with-id":
+                return PolicyOutcome(objection=Objection(Outcome.REJECT, "stale_update", "x", held.decision))
+            return PolicyOutcome(objection=duplicate_of(held.decision, "same_update", f"version {u.version} already admitted"))
+        if held is not None and u.version <= held.version:
+            return PolicyOutcome(objection=Objection(Outcome.REJECT, "stale_update", f"version {u.version} <= {held.version}"))
+        row = msgspec.msgpack.encode(Row(u.version, u.value, view.decision_id))
+        return PolicyOutcome(writes=(PolicyWrite(parsed.row, row, ttl_ms=None),))
+
+
+LATEST = KindSpec(kind="latest", policy=LatestPolicy(), reasons=("bad_update", "same_update", "stale_update"), task_index=False)
+
+
+@pytest.fixture(autouse=True)
+def latest(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(KINDS, LATEST.kind, LATEST)  # type: ignore[index]
+
+
+def update(version: int, value: str = "a", key: str = "db.pool", task: str = "t", who: str = "planner"):  # type: ignore[no-untyped-def]
+    body = msgspec.json.encode(Update(key, version, value))
+    return sender(who).sign(kind="latest", task_id=task, receiver=TO, payload=body)
+
+
+def dead_letter_prior(d: Decision) -> bytes | None:
+    primary = outputs_for(sealed_decision(d), b"k", b"v", [], "agents.out", TOPICS, 1 << 20)[0]
+    assert primary.topic == TOPICS.dead_letter
+    return dict(primary.headers).get(HEADER_PRIOR)
+
+
+def test_a_resend_of_the_same_version_is_a_duplicate_naming_the_admission_on_its_dead_letter() -> None:
+    h = Harness()
+    first, again, older = h.feed(update(2), update(2, task="other"), update(1))
+    assert (first.outcome, again.outcome, again.reason) == (Outcome.FORWARD, Outcome.DUPLICATE, "same_update")
+    assert again.prior_decision_id == again.prior_admission == first.decision_id
+    assert dead_letter_prior(again) == first.decision_id.encode()  # exactly as the core's duplicates carry it
+    assert (older.outcome, older.reason, older.prior_decision_id) == (Outcome.REJECT, "stale_update", None)
+    assert dead_letter_prior(older) is None
+
+
+def test_an_exact_copy_of_the_signed_bytes_is_the_kinds_duplicate_not_a_replay() -> None:
+    h = Harness()
+    record = update(5)
+    first = h.one(record)
+    copy = h.one(record)
+    assert (copy.outcome, copy.reason, copy.prior_decision_id) == (Outcome.DUPLICATE, "same_update", first.decision_id)
+    # a copy the kind does not call a duplicate stays busguard's replay, and changes no row
+    h.one(update(6))
+    assert h.one(record).reason == Reason.NONCE_REPLAY
+
+
+def test_the_auditor_counts_a_kinds_duplicate_as_a_duplicate_and_checks_what_it_names() -> None:
+    h = harness(0)
+    first, again = h.feed(update(3), update(3))
+    report = judge(feed(ledger(), audit_record(first), audit_record(again)))
+    assert codes(report) == [] and report.summary.duplicates == 1
+    assert [t.duplicates for t in report.tasks] == [1] and report.tasks[0].rejects == 0
+    # a duplicate naming a decision that admitted nothing is a violation
+    stale = h.one(update(1))
+    lying = msgspec.structs.replace(again, prior_decision_id=stale.decision_id)
+    assert "prior_mismatch" in codes(judge(feed(ledger(), audit_record(first), audit_record(stale), audit_record(lying))))
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"), [("no-id", "names the admission"), ("bad-id", "not a decision id"), ("reject-with-id", "only a duplicate")]
+)
+def test_a_duplicate_without_a_valid_prior_or_a_prior_on_another_outcome_is_a_contract_error(
+    monkeypatch: pytest.MonkeyPatch, answer: str, message: str
+) -> None:
+    monkeypatch.setitem(KINDS, "latest", msgspec.structs.replace(LATEST, policy=LatestPolicy(answer)))  # type: ignore[index]
+    h = Harness()
+    h.one(update(1))
+    with pytest.raises(policystep.PolicyContractError, match=message):
+        h.one(update(1))
+
+
+def test_the_prior_is_found_after_a_restart_over_a_durable_store(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db", now_ms=NOW - 3_600_000)
+    h = Harness(store=store)
+    first = h.one(update(7))
+    again = h.restart(lambda: SqliteStore(tmp_path / "s.db", now_ms=NOW)).one(update(7))
+    assert (again.outcome, again.prior_decision_id) == (Outcome.DUPLICATE, first.decision_id)
