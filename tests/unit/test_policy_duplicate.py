@@ -101,9 +101,9 @@ def latest(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(KINDS, LATEST.kind, LATEST)  # type: ignore[index]
 
 
-def update(version: int, value: str = "a", key: str = "db.pool", task: str = "t", who: str = "planner"):  # type: ignore[no-untyped-def]
+def update(version: int, value: str = "a", key: str = "db.pool", task: str = "t", who: str = "planner", now: int = NOW):  # type: ignore[no-untyped-def]
     body = msgspec.json.encode(Update(key, version, value))
-    return sender(who).sign(kind="latest", task_id=task, receiver=TO, payload=body)
+    return sender(who, now=now).sign(kind="latest", task_id=task, receiver=TO, payload=body)
 
 
 def dead_letter_prior(d: Decision) -> bytes | None:
@@ -164,3 +164,14 @@ def test_the_prior_is_found_after_a_restart_over_a_durable_store(tmp_path: Path)
     first = h.one(update(7))
     again = h.restart(lambda: SqliteStore(tmp_path / "s.db", now_ms=NOW)).one(update(7))
     assert (again.outcome, again.prior_decision_id) == (Outcome.DUPLICATE, first.decision_id)
+
+
+def test_a_high_water_row_outlives_every_expiry_pass() -> None:
+    """Its row is permanent (`ttl_ms=None`): ten years of expiry passes later
+    a lower version is still stale and the same one still a duplicate."""
+    h = Harness()
+    first = h.one(update(9))
+    h.now = later = NOW + 10 * 365 * 86_400_000
+    h.store.expire(later)
+    stale, again = h.feed(update(8, task="b", now=later), update(9, task="c", now=later))
+    assert (stale.reason, again.outcome, again.prior_decision_id) == ("stale_update", Outcome.DUPLICATE, first.decision_id)
