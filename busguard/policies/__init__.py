@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import Final
+from typing import Final, Literal
 
 import msgspec
 
@@ -67,6 +67,17 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
     #: The config table and settings key; "" means the kind's name. Kinds
     #: that share a policy share a section.
     settings_section: str = ""
+    #: The kind's "one witness" invariant, which `busguard audit` checks and
+    #: prints (`witness_rule`): "task", at most one admitted record per
+    #: (kind, task_id), which the task index enforces (so it needs it);
+    #: "key", at most one per value of the `witness_key` annotations (a kind
+    #: with its task index off whose policy admits one record per key of its
+    #: own, such as a config key and version); "several", no limit (a quota,
+    #: a stream). None: "task" with the task index on, "several" off.
+    witness: Literal["task", "key", "several"] | None = None
+    #: With witness "key": the annotations whose values, together, are an
+    #: admitted record's key (its policy sets them on every admission).
+    witness_key: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.settings is not None and not (isinstance(self.settings, type) and issubclass(self.settings, msgspec.Struct)):
@@ -80,6 +91,27 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"kind {self.kind!r}: task_index off needs a policy to decide its records")
         if not self.task_index and self.single_witness:
             raise ValueError(f"kind {self.kind!r}: a single-witness kind needs the task index")
+        if (self.witness == "task") != self.task_index and self.witness is not None:
+            raise ValueError(
+                f"kind {self.kind!r}: witness {self.witness!r} with the task index "
+                f"{'on' if self.task_index else 'off'}: the task index is what keeps one witness per task, and only that"
+            )
+        if (self.witness == "key") != bool(self.witness_key):
+            raise ValueError(f"kind {self.kind!r}: witness 'key' needs witness_key (the annotations naming the key), and only it")
+
+    @property
+    def witness_rule(self) -> str:
+        """The declared witness invariant, resolved (`witness`)."""
+        return self.witness or ("task" if self.task_index else "several")
+
+    def describe_witness(self) -> str:
+        """The rule as `busguard audit` and `busguard kinds` print it."""
+        rule = self.witness_rule
+        if rule == "task":
+            return "one admitted per task" + (", and one for every task with decisions (single witness)" if self.single_witness else "")
+        if rule == "key":
+            return f"one admitted per key ({', '.join(self.witness_key)}); several per task allowed"
+        return "several admitted per task allowed"
 
     @property
     def section(self) -> str:
@@ -165,6 +197,12 @@ def single_witness(kind: str | None) -> bool:
     return spec is not None and spec.single_witness
 
 
+def witness_rule(kind: str | None) -> str:
+    """The kind's witness rule (`KindSpec.witness_rule`; an unknown kind: "task", the strict rule; auditor)."""
+    spec = KINDS.get(kind) if kind is not None else None
+    return "task" if spec is None else spec.witness_rule
+
+
 def task_indexed(kind: str | None) -> bool:
     """Whether the task index judges this kind (an unknown kind: yes, the strict rule; auditor)."""
     spec = KINDS.get(kind) if kind is not None else None
@@ -191,4 +229,5 @@ __all__ = [
     "run_policies",
     "single_witness",
     "task_indexed",
+    "witness_rule",
 ]

@@ -19,6 +19,7 @@ import pytest
 
 from busguard.admission import policystep
 from busguard.audit.lineage import judge
+from busguard.audit.report import render_table
 from busguard.policies import KINDS, KindSpec
 from busguard.policies.seam import (
     Objection,
@@ -90,10 +91,19 @@ class LatestPolicy:
         if held is not None and u.version <= held.version:
             return PolicyOutcome(objection=Objection(Outcome.REJECT, "stale_update", f"version {u.version} <= {held.version}"))
         row = msgspec.msgpack.encode(Row(u.version, u.value, view.decision_id))
-        return PolicyOutcome(writes=(PolicyWrite(parsed.row, row, ttl_ms=None),))
+        return PolicyOutcome(
+            writes=(PolicyWrite(parsed.row, row, ttl_ms=None),), annotations={"latest.key": u.key, "latest.version": str(u.version)}
+        )
 
 
-LATEST = KindSpec(kind="latest", policy=LatestPolicy(), reasons=("bad_update", "same_update", "stale_update"), task_index=False)
+LATEST = KindSpec(
+    kind="latest",
+    policy=LatestPolicy(),
+    reasons=("bad_update", "same_update", "stale_update"),
+    task_index=False,
+    witness="key",
+    witness_key=("latest.key", "latest.version"),
+)
 
 
 @pytest.fixture(autouse=True)
@@ -175,3 +185,33 @@ def test_a_high_water_row_outlives_every_expiry_pass() -> None:
     h.store.expire(later)
     stale, again = h.feed(update(8, task="b", now=later), update(9, task="c", now=later))
     assert (stale.reason, again.outcome, again.prior_decision_id) == ("stale_update", Outcome.DUPLICATE, first.decision_id)
+
+
+def test_the_auditor_checks_and_prints_the_kinds_own_witness_rule_one_per_key() -> None:
+    h = harness(0)
+    v1, v2, v3 = h.feed(update(1, task="t"), update(2, task="t"), update(3, task="t"))
+    good = judge(feed(ledger(), *(audit_record(d) for d in (v1, v2, v3))))
+    assert codes(good) == [] and good.tasks[0].forwards == 3  # several per task: the kind allows it
+    rule = "one admitted per key (latest.key, latest.version); several per task allowed"
+    assert [(k.kind, k.witness, k.rule) for k in good.kinds] == [("latest", "key", rule)]
+    table = render_table(good)
+    assert "(+2 more)" in table and "more!" not in table and rule in table
+    # a second admission of one key (a log no guard of this kind writes), and one without its key
+    twice = msgspec.structs.replace(v3, annotations={"latest.key": "db.pool", "latest.version": "2"})
+    keyless = msgspec.structs.replace(v1, annotations=None)
+    bad = judge(feed(ledger(), audit_record(keyless), audit_record(v2), audit_record(twice)))
+    assert sorted(codes(bad)) == ["multiple_forwards", "witness_key_missing"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"task_index": False, "witness": "task"}, "the task index is what keeps"),
+        ({"witness": "several"}, "the task index is what keeps"),
+        ({"task_index": False, "witness": "key"}, "needs witness_key"),
+        ({"task_index": False, "witness": "several", "witness_key": ("a",)}, "needs witness_key"),
+    ],
+)
+def test_a_witness_rule_the_kind_cannot_keep_is_refused_when_it_is_declared(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        KindSpec(kind="latest", policy=LatestPolicy(), **fields)  # type: ignore[arg-type]
