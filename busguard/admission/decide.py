@@ -263,7 +263,7 @@ def decide(
         detail = "Ed25519 signature does not verify over the receipt bytes"
         return _decision(did, src, now_ms, Outcome.REJECT, Reason.BAD_SIGNATURE, detail, env, principal, None, None, None, rs), NO_EFFECTS
     spec = KINDS[r.kind]
-    objection = run_policies(env) if spec.interceptors else None
+    objection = run_policies(env, policy.policy_settings) if spec.interceptors else None
     if objection is not None:
         return _decision(
             did, src, now_ms, objection.outcome, objection.reason, objection.detail, env, principal, key, None, None, rs

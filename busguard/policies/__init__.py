@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -31,7 +31,12 @@ from busguard.policies.seam import AnyPolicy, Objection
 from busguard.policies.taint import replay as taint_replay
 from busguard.protocol.envelope import Envelope
 
-Interceptor = Callable[[Envelope], Objection | None]
+#: A stateless check on a verified envelope, with the kind's settings (its
+#: `settings` Struct as the config gives it, its defaults when the config has
+#: no table for it; None for a kind without settings). It runs before any
+#: state is read (docs/protocol.md 7.1 row 11): an objection here spends no
+#: nonce, sequence or task id, so an allow-list belongs here.
+Interceptor = Callable[[Envelope, Any], Objection | None]
 _REASON_CODE: Final = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 
@@ -209,10 +214,22 @@ def task_indexed(kind: str | None) -> bool:
     return spec is None or spec.task_index
 
 
-def run_policies(envelope: Envelope) -> Objection | None:
-    """The kind's stateless interceptors, in order; the first objection wins."""
-    for interceptor in KINDS[envelope.receipt.kind].interceptors:
-        objection = interceptor(envelope)
+def kind_settings(spec: KindSpec, settings: Mapping[str, object]) -> object:
+    """The kind's settings object from the deployment's (`AdmissionPolicy.
+    policy_settings`, by section): its Struct's defaults when absent, None
+    for a kind that declares none."""
+    found = settings.get(spec.section)
+    if spec.settings is None or isinstance(found, spec.settings):
+        return found if spec.settings is not None else None
+    return spec.settings()
+
+
+def run_policies(envelope: Envelope, settings: Mapping[str, object]) -> Objection | None:
+    """The kind's stateless interceptors, in order, with its settings; the first objection wins."""
+    spec = KINDS[envelope.receipt.kind]
+    mine = kind_settings(spec, settings)
+    for interceptor in spec.interceptors:
+        objection = interceptor(envelope, mine)
         if objection is not None:
             return objection
     return None
@@ -225,6 +242,7 @@ __all__ = [
     "KindSpec",
     "Objection",
     "kind_names",
+    "kind_settings",
     "load_errors",
     "run_policies",
     "single_witness",

@@ -48,6 +48,7 @@ from typing import Any, Final, NamedTuple, Protocol, TypeVar
 
 import msgspec
 
+from busguard.errors import SettingError as SettingError  # re-exported: the seam's name for it
 from busguard.protocol.envelope import Envelope
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.reasons import Outcome
@@ -162,6 +163,18 @@ class PolicyContext(NamedTuple):
     keys: KeySource
     now_ms: int
     settings: Mapping[str, object]
+
+
+S = TypeVar("S")
+
+
+def settings_of(context: PolicyContext, cls: type[S], section: str) -> S:
+    """The kind's settings Struct (`KindSpec.settings`) as the config gives
+    it under `[section]`, or its defaults (a test's bare context, a config
+    without the table): typed, for `parse` to put what `decide` needs into
+    what it returns."""
+    found = context.settings.get(section)
+    return found if isinstance(found, cls) else cls()
 
 
 def policy_key(namespace: str, *parts: str) -> PolicyKey:
