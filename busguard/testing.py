@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from busguard.admission.batch import Input, admit_batch
 from busguard.admission.types import AdmissionPolicy
 from busguard.config import TopicsConfig
+from busguard.policies.seam import Settlement
 from busguard.protocol.attestation import attest, decision_bytes, seal
 from busguard.protocol.envelope import HEADER_SIGNATURE
 from busguard.protocol.identity import agent_id_for_key, canonical_principal
@@ -108,6 +109,16 @@ class Harness:
 
     def one(self, record: SignedRecord, offset: int | None = None) -> Decision:
         return self.feed(record, offset=offset)[0]
+
+    def settle(self, escalation: Decision, choice: str | None = None) -> Settlement | None:
+        """The escalation's kind settles it as the reconciler would
+        (`KindSpec.reconciliation`; busguard.reconcile.kinds): `choice` None
+        for its automatic settlement, else an operator's choice; the state
+        change is applied to this harness's store with its marker, so a
+        second call for the escalation changes nothing and answers the same."""
+        from busguard.reconcile.kinds import KindSettler
+
+        return KindSettler(self.store, self.policy.decision_retention_ms).settle(escalation, choice, self.now)
 
     def forward(self, record: SignedRecord, offset: int | None = None) -> tuple[bytes, list[tuple[str, bytes]]]:
         """The downstream record busguard would publish for `record`, sealed

@@ -25,6 +25,7 @@ def describe(spec: KindSpec) -> dict[str, object]:
         "settings_section": spec.section if spec.settings is not None else None,
         "reasons": list(spec.reasons),
         "routes": list(spec.routes),
+        "resolutions": list(spec.reconciliation.choices) if spec.reconciliation is not None else [],
     }
 
 
@@ -40,5 +41,6 @@ def cmd_kinds(args: argparse.Namespace) -> int:
         traits += [f"witness: {spec.describe_witness()}"]
         traits += [f"[{spec.section}]"] if spec.settings is not None else []
         traits += [f"routes {', '.join(spec.routes)}"] if spec.routes else []
+        traits += [f"resolutions {', '.join(spec.reconciliation.choices)}"] if spec.reconciliation is not None else []
         print(f"{spec.kind.ljust(width)}  {r['policy'] or 'no policy'}  ({'; '.join(traits)})")
     return 0

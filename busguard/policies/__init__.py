@@ -27,7 +27,7 @@ from busguard.policies.award import policy as award
 from busguard.policies.award import wire as award_wire
 from busguard.policies.compromise import clearance as compromise_clearance
 from busguard.policies.compromise import policy as compromise
-from busguard.policies.seam import AnyPolicy, Objection
+from busguard.policies.seam import AnyPolicy, Objection, Reconciliation
 from busguard.policies.taint import replay as taint_replay
 from busguard.protocol.envelope import Envelope
 
@@ -37,6 +37,9 @@ from busguard.protocol.envelope import Envelope
 #: state is read (docs/protocol.md 7.1 row 11): an objection here spends no
 #: nonce, sequence or task id, so an allow-list belongs here.
 Interceptor = Callable[[Envelope, Any], Objection | None]
+#: busguard's own resolutions of an escalation (docs/protocol.md 11); a
+#: kind's `reconciliation` may offer more.
+CORE_RESOLUTIONS: Final = ("retransmission", "replay", "reject")
 _REASON_CODE: Final = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 
@@ -83,6 +86,11 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
     #: With witness "key": the annotations whose values, together, are an
     #: admitted record's key (its policy sets them on every admission).
     witness_key: tuple[str, ...] = ()
+    #: How the kind's escalations are settled (seam.Reconciliation): its
+    #: automatic settlement and its operator resolutions, with the state
+    #: change each makes. None: busguard's own (held for an operator, who
+    #: may resolve it as retransmission, replay or reject).
+    reconciliation: Reconciliation | None = None
 
     def __post_init__(self) -> None:
         if self.settings is not None and not (isinstance(self.settings, type) and issubclass(self.settings, msgspec.Struct)):
@@ -101,6 +109,13 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
                 f"kind {self.kind!r}: witness {self.witness!r} with the task index "
                 f"{'on' if self.task_index else 'off'}: the task index is what keeps one witness per task, and only that"
             )
+        if self.reconciliation is not None:
+            for choice in self.reconciliation.choices:
+                if not _REASON_CODE.fullmatch(choice) or choice in CORE_RESOLUTIONS:
+                    raise ValueError(
+                        f"kind {self.kind!r}: resolution {choice[:80]!r} is not a choice of its own "
+                        f"(lowercase letters, digits and _, at most 64, none of {', '.join(CORE_RESOLUTIONS)})"
+                    )
         if (self.witness == "key") != bool(self.witness_key):
             raise ValueError(f"kind {self.kind!r}: witness 'key' needs witness_key (the annotations naming the key), and only it")
 
@@ -202,6 +217,12 @@ def single_witness(kind: str | None) -> bool:
     return spec is not None and spec.single_witness
 
 
+def resolution_choices() -> list[str]:
+    """Every resolution an operator may name: busguard's, then the kinds' own (`busguard escalations resolve --as`)."""
+    own = sorted({c for spec in KINDS.values() if spec.reconciliation is not None for c in spec.reconciliation.choices})
+    return [*CORE_RESOLUTIONS, *own]
+
+
 def witness_rule(kind: str | None) -> str:
     """The kind's witness rule (`KindSpec.witness_rule`; an unknown kind: "task", the strict rule; auditor)."""
     spec = KINDS.get(kind) if kind is not None else None
@@ -236,6 +257,7 @@ def run_policies(envelope: Envelope, settings: Mapping[str, object]) -> Objectio
 
 
 __all__ = [
+    "CORE_RESOLUTIONS",
     "KINDS",
     "PLUGIN_KINDS",
     "Interceptor",
@@ -244,6 +266,7 @@ __all__ = [
     "kind_names",
     "kind_settings",
     "load_errors",
+    "resolution_choices",
     "run_policies",
     "single_witness",
     "task_indexed",

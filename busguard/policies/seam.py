@@ -126,6 +126,41 @@ class PolicyView(Protocol):
         ...
 
 
+class Settlement(msgspec.Struct, frozen=True, kw_only=True):
+    """How a kind settles one of its escalations (`Reconciliation.settle`):
+    the final resolution's `resolved_as` (one of the kind's `choices`), its
+    note, and the state change the reconciler applies through the guard's
+    state store, in one transaction with a marker of the resolution, so it
+    is applied exactly once however often the reconciler crashes."""
+
+    resolved_as: str
+    note: str = ""
+    writes: tuple[PolicyWrite, ...] = ()
+
+
+class Reconciliation(Protocol):
+    """A kind's reconciliation hooks (`KindSpec.reconciliation`): pure, like
+    its policy. The reconciler calls `settle` for an escalation of the kind
+    when it arrives (`choice` None: settle it automatically, or return None
+    to hold it for an operator) and for an operator's resolve command naming
+    one of `choices` (`busguard escalations resolve ID --as <choice>`). Each
+    settlement becomes a final resolution sealed and audited like busguard's
+    own, `by: policy` or `by: operator:<name>`."""
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        """The operator resolutions the kind offers besides busguard's own
+        (`retransmission`, `replay`, `reject`, which change no state); its
+        automatic settlements are among them too."""
+        ...
+
+    def keys(self, escalation: Any) -> Iterable[PolicyKey]:
+        """The rows `settle` reads (`escalation`: the sealed `Decision`)."""
+        ...
+
+    def settle(self, escalation: Any, choice: str | None, view: PolicyView) -> Settlement | None: ...
+
+
 class PolicyInput(NamedTuple):
     """A verified record as its kind's policy parses it: what admission
     already derived from the envelope is passed, not recomputed."""

@@ -38,7 +38,7 @@ import functools
 import hashlib
 import struct
 from collections.abc import Sequence
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -312,7 +312,10 @@ HEADER_COMMAND: Final = "busguard-command"
 #: Absent: the command is signed with the deployment key.
 HEADER_SIGNER: Final = "busguard-signer"
 
-ResolvedAs = Literal["retransmission", "replay", "reject"]
+#: busguard's own `retransmission`, `replay`, `reject`, or a choice an
+#: escalation's kind offers (KindSpec.reconciliation), which the reconciler
+#: checks against the escalation it resolves.
+ResolvedAs = Annotated[str, msgspec.Meta(pattern="^[a-z][a-z0-9_]{0,63}$")]
 Stage = Literal["held", "final"]
 
 
