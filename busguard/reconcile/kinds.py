@@ -20,7 +20,7 @@ otherwise while a registered kind has a reconciliation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final
 
 import msgspec
@@ -70,9 +70,11 @@ def settles(escalation: Decision) -> KindSpec | None:
 class KindSettler:
     """`settle(escalation, choice)` for the reconciler, over the guard's store."""
 
-    def __init__(self, store: BatchStore, marker_ttl_ms: int) -> None:
+    def __init__(self, store: BatchStore, marker_ttl_ms: int, after_commit: Callable[[], None] | None = None) -> None:
+        """`after_commit`: called once a settlement committed (the kill -9 tests' `settled` fault)."""
         self.store = store
         self.marker_ttl_ms = marker_ttl_ms
+        self.after_commit = after_commit
 
     def settle(self, escalation: Decision, choice: str | None, now_ms: int) -> Settlement | None:
         spec = settles(escalation)
@@ -112,6 +114,8 @@ class KindSettler:
             return BatchWrites(policy=rows)
 
         self.store.run_batch(KeySet(policy={*keys, marker}), now_ms, fn)
+        if self.after_commit is not None and answer[0] is not None:
+            self.after_commit()
         return answer[0]
 
 

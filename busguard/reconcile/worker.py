@@ -92,7 +92,11 @@ class Reconciler(SealingStage):
             )
         self.store = store
         # kinds that settle their own escalations change their rows in the guard's store (reconcile/kinds.py)
-        self.settler = KindSettler(kind_store, cfg.admission.decision_retention_ms) if kind_store is not None else None
+        self.settler = (
+            KindSettler(kind_store, cfg.admission.decision_retention_ms, lambda: self.faults.reached("settled"))
+            if kind_store is not None
+            else None
+        )
         self.operators = operators
         self.namespace = f"reconcile:{cfg.reconcile.group_id}"
         # every record it writes is sized against the broker's limit before it is persisted (docs/protocol.md 12.5)
