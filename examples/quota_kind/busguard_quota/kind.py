@@ -80,4 +80,11 @@ class QuotaPolicy:
         return PolicyOutcome(writes=(write,), annotations={"quota.used": str(used + 1)})
 
 
-SPEC: Final = KindSpec(kind=KIND, policy=QuotaPolicy(), reasons=(QUOTA_EXCEEDED,), task_index=False, settings=QuotaSettings)
+SPEC: Final = KindSpec(
+    kind=KIND,
+    policy=QuotaPolicy(),
+    reasons=(QUOTA_EXCEEDED,),
+    task_index=False,  # the kind owns its tasks: several records of one task reach its policy
+    witness="several",  # what `busguard audit` checks and prints: several admitted per task allowed
+    settings=QuotaSettings,
+)
