@@ -11,6 +11,7 @@ from typing import Any
 
 from busguard.commands.admin import cmd_check_config, cmd_keygen, cmd_resolve, cmd_send, cmd_state_init, cmd_state_show
 from busguard.commands.audit import add_commands as add_audit_commands
+from busguard.commands.decisions import add_command as add_decisions_command
 from busguard.commands.kafka import cmd_kafka
 from busguard.commands.kinds import cmd_kinds
 from busguard.commands.services import cmd_broker, cmd_demo, cmd_reconcile, cmd_run
@@ -289,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _register_audit(sub: Any, add: Any, add_esc: Any) -> None:
     add_audit_commands(sub, add, add_esc)
+    add_decisions_command(add)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -121,3 +121,16 @@ async def test_config_update_end_to_end_through_kill_9_of_the_guard_and_the_reco
     assert (
         "busguard audit: OK" in table.stdout and "one admitted per key" in table.stdout and "!" not in table.stdout.split("violations")[0]
     )
+
+    # where each record went, for an operator: `busguard decisions`, filtered by kind and key
+    shown = busguard(
+        site, "decisions", "--config", str(s.config), "--idle-ms", "1000", "--kind", "config.update", "--key", "db.pool", "--json"
+    )
+    assert shown.returncode == 0, shown.stderr
+    seen = {(r["reason"], tuple(r["went_to"]), r["prior_decision_id"], r["settled"]) for r in json.loads(shown.stdout)}
+    assert ("same_config_version", (s.dead_letter,), admitted_v2.decision_id, None) in seen
+    assert ("config_version_conflict", (s.reconciliation,), None, "resolved as keep_admitted by policy") in seen
+    assert ("admitted", (s.downstream_handoffs,), None, None) in seen
+    assert len(json.loads(shown.stdout)) == 6  # every decision of the key (the refused sender's record is not parsed: no key)
+    table = busguard(site, "decisions", "--config", str(s.config), "--idle-ms", "1000")
+    assert "sender_not_allowed" in table.stdout and "WENT TO" in table.stdout, table.stderr

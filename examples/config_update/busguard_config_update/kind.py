@@ -164,7 +164,7 @@ class ConfigUpdatePolicy:
 
     def decide(self, parsed: Parsed, view: PolicyView, now_ms: int) -> PolicyOutcome:
         mark = _mark(view.get(parsed.row))
-        notes = _annotations(parsed)
+        notes = _annotations(parsed)  # on every decision of the kind, so `busguard decisions --key` finds them all
         if (
             mark is None
             or parsed.version > mark.version
@@ -174,11 +174,13 @@ class ConfigUpdatePolicy:
             return PolicyOutcome(writes=(row,), annotations=notes)
         if parsed.version < mark.version:
             return PolicyOutcome(
-                objection=Objection(Outcome.REJECT, STALE, f"version {parsed.version} < {mark.version}, the key's high-water mark")
+                objection=Objection(Outcome.REJECT, STALE, f"version {parsed.version} < {mark.version}, the key's high-water mark"),
+                annotations=notes,
             )
         if parsed.value_sha256 == mark.value_sha256:
             return PolicyOutcome(
-                objection=duplicate_of(mark.decision, SAME_VERSION, f"version {parsed.version} with this value already admitted")
+                objection=duplicate_of(mark.decision, SAME_VERSION, f"version {parsed.version} with this value already admitted"),
+                annotations=notes,
             )
         detail = f"version {parsed.version} was admitted with another value (SHA-256 {mark.value_sha256[:16]}…)"
         return PolicyOutcome(
