@@ -134,3 +134,63 @@ async def test_config_update_end_to_end_through_kill_9_of_the_guard_and_the_reco
     assert len(json.loads(shown.stdout)) == 6  # every decision of the key (the refused sender's record is not parsed: no key)
     table = busguard(site, "decisions", "--config", str(s.config), "--idle-ms", "1000")
     assert "sender_not_allowed" in table.stdout and "WENT TO" in table.stdout, table.stderr
+
+
+async def test_an_operator_admits_the_other_value_once_though_the_reconciler_is_killed_after_changing_the_mark(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    from busguard.protocol.keyfile import write_key
+
+    site = install(tmp_path)
+    env = {"PYTHONPATH": f"{site}:{REPO}"}
+    alice = identity("alice")
+    s = await make_setup(tmp_path / "run", broker.bootstrap, agents=("planner", "executor"), operators=[("alice", alice)])
+    write_key(tmp_path / "alice.key", alice)
+    planner, executor = identity("planner").agent_id, identity("executor").agent_id
+    with s.config.open("a") as f:
+        f.write(f'\n["config.update"]\nsenders = ["{planner}", "{executor}"]\nkeys = ["db.pool"]\nauto_settle = "hold"\n')
+    a, b = update("planner", 7, 1), update("executor", 7, 2)
+    guard = GuardProcess(s, env=env)
+    victim = GuardProcess(s, command="reconcile", fault="settled:1", env=env)
+    try:
+        guard.wait_ready()
+        victim.wait_ready()
+        await produce(s.bootstrap, s.handoffs, [a, b], key=b"cfg")
+        got = await collect(s.bootstrap, [*s.outputs], lambda c: any(b'"stage":"held"' in (r.value or b"") for r in c[s.audit]))
+        (esc,) = [d for d in (audit_decoder.decode(r.value) for r in got[s.audit]) if isinstance(d, Decision) and d.outcome == "escalate"]
+        resolve = busguard(
+            site, "escalations", "resolve", esc.decision_id, "--as", "admit_value", "--note", "2 is right",
+            "--operator", "alice", "--key", str(tmp_path / "alice.key"), "--config", str(s.config), "--wait", "0",
+        )  # fmt: skip
+        assert resolve.returncode == 0, resolve.stderr
+        assert victim.wait(60) == -9, victim.tail()  # killed after moving the mark, before keeping the resolution
+        # the mark names value 2 at version 7 already: its sender's next send of it is admitted, while no reconciler runs
+        await produce(s.bootstrap, s.handoffs, [update("executor", 7, 2)], key=b"cfg")
+        await collect(s.bootstrap, [*s.outputs], lambda c: all_decided(s, c, 3))
+        survivor = GuardProcess(s, command="reconcile", env=env)
+        try:
+            survivor.wait_ready()
+            await collect(s.bootstrap, [s.audit], lambda c: any(b'"stage":"final"' in (r.value or b"") for r in c[s.audit]))
+            # the survivor re-ran the command and changed nothing: value 2 again is a duplicate (applied twice, the
+            # mark would have been reset and this admitted a second time), value 1 a conflict
+            await produce(s.bootstrap, s.handoffs, [update("executor", 7, 2), update("planner", 7, 1)], key=b"cfg")
+            got = await collect(s.bootstrap, [*s.outputs], lambda c: all_decided(s, c, 5))
+        finally:
+            assert survivor.terminate() == 0, survivor.tail()
+    finally:
+        assert guard.terminate() == 0, guard.tail()
+
+    got = await collect_all(s.bootstrap, [*s.outputs])
+    records = [audit_decoder.decode(r.value) for r in got[s.audit]]
+    finals = {(r.escalation_id, r.resolved_as, r.by) for r in records if isinstance(r, Resolution) and r.stage == "final"}
+    assert (esc.decision_id, "admit_value", "operator:alice") in finals
+    assert (
+        len({r.resolution_id for r in records if isinstance(r, Resolution) and r.stage == "final" and r.escalation_id == esc.decision_id})
+        == 1
+    )
+    payloads = [msgspec.json.decode(r.value)["value"] for r in got[s.downstream_handoffs]]
+    assert payloads == [1, 2]  # value 1 first, value 2 once the operator admitted it: each forwarded once
+    reasons = sorted(d.reason for d in {d.decision_id: d for d in records if isinstance(d, Decision)}.values())
+    assert reasons == ["admitted", "admitted", "config_version_conflict", "config_version_conflict", "same_config_version"]
+    report = busguard(site, "audit", "--config", str(s.config), "--idle-ms", "1000", "--json")
+    assert report.returncode == 0 and json.loads(report.stdout)["violations"] == [], report.stdout + report.stderr
