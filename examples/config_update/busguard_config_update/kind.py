@@ -14,7 +14,7 @@ busguard keeps the highest version admitted (whoever sent it) and decides:
 
 The mark is a permanent row (`ttl_ms=None`): it never resets while the key
 is in use. Its bound: one row per key of `keys`, at most 256 of them, each
-under 100 bytes; whatever the senders send.
+a value under 128 bytes; whatever the senders send.
 
 A conflict is settled by the kind's own reconciliation hook: automatically
 as `keep_admitted` (the admitted value stays; `auto_settle = "keep_admitted"`,
