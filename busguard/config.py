@@ -93,10 +93,11 @@ class KafkaConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     #: zstd: the CPU of no compression (gzip, aiokafka's level 9, cost ~50 µs
     #: per input record) and smaller batches; docs/config.md says who can read it.
     compression: Compression = "zstd"
-    #: How long the broker may hold a fetch that has no records yet. tansu
-    #: answers a waiting fetch only when this expires, not when records
-    #: arrive, so it bounds the latency added at low load (docs/config.md).
-    fetch_max_wait_ms: Annotated[int, msgspec.Meta(ge=1, le=60_000)] = 20
+    #: How long the broker may hold a fetch that has no records yet. Apache
+    #: Kafka answers a waiting fetch as soon as records arrive, so this only
+    #: sets how often an idle consumer asks (Kafka's default). tansu answers
+    #: only when it expires: 20 there (docs/config.md).
+    fetch_max_wait_ms: Annotated[int, msgspec.Meta(ge=1, le=60_000)] = 500
 
 
 class Route(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
