@@ -21,6 +21,7 @@ import msgspec
 
 from busguard.devtools.broker import EmbeddedBroker
 from busguard.devtools.guardkit import GuardProcess, all_decided, collect, collect_all, header, identity, make_setup, produce, sender
+from busguard.devtools.kafka import ApacheKafka
 from busguard.protocol.records import Decision, Resolution, audit_decoder
 
 from .paths import REPO
@@ -45,7 +46,9 @@ def update(who: str, version: int, value: int, key: str = "db.pool"):  # type: i
     return sender(who).sign(kind="config.update", task_id=f"{key}@{version}", receiver=identity("executor").agent_id, payload=payload)
 
 
-async def test_config_update_end_to_end_through_kill_9_of_the_guard_and_the_reconciler(broker: EmbeddedBroker, tmp_path: Path) -> None:
+async def test_config_update_end_to_end_through_kill_9_of_the_guard_and_the_reconciler(
+    broker: EmbeddedBroker | ApacheKafka, tmp_path: Path
+) -> None:
     site = install(tmp_path)
     env = {"PYTHONPATH": f"{site}:{REPO}"}
     s = await make_setup(tmp_path / "run", broker.bootstrap, agents=("planner", "executor", "intruder"), max_records=5)
@@ -137,7 +140,7 @@ async def test_config_update_end_to_end_through_kill_9_of_the_guard_and_the_reco
 
 
 async def test_an_operator_admits_the_other_value_once_though_the_reconciler_is_killed_after_changing_the_mark(
-    broker: EmbeddedBroker, tmp_path: Path
+    broker: EmbeddedBroker | ApacheKafka, tmp_path: Path
 ) -> None:
     from busguard.protocol.keyfile import write_key
 
