@@ -20,6 +20,11 @@ test guard `GUARD`), for agents' tests that open forwards:
 >>> [name for name, _ in headers]
 ['busguard-receipt', 'busguard-signature', 'busguard-decision-id', 'busguard-attestation', 'busguard-seal']
 
+`Harness.restart(reopen)` continues over the same durable store after a
+restart (the input's next offsets, none moved by hand), and
+`Harness.settle(escalation, choice)` settles a kind's escalation as the
+reconciler does. docs/design.md, "Adding a kind", documents the API.
+
 The keys are derived from the agent's name (`seed`): test keys only.
 """
 
