@@ -11,12 +11,13 @@ from typing import Any
 
 from busguard.commands.admin import cmd_check_config, cmd_keygen, cmd_resolve, cmd_send, cmd_state_init, cmd_state_show
 from busguard.commands.audit import add_commands as add_audit_commands
+from busguard.commands.decisions import add_command as add_decisions_command
 from busguard.commands.kafka import cmd_kafka
 from busguard.commands.kinds import cmd_kinds
 from busguard.commands.services import cmd_broker, cmd_demo, cmd_reconcile, cmd_run
 from busguard.commands.taint import add_commands as add_taint_commands
 from busguard.errors import ConfigError, StoreUnreachable
-from busguard.policies import kind_names, load_errors
+from busguard.policies import kind_names, load_errors, resolution_choices
 
 __all__ = ["build_parser", "main"]
 
@@ -262,7 +263,14 @@ def build_parser() -> argparse.ArgumentParser:
         """,
     )
     sp.add_argument("escalation_id", help="the escalation's decision id (see `busguard escalations list`)")
-    sp.add_argument("--as", dest="resolve_as", required=True, choices=["retransmission", "replay", "reject"])
+    sp.add_argument(
+        "--as",
+        dest="resolve_as",
+        required=True,
+        choices=resolution_choices(),
+        help="busguard's retransmission, replay or reject, or a choice the escalation's kind offers (`busguard kinds`); "
+        "the reconciler refuses a kind's choice for another kind's escalation",
+    )
     sp.add_argument("--note", required=True, help="why; kept in the audit log")
     sp.add_argument(
         "--operator",
@@ -282,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _register_audit(sub: Any, add: Any, add_esc: Any) -> None:
     add_audit_commands(sub, add, add_esc)
+    add_decisions_command(add)
 
 
 def main(argv: list[str] | None = None) -> int:

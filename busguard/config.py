@@ -5,7 +5,9 @@ paths in the file are resolved against the file's own directory, so a config
 means the same thing whatever directory the guard is started from.
 
 Environment overrides (for containers): `BUSGUARD_<SECTION>__<KEY>=value`
-sets `[section] key`, e.g. `BUSGUARD_KAFKA__BOOTSTRAP_SERVERS=kafka:9092`.
+sets `[section] key`, e.g. `BUSGUARD_KAFKA__BOOTSTRAP_SERVERS=kafka:9092`;
+each `__` is a dot, so a kind's dotted section is
+`BUSGUARD_CONFIG__UPDATE__SENDERS` for `[config.update] senders`.
 The value is read as a TOML value when it parses as one (numbers, booleans,
 quoted strings, arrays) and as a plain string otherwise. Routes are not
 overridable from the environment; change the file.
@@ -91,10 +93,11 @@ class KafkaConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     #: zstd: the CPU of no compression (gzip, aiokafka's level 9, cost ~50 µs
     #: per input record) and smaller batches; docs/config.md says who can read it.
     compression: Compression = "zstd"
-    #: How long the broker may hold a fetch that has no records yet. tansu
-    #: answers a waiting fetch only when this expires, not when records
-    #: arrive, so it bounds the latency added at low load (docs/config.md).
-    fetch_max_wait_ms: Annotated[int, msgspec.Meta(ge=1, le=60_000)] = 20
+    #: How long the broker may hold a fetch that has no records yet. Apache
+    #: Kafka answers a waiting fetch as soon as records arrive, so this only
+    #: sets how often an idle consumer asks (Kafka's default). tansu answers
+    #: only when it expires: 20 there (docs/config.md).
+    fetch_max_wait_ms: Annotated[int, msgspec.Meta(ge=1, le=60_000)] = 500
 
 
 class Route(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -310,28 +313,63 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
 def _env_overrides(raw: dict[str, Any], env: Mapping[str, str]) -> dict[str, str]:
     """Apply BUSGUARD_<SECTION>__<KEY> to `raw`; returns {"section.key": variable name}.
 
-    A key whose default is a string takes the text as it is (so
-    `BUSGUARD_KAFKA__GROUP_ID=42` is the group "42"); others read the text as
-    a TOML value (numbers, booleans, arrays), falling back to the text.
+    Each `__` is a dot of the TOML key, so a kind's dotted section spells
+    itself the same way: `BUSGUARD_CONFIG__UPDATE__SENDERS` sets
+    `[config.update] senders`. A key whose default is a string takes the
+    text as it is (so `BUSGUARD_KAFKA__GROUP_ID=42` is the group "42");
+    others read the text as a TOML value (numbers, booleans, arrays),
+    falling back to the text.
     """
     applied: dict[str, str] = {}
-    defaults = Config()
+    defaults: dict[str, object] = {**{s: getattr(Config(), s) for s in Config.__struct_fields__}, **_kind_defaults()}
     for name, text in env.items():
         if not name.startswith(ENV_PREFIX) or "__" not in name:
             continue
-        section, _, key = name[len(ENV_PREFIX) :].lower().partition("__")
+        *tables, key = name[len(ENV_PREFIX) :].lower().split("__")
+        section = ".".join(tables)
         value: Any = text
-        if not isinstance(getattr(getattr(defaults, section, None), key, None), str):
+        if not isinstance(getattr(defaults.get(section), key, None), str):
             try:
                 value = tomllib.loads(f"v = {text}")["v"]
             except tomllib.TOMLDecodeError:
                 pass
-        target = raw.setdefault(section, {})
-        if not isinstance(target, dict):
-            raise ConfigError(f"${name}", section, text, f"[{section}] is not a table and cannot be overridden by key")
+        target: Any = raw
+        for table in tables:
+            target = target.setdefault(table, {})
+            if not isinstance(target, dict):
+                raise ConfigError(f"${name}", section, text, f"[{section}] is not a table and cannot be overridden by key")
         target[key] = value
         applied[f"{section}.{key}"] = name
     return applied
+
+
+def _kind_defaults() -> dict[str, object]:
+    """Each kind settings section's defaults (its Struct built empty)."""
+    return {spec.section: spec.settings() for spec in KINDS.values() if spec.settings is not None}
+
+
+def _pop_section(raw: dict[str, Any], section: str) -> tuple[bool, Any]:
+    """Take a kind's table out of the file's contents: `[quota]`, or for a
+    dotted section both TOML spellings, `[config.update]` (nested tables)
+    and `["config.update"]` (one quoted key). An outer table left empty by
+    it goes too, so it is not mistaken for a section of its own."""
+    if section in raw:
+        return True, raw.pop(section)
+    *outer, last = section.split(".")
+    path: list[dict[str, Any]] = [raw]
+    for table in outer:
+        inner = path[-1].get(table)
+        if not isinstance(inner, dict):
+            return False, None
+        path.append(inner)
+    if not outer or last not in path[-1]:
+        return False, None
+    value = path[-1].pop(last)
+    for table, holder in zip(reversed(outer), reversed(path[:-1]), strict=True):
+        if holder[table]:
+            break
+        del holder[table]
+    return True, value
 
 
 def _kind_sections() -> type[msgspec.Struct]:
@@ -340,18 +378,32 @@ def _kind_sections() -> type[msgspec.Struct]:
     fields: dict[str, type] = {}
     for spec in KINDS.values():
         if spec.settings is not None:
-            if spec.section in Config.__struct_fields__:
+            if spec.section.split(".")[0] in Config.__struct_fields__:
                 raise ConfigError(
                     "busguard.policies", f"{spec.kind}.settings_section", spec.section, "a name that is not a section busguard itself has"
                 )
             fields[spec.section] = spec.settings
     return msgspec.defstruct(
         "KindSections",
-        [(name, t, msgspec.field(default_factory=t)) for name, t in sorted(fields.items())],
+        # attribute names are identifiers; the section (dotted, for `config.update`) is the encoded name errors show
+        [(f"s{i}", t, msgspec.field(default_factory=t, name=name)) for i, (name, t) in enumerate(sorted(fields.items()))],
         kw_only=True,
         forbid_unknown_fields=True,
         frozen=True,
     )
+
+
+def _nested(raw: dict[str, Any], kind_raw: dict[str, Any]) -> dict[str, Any]:
+    """The file's contents with the kinds' tables put back where a dotted
+    path finds them (`cfg.set.limit`), for an error to quote the value."""
+    data = dict(raw)
+    for section, table in kind_raw.items():
+        *outer, last = section.split(".")
+        holder = data
+        for name in outer:
+            holder = holder.setdefault(name, {})
+        holder[last] = table
+    return data
 
 
 def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Config:
@@ -362,16 +414,20 @@ def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Confi
             raise ConfigError(str(path), internal, raw[internal], "not a known key here (see docs/config.md)")
     from_env = _env_overrides(raw, os.environ if env is None else env)
     sections = _kind_sections()
-    kind_raw = {f.name: raw.pop(f.name) for f in msgspec.structs.fields(sections) if f.name in raw}
+    kind_raw = {}
+    for f in msgspec.structs.fields(sections):
+        found, table = _pop_section(raw, f.encode_name)
+        if found:
+            kind_raw[f.encode_name] = table
     try:
         cfg = msgspec.convert(raw, Config)
         kinds = msgspec.convert(kind_raw, sections)
     except msgspec.ValidationError as exc:
-        err = ConfigError.from_validation(str(path), exc, {**raw, **kind_raw}, Config, sections)
+        err = ConfigError.from_validation(str(path), exc, _nested(raw, kind_raw), Config, sections)
         if err.field in from_env:  # blame the variable, not the file
             err = ConfigError(f"${from_env[err.field]}", err.field, err.value, err.allowed)
         raise err from None
-    settings = msgspec.structs.asdict(kinds)
+    settings = {f.encode_name: getattr(kinds, f.name) for f in msgspec.structs.fields(sections)}
     cfg = msgspec.structs.replace(cfg, source=str(path), kind_settings=settings)
     try:
         validate(cfg)

@@ -9,6 +9,7 @@ needs, and why, is written down once. The file is generated with
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -16,9 +17,55 @@ import msgspec
 
 from busguard.policies import KINDS
 
-#: tansu refuses the idempotent producer, and holds each JoinGroup for
-#: max(1 s, session timeout / 2): a short session keeps rebalances quick.
-EMBEDDED_BROKER_KAFKA: Final[Mapping[str, object]] = {"idempotence": False, "session_timeout_ms": 3000, "heartbeat_interval_ms": 300}
+#: tansu refuses the idempotent producer, holds each JoinGroup for
+#: max(1 s, session timeout / 2) (a short session keeps rebalances quick), and
+#: answers a waiting fetch only when its wait expires, not when records arrive.
+EMBEDDED_BROKER_KAFKA: Final[Mapping[str, object]] = {
+    "idempotence": False,
+    "session_timeout_ms": 3000,
+    "heartbeat_interval_ms": 300,
+    "fetch_max_wait_ms": 20,
+}
+
+#: Apache Kafka: busguard's production defaults (idempotent producer,
+#: ``acks = "all"``) with the shortest session the broker accepts
+#: (``group.min.session.timeout.ms`` is 6000 by default: a 3000 ms session is
+#: refused with INVALID_SESSION_TIMEOUT), so a killed guard's partitions move
+#: within seconds in the tests.
+APACHE_KAFKA_KAFKA: Final[Mapping[str, object]] = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500}
+
+_brokers: dict[str, Mapping[str, object]] = {}
+
+
+def register_broker(bootstrap: str, kafka: Mapping[str, object]) -> None:
+    """Record the ``[kafka]`` keys a deployment on the broker at ``bootstrap``
+    needs; the devtools' brokers call this when they start, so every config
+    this process renders for them fits the broker it runs on."""
+    _brokers[bootstrap] = kafka
+
+
+#: For a broker this process did not start (``--bootstrap`` of the demo and the
+#: examples): ``BUSGUARD_DEV_BROKER=kafka`` says it is Apache Kafka; unset or
+#: ``tansu``, the embedded broker (the demo's default).
+DEV_BROKER_ENV: Final = "BUSGUARD_DEV_BROKER"
+_BY_NAME: Final[Mapping[str, Mapping[str, object]]] = {"tansu": EMBEDDED_BROKER_KAFKA, "kafka": APACHE_KAFKA_KAFKA}
+
+
+def broker_kafka(bootstrap: str) -> Mapping[str, object]:
+    """The ``[kafka]`` keys for ``bootstrap``: a broker this process started
+    says its own; for any other, ``BUSGUARD_DEV_BROKER`` names the broker."""
+    if bootstrap in _brokers:
+        return _brokers[bootstrap]
+    name = os.environ.get(DEV_BROKER_ENV, "tansu")
+    if name not in _BY_NAME:
+        raise ValueError(f"{DEV_BROKER_ENV}={name!r}: allowed: {', '.join(_BY_NAME)}")
+    return _BY_NAME[name]
+
+
+def broker_name(bootstrap: str) -> str:
+    """``"kafka"`` or ``"tansu"``: the broker :func:`broker_kafka` takes ``bootstrap`` for,
+    for the environment of a process that renders configs for it."""
+    return "kafka" if broker_kafka(bootstrap) is APACHE_KAFKA_KAFKA else "tansu"
 
 
 class Topics(msgspec.Struct, frozen=True, kw_only=True):
@@ -57,7 +104,7 @@ def embedded_config(
     """The config text; `sections` add to (or override keys of) its tables,
     e.g. `batch={"max_records": 100}` or `state={"path": "/tmp/x.db"}`."""
     doc: dict[str, Any] = {
-        "kafka": {"bootstrap_servers": bootstrap, "group_id": group_id, **EMBEDDED_BROKER_KAFKA},
+        "kafka": {"bootstrap_servers": bootstrap, "group_id": group_id, **broker_kafka(bootstrap)},
         "routes": [
             {"name": "handoffs", "inputs": [topics.handoffs], "downstream": topics.handoffs_admitted},
             {"name": "acks", "inputs": [topics.acks], "downstream": topics.acks_admitted},
@@ -77,6 +124,6 @@ def embedded_config(
         doc[name] = {**doc.get(name, {}), **values}
     header = "".join(f"# {line}\n" for line in comment.splitlines())
     return (
-        f"{header}# For the embedded broker (no idempotent producer, short sessions). Reference: docs/config.md.\n\n"
+        f"{header}# Session and producer settings fit for the broker at {bootstrap}. Reference: docs/config.md.\n\n"
         + msgspec.toml.encode(doc).decode()
     )

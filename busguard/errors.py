@@ -46,6 +46,17 @@ class StoreUnreachable(ExplainedError):
         return cls(file, field, path, f"{problem}; a file in a directory this user can create and write, or correct {field}")
 
 
+class SettingError(ValueError):
+    """Raised by a kind's settings Struct (in its `__post_init__`) for a value
+    its type cannot refuse by itself: the config error then names the file,
+    `<section>.<key>`, the value and what is allowed, as for busguard's own
+    keys. Kinds import it as `busguard.policies.seam.SettingError`."""
+
+    def __init__(self, key: str, value: object, allowed: str) -> None:
+        super().__init__(f"{key} = {value!r}: {allowed}")
+        self.key, self.value, self.allowed = key, value, allowed
+
+
 class ConfigError(ExplainedError):
     @classmethod
     def from_validation(cls, file: str, exc: msgspec.ValidationError, data: object = None, *roots: type) -> ConfigError:
@@ -63,6 +74,9 @@ class ConfigError(ExplainedError):
         if unknown:  # name the key itself, not the table that holds it
             path = f"{path}.{unknown.group(1)}" if path else unknown.group(1)
             allowed = "not a known key here (see docs/config.md)"
+        setting = exc.__context__
+        if isinstance(setting, SettingError):  # a kind's settings Struct refused one of its keys
+            return cls(file, f"{path}.{setting.key}" if path else setting.key, setting.value, setting.allowed)
         value = _lookup(data, path) if data is not None and path else None
         return cls(file, path, value, allowed)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 
 import structlog
 
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from busguard.runtime.ops import Metrics
     from busguard.runtime.watched import WatchedFile
     from busguard.state.backends import Backend
-    from busguard.state.store import StateStore
+    from busguard.state.store import BatchStore, StateStore
 
 log = structlog.get_logger("busguard.wiring")
 T = TypeVar("T")
@@ -227,6 +227,33 @@ def build_guard(
     return Guard(cfg, keys=keys.registry, identity=keys.identity, store=store, faults=faults, metrics=metrics, clock_ms=clock_ms)
 
 
+#: The backends whose guard store a second process (the reconciler) can open
+#: beside a running guard: a SQLite file, a PostgreSQL schema.
+SHARED_BACKENDS: Final = ("sqlite", "postgres")
+
+
+def open_kind_store(cfg: Config, at_ms: int) -> StateStore | None:
+    """The guard's store, opened by the reconciler for the kinds that settle
+    their own escalations (KindSpec.reconciliation, busguard.reconcile.kinds);
+    None when no registered kind does. Refuses a backend only the guard's
+    process can open (memory, RocksDB), naming the kinds."""
+    from busguard.policies import KINDS
+
+    kinds = sorted(k for k, spec in KINDS.items() if spec.reconciliation is not None)
+    if not kinds:
+        return None
+    chosen, _ = state_backend(cfg)
+    if chosen.name not in SHARED_BACKENDS:
+        raise ConfigError(
+            cfg.source,
+            "state.backend",
+            chosen.name,
+            f"{' or '.join(SHARED_BACKENDS)}: kinds {', '.join(kinds)} settle their escalations in the guard's state store, "
+            "which the reconciler must open beside the guard",
+        )
+    return open_guard_store(cfg, at_ms)
+
+
 def build_reconciler(
     cfg: Config,
     store: ReconcileState,
@@ -236,7 +263,9 @@ def build_reconciler(
     faults: Faults | None = None,
     metrics: Metrics | None = None,
     clock_ms: Callable[[], int] | None = None,
+    kind_store: BatchStore | None = None,
 ) -> Reconciler:
+    """`kind_store`: the guard's store (`open_kind_store`), for kinds that settle their own escalations."""
     from busguard.reconcile.worker import Reconciler
 
     return Reconciler(
@@ -248,6 +277,7 @@ def build_reconciler(
         faults=faults,
         metrics=metrics,
         clock_ms=clock_ms,
+        kind_store=kind_store,
     )
 
 

@@ -182,7 +182,7 @@ def check_batch(
     # flood costs one parse per batch, not one per copy.
     once: dict[tuple[str, bytes], Prepared] = {}
     for c in candidates:
-        if c.envelope.receipt.kind in stateful and keys_by_candidate[id(c)] is not None and not _intercepted(c):
+        if c.envelope.receipt.kind in stateful and keys_by_candidate[id(c)] is not None and not _intercepted(c, policy):
             env = c.envelope
             p = once.get((env.receipt_id, env.signature))
             if p is None:
@@ -191,11 +191,11 @@ def check_batch(
     return Checked(inputs, digests, checked, keys_by_candidate, prepared, keys_for(inputs, candidates, prepared.values()))
 
 
-def _intercepted(c: Candidate) -> bool:
+def _intercepted(c: Candidate, policy: AdmissionPolicy) -> bool:
     """Whether the kind's stateless interceptors refuse the record; `decide`
     then refuses it with the same objection before its policy would run.
     (So they run twice for a kind with both; no built-in kind has both.)"""
-    return bool(KINDS[c.envelope.receipt.kind].interceptors) and run_policies(c.envelope) is not None
+    return bool(KINDS[c.envelope.receipt.kind].interceptors) and run_policies(c.envelope, policy.policy_settings) is not None
 
 
 def admit_batch(

@@ -31,6 +31,7 @@ from busguard.admission.fence import fenced
 from busguard.admission.freshness import check_freshness, is_valid_nonce
 from busguard.admission.types import NO_EFFECTS, AdmissionPolicy, Effects
 from busguard.policies import KINDS, run_policies
+from busguard.policies.seam import PERMANENT_EXPIRY_MS
 from busguard.protocol.envelope import DEFAULT_MAX_PAYLOAD_BYTES, Envelope, open_envelope
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.reasons import Outcome, Reason
@@ -262,7 +263,7 @@ def decide(
         detail = "Ed25519 signature does not verify over the receipt bytes"
         return _decision(did, src, now_ms, Outcome.REJECT, Reason.BAD_SIGNATURE, detail, env, principal, None, None, None, rs), NO_EFFECTS
     spec = KINDS[r.kind]
-    objection = run_policies(env) if spec.interceptors else None
+    objection = run_policies(env, policy.policy_settings) if spec.interceptors else None
     if objection is not None:
         return _decision(
             did, src, now_ms, objection.outcome, objection.reason, objection.detail, env, principal, key, None, None, rs
@@ -286,6 +287,13 @@ def decide(
             did, src, now_ms, Outcome.DUPLICATE, Reason.EXACT_DUPLICATE, detail, env, principal, key, None, prior, rs
         ), NO_EFFECTS
     if view.nonce_seen(c.nonce_key):
+        if not spec.task_index and prepared is not None:
+            # A kind that owns its tasks has no task entry to recognise an
+            # exact copy by: its policy may, as a duplicate of what it admitted
+            # (seam.duplicate_of). Anything else it would say is moot: a replay.
+            answered = _policy_decision(prepared, view, c, key, did, now_ms, NO_EFFECTS)
+            if answered[0].outcome == Outcome.DUPLICATE:
+                return answered[0], NO_EFFECTS
         detail = "nonce already used inside the retention window"
         return _decision(did, src, now_ms, Outcome.REJECT, Reason.NONCE_REPLAY, detail, env, principal, key, None, None, rs), NO_EFFECTS
 
@@ -373,9 +381,9 @@ def _policy_decision(
     A forward of a kind with `forward_annotations` records in `surfaced`
     which of them its forward carries (Decision)."""
     env, principal = c.envelope, c.principal
-    outcome = policystep.run(prepared, view, now_ms)
+    outcome = policystep.run(prepared, view, now_ms, did)
     o = outcome.objection
-    rows = tuple(PolicyRecord(w.key, w.value, now_ms + w.ttl_ms) for w in outcome.writes)
+    rows = tuple(PolicyRecord(w.key, w.value, PERMANENT_EXPIRY_MS if w.ttl_ms is None else now_ms + w.ttl_ms) for w in outcome.writes)
     if o is None:
         decision = _decision(did, c.source, now_ms, Outcome.FORWARD, Reason.ADMITTED, "", env, principal, key, None, None, c.record_sha256)
         effects = msgspec.structs.replace(admitted, policy=rows)
@@ -393,5 +401,7 @@ def _policy_decision(
         # carries, so its attestation binds them (even none: a reader can
         # then tell that none was removed)
         surfaced=tuple(n for n in surfaced if annotations and n in annotations) if o is None and surfaced else None,
+        # a duplicate names the admission it repeats, as the core's do through `prior` (runtime.outputs)
+        prior_decision_id=o.prior_decision_id if o is not None else None,
     )
     return decision, effects

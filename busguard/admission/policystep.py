@@ -15,8 +15,9 @@ it raises `PolicyContractError`, which unit tests of the policy find.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Set
-from typing import NamedTuple, Protocol
+from typing import Final, NamedTuple, Protocol
 
 from busguard.policies import KINDS, KindSpec
 from busguard.policies.seam import Objection, PolicyContext, PolicyInput, PolicyOutcome
@@ -29,6 +30,7 @@ class PolicyContractError(RuntimeError):
 
 
 _CORE_REASONS: frozenset[str] = frozenset(Reason)
+_DECISION_ID: Final = re.compile(r"[0-9a-f]{32}")
 
 
 class PolicyState(Protocol):
@@ -63,11 +65,12 @@ def prepare(record: PolicyInput, context: PolicyContext) -> Prepared:
 
 
 class _View:
-    __slots__ = ("_keys", "_state")
+    __slots__ = ("_keys", "_state", "decision_id")
 
-    def __init__(self, state: PolicyState, keys: Set[PolicyKey]) -> None:
+    def __init__(self, state: PolicyState, keys: Set[PolicyKey], decision_id: str) -> None:
         self._state = state
         self._keys = keys
+        self.decision_id = decision_id
 
     def get(self, key: PolicyKey) -> bytes | None:
         if key not in self._keys:
@@ -75,16 +78,26 @@ class _View:
         return self._state.policy_value(key)
 
 
-def run(prepared: Prepared, state: PolicyState, now_ms: int) -> PolicyOutcome:
+def run(prepared: Prepared, state: PolicyState, now_ms: int, decision_id: str) -> PolicyOutcome:
+    """`decide` for one record (`decision_id`: the decision being made),
+    its answer checked against the seam's rules."""
     spec, parsed = prepared.spec, prepared.parsed
     if isinstance(parsed, Objection):
         outcome = PolicyOutcome(objection=parsed)
     else:
         assert spec.policy is not None
-        outcome = spec.policy.decide(parsed, _View(state, prepared.keys), now_ms)
+        outcome = spec.policy.decide(parsed, _View(state, prepared.keys, decision_id), now_ms)
     o = outcome.objection
-    if o is not None and o.outcome not in (Outcome.REJECT, Outcome.ESCALATE):
-        raise PolicyContractError(f"kind {spec.kind!r}: an objection must reject or escalate, not {o.outcome}")
+    if o is not None and o.outcome not in (Outcome.REJECT, Outcome.ESCALATE, Outcome.DUPLICATE):
+        raise PolicyContractError(f"kind {spec.kind!r}: an objection must reject, escalate or be a duplicate, not {o.outcome}")
+    if o is not None and (o.outcome == Outcome.DUPLICATE) != (o.prior_decision_id is not None):
+        raise PolicyContractError(
+            f"kind {spec.kind!r}: a duplicate names the admission it repeats (seam.duplicate_of), and only a duplicate does"
+        )
+    if o is not None and o.prior_decision_id is not None and not _DECISION_ID.fullmatch(o.prior_decision_id):
+        raise PolicyContractError(
+            f"kind {spec.kind!r}: duplicate of {o.prior_decision_id[:80]!r}, not a decision id (32 lowercase hex digits)"
+        )
     if o is not None and o.reason not in _CORE_REASONS and o.reason not in spec.reasons:
         raise PolicyContractError(
             f"kind {spec.kind!r} objects with reason {o.reason!r}, neither busguard's nor one it declares (KindSpec.reasons)"

@@ -134,6 +134,15 @@ class ChainReport(msgspec.Struct, kw_only=True):
     tip_sealed_at: int
 
 
+class KindRule(msgspec.Struct, kw_only=True):
+    """A kind in the log and the witness rule it declares (`KindSpec.witness`),
+    which invariant 1 was checked against."""
+
+    kind: str
+    witness: str  # "task", "key" or "several"
+    rule: str  # as printed
+
+
 class AuditReport(msgspec.Struct, kw_only=True, omit_defaults=True):  # calls and chains omitted when there are none
     ok: bool
     summary: Summary
@@ -146,3 +155,5 @@ class AuditReport(msgspec.Struct, kw_only=True, omit_defaults=True):  # calls an
     inputs: list[InputCoverage] = []  # per input partition, the offsets its decisions cover (busguard.audit.coverage)
     #: per partition of the audit and downstream topics, how far the audit read it (busguard.audit.reach)
     reads: list[PartitionRead] = []
+    #: the kinds with decisions in the log and their declared witness rules
+    kinds: list[KindRule] = []

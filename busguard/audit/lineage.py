@@ -24,9 +24,10 @@ docs/design.md, "The auditor's invariants"):
 
 | code | inv. | meaning |
 | --- | --- | --- |
-| `multiple_forwards` | 1 | a (kind, task_id) has more than one distinct `forward` decision id (a kind with its task index off excepted) |
+| `multiple_forwards` | 1 | two distinct `forward` decision ids for one witness: a (kind, task_id) (witness one per task), a key (one per key) |
 | `missing_witness` | 1 | a task of a single-witness kind (`KindSpec.single_witness`, e.g. handoff) has a non-reject decision but no `forward` decision |
-| `prior_mismatch` | 1 | a duplicate/escalation names a prior admission that is not the task's witness |
+| `witness_key_missing` | 1 | a `forward` of a kind whose witness is one per key (`KindSpec.witness`) lacks an annotation of its `witness_key` |
+| `prior_mismatch` | 1 | a duplicate/escalation names a prior admission that is not the task's witness (task index off: a non-`forward` of the kind) |
 | `unknown_escalation` | 2 | a resolution settles an id that is not an `escalate` decision in the log |
 | `duplicate_resolution` | 2 | two final resolution ids, or two different final records, for one escalation |
 | `bad_resolution_id` | 2 | a resolution id is not `resolution_id(escalation_id, stage)` |
@@ -71,6 +72,7 @@ from busguard.audit.escalations import resolutions, source_order, status
 from busguard.audit.findings import (
     AuditReport,
     EscalationStatus,
+    KindRule,
     PendingEscalation,
     Summary,
     SupersedesLink,
@@ -80,12 +82,13 @@ from busguard.audit.findings import (
 from busguard.audit.ledger import LEDGER_VERSION, DecisionFact, F, Ledger, ResolutionFact, Sealer
 from busguard.audit.notices import notice_reports
 from busguard.audit.reach import findings as read_findings
-from busguard.policies import single_witness, task_indexed
+from busguard.policies import KINDS, single_witness, task_indexed, witness_rule
 
 #: code -> invariant number (1-5 and 0 as docs/design.md, "The auditor's invariants", numbers them).
 INVARIANTS: Final[dict[str, int]] = {
     "multiple_forwards": 1,
     "missing_witness": 1,
+    "witness_key_missing": 1,
     "prior_mismatch": 1,
     "unknown_escalation": 2,
     "duplicate_resolution": 2,
@@ -151,6 +154,7 @@ class _Judge:
         finals, helds, self.single_key = resolutions(led, self.flag)
         tasks = [self._task(key, sorted(facts, key=source_order), finals, helds) for key, facts in sorted(by_task.items())]
         pending = escalation_pending(led, finals, helds)
+        self._witness_keys()
         self._nonces()
         self._forwarded()
         self._bad_records()
@@ -193,6 +197,14 @@ class _Judge:
             chains=chains,
             inputs=inputs,
             reads=self.reads,
+            kinds=[
+                KindRule(
+                    kind=k,
+                    witness=witness_rule(k),
+                    rule=KINDS[k].describe_witness() if k in KINDS else "one admitted per task (unknown kind)",
+                )
+                for k in sorted({f.kind for f in decisions if f.kind is not None})
+            ],
         )
 
     # invariant 1 (and the table)
@@ -204,9 +216,10 @@ class _Judge:
         helds: dict[str, list[ResolutionFact]],
     ) -> TaskLineage:
         kind, task_id = key
+        indexed = task_indexed(kind)
         forwards = [f for f in facts if f.outcome == "forward"]
         forward_ids = {f.decision_id for f in forwards}
-        if len(forwards) > 1 and task_indexed(kind):
+        if len(forwards) > 1 and indexed:
             ids = ", ".join(f.decision_id for f in forwards)
             self.flag(
                 "multiple_forwards",
@@ -218,7 +231,17 @@ class _Judge:
             shown = ", ".join(f"{f.decision_id} ({f.reason})" for f in facts if f.outcome != "reject")
             self.flag("missing_witness", f"{kind} {task_id!r} has decisions but no admitted witness in the log: {shown}", task=key)
         for f in facts:
-            if forwards and f.prior_decision_id is not None and f.prior_decision_id not in forward_ids:
+            if not indexed and f.prior_decision_id is not None:
+                # a kind that owns its tasks names an admission of the kind, of any task (seam.duplicate_of)
+                named = self.led.decisions.get(f.prior_decision_id)
+                if named is not None and (named.outcome != "forward" or named.kind != kind):
+                    self.flag(
+                        "prior_mismatch",
+                        f"{f.reason} decision names prior admission {f.prior_decision_id}, a {named.outcome} of kind {named.kind}",
+                        task=key,
+                        decision_id=f.decision_id,
+                    )
+            elif forwards and f.prior_decision_id is not None and f.prior_decision_id not in forward_ids:
                 self.flag(
                     "prior_mismatch",
                     f"{f.reason} decision names prior admission {f.prior_decision_id}, but the task's witness is {forwards[0].decision_id}",
@@ -245,6 +268,33 @@ class _Judge:
             escalations=escalations,
             supersedes=links,
         )
+
+    # invariant 1, for a kind whose witness is one per key of its own
+    def _witness_keys(self) -> None:
+        by_key: dict[tuple[str, tuple[str, ...]], list[DecisionFact]] = defaultdict(list)
+        for f in self.led.decisions.values():
+            if f.outcome != "forward" or f.kind is None or witness_rule(f.kind) != "key":
+                continue
+            names = KINDS[f.kind].witness_key
+            values = [(f.annotations or {}).get(n) for n in names]
+            if any(v is None for v in values):
+                self.flag(
+                    "witness_key_missing",
+                    f"forward of {f.kind} lacks its witness key annotation(s) {', '.join(names)}",
+                    task=(f.kind, f.task_id),
+                    decision_id=f.decision_id,
+                )
+                continue
+            by_key[(f.kind, tuple(v for v in values if v is not None))].append(f)
+        for (kind, key), facts in sorted(by_key.items()):
+            if len(facts) > 1:
+                facts.sort(key=source_order)
+                self.flag(
+                    "multiple_forwards",
+                    f"{kind} key {'/'.join(key)!r} was admitted {len(facts)} times: {', '.join(f.decision_id for f in facts)}",
+                    task=(kind, facts[1].task_id),
+                    decision_id=facts[1].decision_id,
+                )
 
     # invariant 4
     def _nonces(self) -> None:

@@ -12,6 +12,7 @@ import msgspec
 
 from busguard.audit.findings import CallReport
 from busguard.audit.lineage import AuditReport, EscalationStatus, PendingEscalation, TaskLineage
+from busguard.policies import witness_rule
 
 _encoder: Final = msgspec.json.Encoder()
 SHORT: Final = 12  # receipt ids are shown by their first 12 hex digits in tables
@@ -53,7 +54,8 @@ def _escalation(e: EscalationStatus) -> str:
 def _task_row(t: TaskLineage) -> list[str]:
     witness = t.witness or "-"
     if t.forwards > 1:
-        witness += f" (+{t.forwards - 1} more!)"
+        # a warning mark only where the kind's witness rule is one per task
+        witness += f" (+{t.forwards - 1} more{'!' if witness_rule(t.kind) == 'task' else ''})"
     elif t.witness and not t.delivered:
         witness += " (not seen downstream)"
     return [
@@ -115,6 +117,8 @@ def render_table(report: AuditReport) -> str:
         lines[-1:-1] = [
             f"note: {s.single_key} resolution(s) accepted only under keys.single_key_audit (sealed with the guard key, or an operator's name not proven)"
         ]
+    if report.kinds:
+        lines += _table(["KIND", "WITNESS RULE (checked)"], [[k.kind, k.rule] for k in report.kinds]) + [""]
     if report.tasks:
         header = ["KIND", "TASK", "WITNESS", "DUPS", "REJECTS", "ESCALATIONS", "SUPERSEDES"]
         lines += _table(header, [_task_row(t) for t in report.tasks])

@@ -20,9 +20,12 @@ def describe(spec: KindSpec) -> dict[str, object]:
         "policy": None if spec.policy is None else f"{type(spec.policy).__module__}.{type(spec.policy).__qualname__}",
         "task_index": spec.task_index,
         "single_witness": spec.single_witness,
+        "witness": spec.witness_rule,
+        "witness_key": list(spec.witness_key),
         "settings_section": spec.section if spec.settings is not None else None,
         "reasons": list(spec.reasons),
         "routes": list(spec.routes),
+        "resolutions": list(spec.reconciliation.choices) if spec.reconciliation is not None else [],
     }
 
 
@@ -35,8 +38,9 @@ def cmd_kinds(args: argparse.Namespace) -> int:
         r = describe(spec)
         traits = [str(r["origin"])]
         traits += [] if spec.task_index else ["task index off"]
-        traits += ["single witness"] if spec.single_witness else []
+        traits += [f"witness: {spec.describe_witness()}"]
         traits += [f"[{spec.section}]"] if spec.settings is not None else []
         traits += [f"routes {', '.join(spec.routes)}"] if spec.routes else []
+        traits += [f"resolutions {', '.join(spec.reconciliation.choices)}"] if spec.reconciliation is not None else []
         print(f"{spec.kind.ljust(width)}  {r['policy'] or 'no policy'}  ({'; '.join(traits)})")
     return 0

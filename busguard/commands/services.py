@@ -18,7 +18,9 @@ from busguard.wiring import (
     build_reconciler,
     ensure_topics,
     guard_topics,
+    now_ms,
     open_guard,
+    open_kind_store,
     open_reconcile_store,
     reconciler_keys,
     reconciler_topics,
@@ -119,13 +121,25 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     except BaseException:
         _release(claim)
         raise
+    kind_store = None
     try:
-        worker = build_reconciler(cfg, store, keys, operators, faults=Faults.from_env())
+        kind_store = open_kind_store(cfg, now_ms())  # only while a registered kind settles its own escalations
+        worker = build_reconciler(cfg, store, keys, operators, faults=Faults.from_env(), kind_store=kind_store)
     except BaseException:
         store.close()
+        if kind_store is not None:
+            kind_store.close()
         _release(claim)
         raise
-    return _serve(worker, reconciler_topics(cfg), cfg, _closing(store.close, claim))
+
+    def close_stores() -> None:
+        try:
+            store.close()
+        finally:
+            if kind_store is not None:
+                kind_store.close()
+
+    return _serve(worker, reconciler_topics(cfg), cfg, _closing(close_stores, claim))
 
 
 def _embedded_missing() -> bool:

@@ -43,6 +43,8 @@ from typing import Any, Self, TypeVar
 import structlog
 from aiokafka.admin import AIOKafkaAdminClient
 
+from busguard.devconfig import EMBEDDED_BROKER_KAFKA, register_broker
+
 __all__ = ["EXTRA_HINT", "HOST", "BrokerError", "EmbeddedBroker", "embedded_available", "free_port", "signal_group"]
 
 HOST = "127.0.0.1"
@@ -341,6 +343,7 @@ class EmbeddedBroker:
                     last_error = exc
                 else:
                     self.ready_seconds = time.monotonic() - self._spawned_at
+                    register_broker(f"{HOST}:{port}", EMBEDDED_BROKER_KAFKA)
                     _log.info(
                         "broker.ready",
                         bootstrap=f"{HOST}:{port}",

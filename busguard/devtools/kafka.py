@@ -54,6 +54,7 @@ from typing import Any, Self
 import structlog
 from aiokafka.admin import AIOKafkaAdminClient
 
+from busguard.devconfig import APACHE_KAFKA_KAFKA, register_broker
 from busguard.devtools.broker import HOST, BrokerError, free_port, signal_group
 
 __all__ = [
@@ -649,6 +650,8 @@ class ApacheKafka:
                 )
             await asyncio.sleep(0.1)
         self.ready_seconds = time.monotonic() - self._spawned_at
+        for address in [self.bootstrap, *(self.bootstrap_of(i) for i in range(self.brokers))]:
+            register_broker(address, APACHE_KAFKA_KAFKA)
         _log.info(
             "kafka.ready",
             version=self.version,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import Final
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -27,11 +27,19 @@ from busguard.policies.award import policy as award
 from busguard.policies.award import wire as award_wire
 from busguard.policies.compromise import clearance as compromise_clearance
 from busguard.policies.compromise import policy as compromise
-from busguard.policies.seam import AnyPolicy, Objection
+from busguard.policies.seam import AnyPolicy, Objection, Reconciliation
 from busguard.policies.taint import replay as taint_replay
 from busguard.protocol.envelope import Envelope
 
-Interceptor = Callable[[Envelope], Objection | None]
+#: A stateless check on a verified envelope, with the kind's settings (its
+#: `settings` Struct as the config gives it, its defaults when the config has
+#: no table for it; None for a kind without settings). It runs before any
+#: state is read (docs/protocol.md 7.1 row 11): an objection here spends no
+#: nonce, sequence or task id, so an allow-list belongs here.
+Interceptor = Callable[[Envelope, Any], Objection | None]
+#: busguard's own resolutions of an escalation (docs/protocol.md 11); a
+#: kind's `reconciliation` may offer more.
+CORE_RESOLUTIONS: Final = ("retransmission", "replay", "reject")
 _REASON_CODE: Final = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 
@@ -67,6 +75,22 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
     #: The config table and settings key; "" means the kind's name. Kinds
     #: that share a policy share a section.
     settings_section: str = ""
+    #: The kind's "one witness" invariant, which `busguard audit` checks and
+    #: prints (`witness_rule`): "task", at most one admitted record per
+    #: (kind, task_id), which the task index enforces (so it needs it);
+    #: "key", at most one per value of the `witness_key` annotations (a kind
+    #: with its task index off whose policy admits one record per key of its
+    #: own, such as a config key and version); "several", no limit (a quota,
+    #: a stream). None: "task" with the task index on, "several" off.
+    witness: Literal["task", "key", "several"] | None = None
+    #: With witness "key": the annotations whose values, together, are an
+    #: admitted record's key (its policy sets them on every admission).
+    witness_key: tuple[str, ...] = ()
+    #: How the kind's escalations are settled (seam.Reconciliation): its
+    #: automatic settlement and its operator resolutions, with the state
+    #: change each makes. None: busguard's own (held for an operator, who
+    #: may resolve it as retransmission, replay or reject).
+    reconciliation: Reconciliation | None = None
 
     def __post_init__(self) -> None:
         if self.settings is not None and not (isinstance(self.settings, type) and issubclass(self.settings, msgspec.Struct)):
@@ -80,6 +104,34 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"kind {self.kind!r}: task_index off needs a policy to decide its records")
         if not self.task_index and self.single_witness:
             raise ValueError(f"kind {self.kind!r}: a single-witness kind needs the task index")
+        if (self.witness == "task") != self.task_index and self.witness is not None:
+            raise ValueError(
+                f"kind {self.kind!r}: witness {self.witness!r} with the task index "
+                f"{'on' if self.task_index else 'off'}: the task index is what keeps one witness per task, and only that"
+            )
+        if self.reconciliation is not None:
+            for choice in self.reconciliation.choices:
+                if not _REASON_CODE.fullmatch(choice) or choice in CORE_RESOLUTIONS:
+                    raise ValueError(
+                        f"kind {self.kind!r}: resolution {choice[:80]!r} is not a choice of its own "
+                        f"(lowercase letters, digits and _, at most 64, none of {', '.join(CORE_RESOLUTIONS)})"
+                    )
+        if (self.witness == "key") != bool(self.witness_key):
+            raise ValueError(f"kind {self.kind!r}: witness 'key' needs witness_key (the annotations naming the key), and only it")
+
+    @property
+    def witness_rule(self) -> str:
+        """The declared witness invariant, resolved (`witness`)."""
+        return self.witness or ("task" if self.task_index else "several")
+
+    def describe_witness(self) -> str:
+        """The rule as `busguard audit` and `busguard kinds` print it."""
+        rule = self.witness_rule
+        if rule == "task":
+            return "one admitted per task" + (", and one for every task with decisions (single witness)" if self.single_witness else "")
+        if rule == "key":
+            return f"one admitted per key ({', '.join(self.witness_key)}); several per task allowed"
+        return "several admitted per task allowed"
 
     @property
     def section(self) -> str:
@@ -165,30 +217,58 @@ def single_witness(kind: str | None) -> bool:
     return spec is not None and spec.single_witness
 
 
+def resolution_choices() -> list[str]:
+    """Every resolution an operator may name: busguard's, then the kinds' own (`busguard escalations resolve --as`)."""
+    own = sorted({c for spec in KINDS.values() if spec.reconciliation is not None for c in spec.reconciliation.choices})
+    return [*CORE_RESOLUTIONS, *own]
+
+
+def witness_rule(kind: str | None) -> str:
+    """The kind's witness rule (`KindSpec.witness_rule`; an unknown kind: "task", the strict rule; auditor)."""
+    spec = KINDS.get(kind) if kind is not None else None
+    return "task" if spec is None else spec.witness_rule
+
+
 def task_indexed(kind: str | None) -> bool:
     """Whether the task index judges this kind (an unknown kind: yes, the strict rule; auditor)."""
     spec = KINDS.get(kind) if kind is not None else None
     return spec is None or spec.task_index
 
 
-def run_policies(envelope: Envelope) -> Objection | None:
-    """The kind's stateless interceptors, in order; the first objection wins."""
-    for interceptor in KINDS[envelope.receipt.kind].interceptors:
-        objection = interceptor(envelope)
+def kind_settings(spec: KindSpec, settings: Mapping[str, object]) -> object:
+    """The kind's settings object from the deployment's (`AdmissionPolicy.
+    policy_settings`, by section): its Struct's defaults when absent, None
+    for a kind that declares none."""
+    found = settings.get(spec.section)
+    if spec.settings is None or isinstance(found, spec.settings):
+        return found if spec.settings is not None else None
+    return spec.settings()
+
+
+def run_policies(envelope: Envelope, settings: Mapping[str, object]) -> Objection | None:
+    """The kind's stateless interceptors, in order, with its settings; the first objection wins."""
+    spec = KINDS[envelope.receipt.kind]
+    mine = kind_settings(spec, settings)
+    for interceptor in spec.interceptors:
+        objection = interceptor(envelope, mine)
         if objection is not None:
             return objection
     return None
 
 
 __all__ = [
+    "CORE_RESOLUTIONS",
     "KINDS",
     "PLUGIN_KINDS",
     "Interceptor",
     "KindSpec",
     "Objection",
     "kind_names",
+    "kind_settings",
     "load_errors",
+    "resolution_choices",
     "run_policies",
     "single_witness",
     "task_indexed",
+    "witness_rule",
 ]

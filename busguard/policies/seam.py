@@ -44,10 +44,11 @@ they cannot use is an `Objection`, never an exception.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, Final, NamedTuple, Protocol, TypeVar
 
 import msgspec
 
+from busguard.errors import SettingError as SettingError  # re-exported: the seam's name for it
 from busguard.protocol.envelope import Envelope
 from busguard.protocol.identity import canonical_principal
 from busguard.protocol.reasons import Outcome
@@ -62,18 +63,44 @@ P = TypeVar("P")
 
 
 class Objection(msgspec.Struct, frozen=True):
+    """Not an admission: a reject, an escalation, or (with `prior_decision_id`)
+    a duplicate of an earlier admission (`duplicate_of`)."""
+
     outcome: Outcome
     #: one of busguard's `Reason`s, or one the kind declares (`KindSpec.reasons`)
     reason: str
     detail: str
+    #: a duplicate's: the decision id of the admission it repeats, which its
+    #: dead letter carries as `busguard-prior-decision-id` (as the core's
+    #: duplicates); required with `Outcome.DUPLICATE`, refused with any other
+    prior_decision_id: str | None = None
+
+
+def duplicate_of(prior_decision_id: str, reason: str, detail: str) -> Objection:
+    """A duplicate of the admission decided as `prior_decision_id` (which the
+    policy learnt from its own row: `PolicyView.decision_id` is what it
+    stores when it admits). Dead-lettered, never forwarded, counted by
+    `busguard audit` as a duplicate; its nonce and sequence are consumed."""
+    return Objection(Outcome.DUPLICATE, reason, detail, prior_decision_id)
 
 
 class PolicyWrite(msgspec.Struct, frozen=True, gc=False):
-    """A row the policy asks to persist: it expires `ttl_ms` after the decision."""
+    """A row the policy asks to persist: it expires `ttl_ms` after the
+    decision, or, with `ttl_ms=None`, never (a permanent row: a high-water
+    mark or a counter that must not reset). A permanent row is kept until a
+    later write replaces it, so its bound is the kind's: the keys it
+    writes permanently must come from a set its settings fix (docs/design.md,
+    "The policy seam"; docs/operations.md, "Bounds")."""
 
     key: PolicyKey
     value: bytes
-    ttl_ms: int
+    ttl_ms: int | None
+
+
+#: The expiry a permanent row is stored with (`PolicyWrite(ttl_ms=None)`):
+#: far past any clock (year 146 million), inside every backend's 64-bit
+#: column, so no store needs a second kind of row and `expire` never takes it.
+PERMANENT_EXPIRY_MS: Final = 1 << 62
 
 
 class PolicyOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -89,6 +116,49 @@ class PolicyView(Protocol):
         """The row's bytes, None when absent or expired. Only keys the
         policy named in `keys()` may be read (LookupError otherwise)."""
         ...
+
+    @property
+    def decision_id(self) -> str:
+        """The id of the decision being made: what a row written on
+        admission stores, so that a later record can be answered
+        `duplicate_of(that id)`. Deterministic (the input's coordinates,
+        docs/protocol.md 4.4), so a re-decided batch stores the same id."""
+        ...
+
+
+class Settlement(msgspec.Struct, frozen=True, kw_only=True):
+    """How a kind settles one of its escalations (`Reconciliation.settle`):
+    the final resolution's `resolved_as` (one of the kind's `choices`), its
+    note, and the state change the reconciler applies through the guard's
+    state store, in one transaction with a marker of the resolution, so it
+    is applied exactly once however often the reconciler crashes."""
+
+    resolved_as: str
+    note: str = ""
+    writes: tuple[PolicyWrite, ...] = ()
+
+
+class Reconciliation(Protocol):
+    """A kind's reconciliation hooks (`KindSpec.reconciliation`): pure, like
+    its policy. The reconciler calls `settle` for an escalation of the kind
+    when it arrives (`choice` None: settle it automatically, or return None
+    to hold it for an operator) and for an operator's resolve command naming
+    one of `choices` (`busguard escalations resolve ID --as <choice>`). Each
+    settlement becomes a final resolution sealed and audited like busguard's
+    own, `by: policy` or `by: operator:<name>`."""
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        """The operator resolutions the kind offers besides busguard's own
+        (`retransmission`, `replay`, `reject`, which change no state); its
+        automatic settlements are among them too."""
+        ...
+
+    def keys(self, escalation: Any) -> Iterable[PolicyKey]:
+        """The rows `settle` reads (`escalation`: the sealed `Decision`)."""
+        ...
+
+    def settle(self, escalation: Any, choice: str | None, view: PolicyView) -> Settlement | None: ...
 
 
 class PolicyInput(NamedTuple):
@@ -128,6 +198,18 @@ class PolicyContext(NamedTuple):
     keys: KeySource
     now_ms: int
     settings: Mapping[str, object]
+
+
+S = TypeVar("S")
+
+
+def settings_of(context: PolicyContext, cls: type[S], section: str) -> S:
+    """The kind's settings Struct (`KindSpec.settings`) as the config gives
+    it under `[section]`, or its defaults (a test's bare context, a config
+    without the table): typed, for `parse` to put what `decide` needs into
+    what it returns."""
+    found = context.settings.get(section)
+    return found if isinstance(found, cls) else cls()
 
 
 def policy_key(namespace: str, *parts: str) -> PolicyKey:

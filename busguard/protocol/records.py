@@ -38,7 +38,7 @@ import functools
 import hashlib
 import struct
 from collections.abc import Sequence
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -221,6 +221,16 @@ class Decision(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, tag_fi
     surfaced: tuple[str, ...] | None = None
     replacement_sha256: str | None = None
     replacement_length: int | None = None
+    #: a kind policy's duplicate (seam.duplicate_of): the decision id of the
+    #: admission it repeats; the core's duplicates name theirs in `prior`
+    prior_decision_id: str | None = None
+
+    @property
+    def prior_admission(self) -> str | None:
+        """The decision id of the admission this decision repeats or
+        conflicts with: `prior`'s (the task's witness) or a policy's
+        duplicate's `prior_decision_id`; None for every other decision."""
+        return self.prior.decision_id if self.prior is not None else self.prior_decision_id
 
     @property
     def covers_to(self) -> int:
@@ -302,7 +312,10 @@ HEADER_COMMAND: Final = "busguard-command"
 #: Absent: the command is signed with the deployment key.
 HEADER_SIGNER: Final = "busguard-signer"
 
-ResolvedAs = Literal["retransmission", "replay", "reject"]
+#: busguard's own `retransmission`, `replay`, `reject`, or a choice an
+#: escalation's kind offers (KindSpec.reconciliation), which the reconciler
+#: checks against the escalation it resolves.
+ResolvedAs = Annotated[str, msgspec.Meta(pattern="^[a-z][a-z0-9_]{0,63}$")]
 Stage = Literal["held", "final"]
 
 

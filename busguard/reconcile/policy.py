@@ -18,8 +18,12 @@ same id.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 
+from busguard.policies import CORE_RESOLUTIONS, KINDS
+from busguard.policies.seam import Settlement
 from busguard.protocol.records import Coordinates, Decision, Reply, Resolution, ResolveCommand, SignedCommand, resolution_id
 
 
@@ -38,7 +42,15 @@ Item = Resolution | Reply | Rejected
 Verdict = tuple[list[Item], EscalationState | None]
 
 
-def on_escalation(decision: Decision, known: EscalationState | None, source: Coordinates, now_ms: int, auto_resolve: bool) -> Verdict:
+#: A kind's settlement of an escalation (busguard.reconcile.kinds): `choice`
+#: None asks for its automatic one (None back: hold it for an operator).
+Settle = Callable[[Decision, str | None], Settlement | None]
+
+
+def on_escalation(
+    decision: Decision, known: EscalationState | None, source: Coordinates, now_ms: int, auto_resolve: bool, settle: Settle | None = None
+) -> Verdict:
+    """`settle`: the escalation's kind settles its own (KindSpec.reconciliation)."""
     if decision.outcome != "escalate":
         return [Rejected("not_an_escalation", f"outcome {decision.outcome!r} on the reconciliation topic")], None
     if known is not None:
@@ -57,6 +69,16 @@ def on_escalation(decision: Decision, known: EscalationState | None, source: Coo
         "resolved_at": now_ms,
         "by": "policy",
     }
+    settled = settle(decision, None) if settle is not None else None
+    if settled is not None:
+        final = Resolution(
+            resolution_id=resolution_id(decision.decision_id, "final"),
+            stage="final",
+            resolved_as=settled.resolved_as,
+            note=settled.note,
+            **common,  # type: ignore[arg-type]
+        )
+        return [final], EscalationState(escalation=decision, final=final)
     if auto_resolve and decision.reason == "ambiguous_retransmission" and prior is not None and prior.payload_hash == decision.payload_hash:
         final = Resolution(
             resolution_id=resolution_id(decision.decision_id, "final"),
@@ -76,15 +98,30 @@ def on_escalation(decision: Decision, known: EscalationState | None, source: Coo
 
 
 def on_command(
-    command: ResolveCommand, known: EscalationState | None, source: Coordinates, now_ms: int, signed: SignedCommand | None = None
+    command: ResolveCommand,
+    known: EscalationState | None,
+    source: Coordinates,
+    now_ms: int,
+    signed: SignedCommand | None = None,
+    settle: Settle | None = None,
 ) -> Verdict:
     """`signed`: the command as read (its bytes and seal), kept in the
-    resolution so the auditor can check the operator's name itself."""
+    resolution so the auditor can check the operator's name itself.
+    `settle`: the escalation's kind's settlement, for a choice of its own."""
     if known is None:
         return [Rejected("unknown_escalation", f"no escalation {command.escalation_id!r} has reached this reconciler")], None
     if known.final is not None:
         return [Rejected("already_resolved", f"escalation already resolved as {known.final.resolved_as} by {known.final.by}")], None
     d = known.escalation
+    if command.resolve_as not in CORE_RESOLUTIONS:
+        spec = KINDS.get(d.kind) if d.kind is not None else None
+        choices = spec.reconciliation.choices if spec is not None and spec.reconciliation is not None else ()
+        if command.resolve_as not in choices or settle is None:
+            offered = ", ".join((*CORE_RESOLUTIONS, *choices))
+            return [Rejected("unknown_resolution", f"{command.resolve_as[:64]!r} is not a resolution of kind {d.kind!r}: {offered}")], None
+        # the kind's state change, applied once; the resolution's note stays the operator's (the command binds it)
+        if settle(d, command.resolve_as) is None:
+            return [Rejected("resolution_refused", f"kind {d.kind!r} cannot settle this escalation as {command.resolve_as!r} now")], None
     final = Resolution(
         resolution_id=resolution_id(d.decision_id, "final"),
         escalation_id=d.decision_id,

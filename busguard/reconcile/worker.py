@@ -29,9 +29,10 @@ from busguard.config import Config
 from busguard.protocol.attestation import HEADER_OUTCOME, HEADER_REASON, attest_record, seal
 from busguard.protocol.keyfile import Identity
 from busguard.protocol.records import Coordinates, Reply, Resolution, decision_id
+from busguard.reconcile.kinds import KindSettler, settles
 from busguard.reconcile.operators import Operators
 from busguard.reconcile.parse import Parsed, parse
-from busguard.reconcile.policy import EscalationState, Item, Rejected, on_command, on_escalation
+from busguard.reconcile.policy import EscalationState, Item, Rejected, Settle, on_command, on_escalation
 from busguard.reconcile.store import Processed, ReconcileState, States
 from busguard.runtime.faults import Faults
 from busguard.runtime.ops import Metrics
@@ -40,6 +41,7 @@ from busguard.runtime.stage import SealingStage
 from busguard.runtime.tolerant_fetch import preserved
 from busguard.runtime.undecodable import Undecodable
 from busguard.runtime.watched import WatchedFile
+from busguard.state.store import BatchStore
 
 log = structlog.get_logger(__name__)
 _json = msgspec.json.Encoder()
@@ -75,6 +77,7 @@ class Reconciler(SealingStage):
         metrics: Metrics | None = None,
         clock_ms: Callable[[], int] | None = None,
         faults: Faults | None = None,
+        kind_store: BatchStore | None = None,
     ) -> None:
         """`identity` seals what the reconciler writes; `guard_public_key`
         verifies the escalations it reads (and commands signed with the guard
@@ -88,6 +91,12 @@ class Reconciler(SealingStage):
                 reconciler=identity.agent_id,
             )
         self.store = store
+        # kinds that settle their own escalations change their rows in the guard's store (reconcile/kinds.py)
+        self.settler = (
+            KindSettler(kind_store, cfg.admission.decision_retention_ms, lambda: self.faults.reached("settled"))
+            if kind_store is not None
+            else None
+        )
         self.operators = operators
         self.namespace = f"reconcile:{cfg.reconcile.group_id}"
         # every record it writes is sized against the broker's limit before it is persisted (docs/protocol.md 12.5)
@@ -151,10 +160,18 @@ class Reconciler(SealingStage):
         auto = self.cfg.reconcile.auto_resolve_retransmissions
         if p.problem is not None:
             return [p.problem], None
+        settle = self._settle(now)
         if p.escalation is not None:
-            return on_escalation(p.escalation, states.get(p.escalation.decision_id), source, now, auto)
+            mine = settle if settles(p.escalation) is not None else None
+            return on_escalation(p.escalation, states.get(p.escalation.decision_id), source, now, auto, mine)
         assert p.command is not None
-        return on_command(p.command, states.get(p.command.escalation_id), source, now, p.signed)
+        return on_command(p.command, states.get(p.command.escalation_id), source, now, p.signed, settle)
+
+    def _settle(self, now: int) -> Settle | None:
+        settler = self.settler
+        if settler is None:
+            return None
+        return lambda escalation, choice: settler.settle(escalation, choice, now)
 
     def _too_large(self, items: list[Item], outputs: list[Output], record: Any, p: Parsed) -> Rejected | None:
         """Why a resolution or reply of `items` cannot be produced, or None.

@@ -11,6 +11,9 @@ OOM kill or a pulled plug would. Points, in batch-protocol order:
     offsets    with transactions only: the input offsets added to the open
                transaction, before it commits
     committed  after the offset commit (the transaction's commit)
+    settled    the reconciler only: a kind's settlement committed to the
+               guard's store, before the reconciler's own store commits
+               (busguard.reconcile.kinds)
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import os
 import signal
 
-POINTS = ("decided", "persisted", "produced", "offsets", "committed")
+POINTS = ("decided", "persisted", "produced", "offsets", "committed", "settled")
 
 
 class Faults:

@@ -176,7 +176,7 @@ def outputs_for(
     if d.outcome == Outcome.ESCALATE:
         # keyed by task id: operators' resolve commands follow it into the same partition
         return Output(topics.reconciliation, task_key, sealed.decision_json, audited, at), *own, *notices
-    prior = d.prior.decision_id if d.prior is not None else None
+    prior = d.prior_admission
     why = (d.decision_id, d.reason, d.detail, d.source, d.outcome, prior, proof[1:])
     fits = budget.fits if budget is not None else _any_size
     primary = dead_letter(topics.dead_letter, record_key, value, headers, *why, max_payload_bytes, at, fits)

@@ -1,13 +1,20 @@
-"""Fixtures for tests against a real Kafka-protocol broker (embedded tansu).
+"""Fixtures for tests against real Kafka-protocol brokers the tests start themselves.
 
-``broker`` starts one broker for the whole session (never skipped: if it cannot
-start, the tests fail). Its log is kept under pytest's basetemp. Every test gets
-its own topics and consumer groups from ``topic_factory`` and ``group_id``, so
-tests never see each other's records.
+``broker`` is the broker a test runs on: Apache Kafka (``kafka``: one KRaft
+node, kafka/pom.xml's version) unless the test is marked
+``@pytest.mark.brokers(...)``: ``("kafka", "tansu")`` runs it on both (the set
+that keeps the demo's embedded broker honest), ``("tansu",)`` on tansu only
+(what only tansu can be made to store: empty batches, lying offset deltas).
+``BUSGUARD_TEST_BROKERS=tansu`` (or ``kafka,tansu``) runs every test on the
+brokers it names instead. Each broker is started once
+per session and never skipped: if it cannot start, the tests fail. Every test
+gets its own topics and consumer groups from ``topic_factory`` and
+``group_id``, so tests never see each other's records.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from collections.abc import Iterator
@@ -29,10 +36,42 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
+BROKERS = ("kafka", "tansu")
+
+
+def _brokers_for(definition: pytest.Item) -> list[str]:
+    chosen = os.environ.get("BUSGUARD_TEST_BROKERS", "").strip()
+    if chosen:
+        names = [n.strip() for n in chosen.split(",") if n.strip()]
+        unknown = sorted(set(names) - set(BROKERS))
+        if unknown or not names:
+            raise pytest.UsageError(f"BUSGUARD_TEST_BROKERS={chosen!r}: {unknown or 'empty'}; allowed: a comma-separated list of {BROKERS}")
+        return names
+    marker = definition.get_closest_marker("brokers")
+    if marker is None:
+        return ["kafka"]
+    if not marker.args or set(marker.args) - set(BROKERS):
+        raise pytest.UsageError(f"{definition.nodeid}: @pytest.mark.brokers{marker.args}: name one or more of {BROKERS}")
+    return list(marker.args)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run each test that takes ``broker`` once per broker it is meant for."""
+    if "broker" in metafunc.fixturenames:
+        metafunc.parametrize("broker", _brokers_for(metafunc.definition), indirect=True, scope="session")
+
+
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
-    """One embedded broker for the session. Memory storage: never restart it."""
-    with EmbeddedBroker(log_dir=tmp_path_factory.mktemp("broker")) as b:
+def broker(request: pytest.FixtureRequest) -> EmbeddedBroker | ApacheKafka:
+    """The broker of this run of the test: the ``kafka`` or the ``tansu`` fixture's."""
+    b: EmbeddedBroker | ApacheKafka = request.getfixturevalue(request.param)
+    return b
+
+
+@pytest.fixture(scope="session")
+def tansu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    """One embedded tansu broker for the session. Memory storage: never restart it."""
+    with EmbeddedBroker(log_dir=tmp_path_factory.mktemp("tansu")) as b:
         yield b
 
 
@@ -68,7 +107,7 @@ class TopicFactory:
 
 
 @pytest.fixture
-def topic_factory(broker: EmbeddedBroker, request: pytest.FixtureRequest) -> TopicFactory:
+def topic_factory(broker: EmbeddedBroker | ApacheKafka, request: pytest.FixtureRequest) -> TopicFactory:
     return TopicFactory(broker.bootstrap, _slug(request.node.name))
 
 

@@ -9,12 +9,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from busguard.devconfig import DEV_BROKER_ENV, broker_name
+
 from .paths import REPO
 
 
 async def run_example(run: Path, bootstrap: str, work: Path) -> tuple[int | None, str, dict[str, Any]]:
     """The example's exit code, its output and its `result.json` (empty when it wrote none)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), DEV_BROKER_ENV: broker_name(bootstrap)}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, str(run), "--bootstrap", bootstrap, "--dir", str(work),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env, cwd=REPO,

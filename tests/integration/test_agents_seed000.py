@@ -23,6 +23,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from busguard.devtools.broker import EmbeddedBroker
 from busguard.devtools.guardkit import GuardProcess, Setup, collect_all, identity, make_setup
@@ -90,11 +91,20 @@ def _crash_point(log: Path) -> str | None:
     return lines[-1].split()[1] if lines else None
 
 
-async def test_executor_killed_at_random_instants_acts_once_per_admitted_task(broker: EmbeddedBroker, tmp_path: Path) -> None:
-    s = await make_setup(tmp_path, broker.bootstrap, partitions=1, max_records=20)
+@pytest.mark.parametrize("commits", ["offsets", "transactions"])
+async def test_executor_killed_at_random_instants_acts_once_per_admitted_task(
+    broker: EmbeddedBroker, tmp_path: Path, commits: str, request: pytest.FixtureRequest
+) -> None:
+    """`commits`: the guard's commit mode; with transactions (Apache Kafka
+    only), its kill leaves an aborted copy of the batch on the executor's
+    inbox, which the SDK's consumer reads (read_uncommitted) and ActOnce
+    skips as done before."""
+    bootstrap = request.getfixturevalue("kafka").bootstrap if commits == "transactions" else broker.bootstrap
+    s = await make_setup(tmp_path, bootstrap, partitions=1, max_records=20)
     d = _pipeline(s)
     rng = random.Random()
-    guards = [GuardProcess(s, fault="produced:15")]  # dies after a produced batch, before its offset commit
+    env = {"BUSGUARD_KAFKA__TRANSACTIONAL_ID": "guard-{hostname}"} if commits == "transactions" else {}
+    guards = [GuardProcess(s, fault="produced:15", env=env)]  # dies after a produced batch, before its offset commit
     guards[0].wait_ready()
     planner, planner_log = _agent("sdk_planner", d, 0, "--tasks", str(TASKS), "--pace", "0.08")
     kills: Counter[str] = Counter()
@@ -109,7 +119,7 @@ async def test_executor_killed_at_random_instants_acts_once_per_admitted_task(br
             if guards[-1].proc.poll() is not None:  # the guard's fault hook fired: kill -9 by itself
                 assert guards[-1].wait() == -signal.SIGKILL, guards[-1].tail()
                 guard_kills += 1
-                guards.append(GuardProcess(s))
+                guards.append(GuardProcess(s, env=env))
                 guards[-1].wait_ready()
             run += 1
             point = CRASH_POINTS[run % (len(CRASH_POINTS) + 1) - 1] if run % (len(CRASH_POINTS) + 1) else None

@@ -15,6 +15,7 @@ from base64 import b64decode
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from busguard.audit.lineage import AuditReport
 from busguard.audit.reader import read_log
@@ -30,6 +31,9 @@ from busguard.protocol.signing import Signer, public_key_from_seed
 from busguard.sdk.sender import SignedRecord
 
 from .paths import REPO
+
+# also on the embedded broker, which the demo runs on
+pytestmark = pytest.mark.brokers("kafka", "tansu")
 
 IMPOSTOR_SEED = hashlib.sha256(b"busguard-it:impostor").digest()
 

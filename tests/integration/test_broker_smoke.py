@@ -20,7 +20,8 @@ from busguard.devtools.broker import EmbeddedBroker
 
 from .conftest import TopicFactory
 
-pytestmark = pytest.mark.integration
+# the embedded broker's contract with aiokafka (Apache Kafka's: test_apache_kafka.py)
+pytestmark = [pytest.mark.integration, pytest.mark.brokers("tansu")]
 
 # Fast group membership for tests. tansu honours the session timeout and holds
 # a JoinGroup for max(1 s, session_timeout / 2); see docs/notes-broker.md.

@@ -28,6 +28,9 @@ from busguard.protocol.attestation import verify_admitted
 from busguard.protocol.records import Decision
 from busguard.sdk.sender import SignedRecord
 
+# also on the embedded broker, which the demo runs on
+pytestmark = pytest.mark.brokers("kafka", "tansu")
+
 
 def workload(tmp: Path, name: str = "planner", legacy_name: str = "executor", n: int = 150) -> tuple[list[SignedRecord], list[str]]:
     """Records for one partition, in order, with the reason each must get."""

@@ -41,6 +41,7 @@ from busguard.sdk import AdmittingConsumer
 
 from .test_apache_kafka import ON_KAFKA
 from .test_guard_crash import check_exactly_once, committed_offsets, workload
+from .test_reconcile import check_each_escalation_resolved_once, escalating_workload, resolutions
 
 TXN = {**ON_KAFKA, "BUSGUARD_KAFKA__TRANSACTIONAL_ID": "guard-t"}
 
@@ -205,3 +206,33 @@ async def test_the_sdks_read_committed_consumer_gets_each_forward_once_after_a_k
     finally:
         await inbox.close()
     assert len(delivered) == len(set(delivered)) == expected.count("admitted")
+
+
+@pytest.mark.parametrize("point", ["persisted", "produced", "offsets"])
+async def test_a_reconciler_killed_inside_its_transaction_resolves_each_escalation_once_for_a_read_committed_reader(
+    kafka: ApacheKafka, tmp_path: Path, point: str
+) -> None:
+    """The reconciler commits in transactions too (its transactional id is
+    the guard's with its own role, so the two never fence each other)."""
+    s = await make_setup(tmp_path, kafka.bootstrap, max_records=5)
+    guard = GuardProcess(s, env=TXN)
+    try:
+        guard.wait_ready()
+        await produce(s.bootstrap, s.handoffs, escalating_workload(tmp_path, 30), key=b"planner")
+        await collect(s.bootstrap, [s.reconciliation], lambda c: len(c[s.reconciliation]) >= 40, read_committed=True)
+        victim = GuardProcess(s, command="reconcile", fault=f"{point}:3", env=TXN)
+        assert victim.wait(60) == -9, victim.tail()
+        survivor = GuardProcess(s, command="reconcile", env=TXN)
+        try:
+            survivor.wait_ready()
+            await collect(s.bootstrap, [s.audit], lambda c: len(resolutions(s, c)) >= 40, timeout=90, read_committed=True)
+            await asyncio.sleep(1)
+        finally:
+            assert survivor.terminate() == 0, survivor.tail()
+    finally:
+        assert guard.terminate() == 0, guard.tail()
+    committed = await collect_all(s.bootstrap, [s.audit, s.reconciliation, s.replies], read_committed=True)
+    assert len(check_each_escalation_resolved_once(s, committed, 30)) == 30
+    stages = Counter((r.escalation_id, r.stage) for r in resolutions(s, committed))
+    assert max(stages.values()) == 1  # a read_committed reader sees each resolution record once
+    assert len(committed[s.replies]) == len({r.value for r in committed[s.replies]}) == 30

@@ -75,4 +75,9 @@ async def test_an_installed_kind_plugin_is_guarded_by_busguard_run(broker: Embed
     # the auditor, where the kind is installed, proves the log: two forwards of one task are this kind's rule, not a violation
     report = busguard(site, "audit", "--config", str(s.config), "--idle-ms", "1000", "--json")
     assert report.returncode == 0, report.stdout + report.stderr
-    assert json.loads(report.stdout)["violations"] == []
+    data = json.loads(report.stdout)
+    assert data["violations"] == []
+    assert {"kind": "quota", "witness": "several", "rule": "several admitted per task allowed"} in data["kinds"]
+    table = busguard(site, "audit", "--config", str(s.config), "--idle-ms", "1000")
+    assert "busguard audit: OK" in table.stdout and "several admitted per task allowed" in table.stdout, table.stdout
+    assert "(+1 more)" in table.stdout and "more!" not in table.stdout  # no warning mark for what the kind allows

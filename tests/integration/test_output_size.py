@@ -18,6 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import msgspec
+import pytest
 from aiokafka import AIOKafkaProducer
 
 from busguard.audit.checks import check_audit_record
@@ -90,6 +91,8 @@ def _every_output_fits(s: Setup, got) -> None:  # type: ignore[no-untyped-def]
             assert sent <= KAFKA_DEFAULT_LIMIT, f"{topic} record of {sent} bytes (uncompressed {batch_size(o)})"
 
 
+# its inputs are over Apache Kafka's message.max.bytes; on Kafka: test_kafka_topics.py's small-limit test
+@pytest.mark.brokers("tansu")
 async def test_oversized_outputs_between_valid_records(broker: EmbeddedBroker, tmp_path: Path) -> None:
     s = await make_setup(tmp_path, broker.bootstrap, max_records=100)
     # dies after producing its first batch, before committing: the restart re-emits it

@@ -18,6 +18,9 @@ from busguard.protocol.records import Decision, Reply, Resolution, audit_decoder
 
 from .paths import REPO
 
+# also on the embedded broker, which the demo runs on
+pytestmark = pytest.mark.brokers("kafka", "tansu")
+
 
 def escalating_workload(tmp: Path, n: int) -> list:  # type: ignore[type-arg]
     """n legacy retransmissions (auto-resolvable) and n//3 payload conflicts (held)."""

@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 
 from busguard.config import load_config
+from busguard.devconfig import DEV_BROKER_ENV, broker_name
 from busguard.devtools.broker import EmbeddedBroker
 from busguard.devtools.guardkit import collect_all
 from busguard.protocol.envelope import open_envelope
@@ -34,6 +36,9 @@ from busguard.protocol.records import Decision, audit_decoder
 from busguard.protocol.signing import verify_signature
 
 from .paths import REPO
+
+# also on the embedded broker, which the demo runs on
+pytestmark = pytest.mark.brokers("kafka", "tansu")
 
 RUN = REPO / "examples" / "seed000" / "run.py"
 TASKS = 5
@@ -51,7 +56,7 @@ class Scenario(msgspec.Struct, kw_only=True):
 
 
 async def run_example(bootstrap: str, directory: Path, *flags: str) -> Scenario:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), DEV_BROKER_ENV: broker_name(bootstrap)}
     argv = [
         sys.executable,
         str(RUN),

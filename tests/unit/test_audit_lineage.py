@@ -26,6 +26,7 @@ from busguard.audit.run import Checkpoint, load_checkpoint, new_ledger, save_che
 from busguard.commands.audit import add_commands
 from busguard.config import Config, Route, TopicsConfig, load_config
 from busguard.errors import ConfigError
+from busguard.policies import KINDS
 from busguard.protocol.attestation import attest, attest_record, decision_bytes, seal
 from busguard.protocol.envelope import b64url_encode
 from busguard.protocol.identity import agent_id_for_key, multikey_encode
@@ -639,7 +640,9 @@ def test_table_and_json_rendering(world: World) -> None:
     assert world.fwd.decision_id in table and world.esc.decision_id in table and "PENDING" in table
     assert f"{world.retx.receipt_id[:12]}->{world.first.receipt_id[:12]}" in table
     data = json.loads(render_json(report))
-    assert set(data) == {"ok", "summary", "tasks", "pending", "violations", "inputs"}
+    assert set(data) == {"ok", "summary", "tasks", "pending", "violations", "inputs", "kinds"}
+    assert data["kinds"][-1] == {"kind": "handoff", "witness": "task", "rule": KINDS["handoff"].describe_witness()}
+    assert "WITNESS RULE" in table
     assert set(data["summary"]) == {
         "records",
         "decisions",

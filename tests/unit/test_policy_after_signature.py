@@ -130,7 +130,7 @@ def test_a_record_its_kinds_interceptor_refuses_is_not_parsed_and_gets_the_inter
     probe = CountingProbe()
     refuse = Objection(Outcome.REJECT, Reason.MALFORMED_FIELD, "slot 'vetoed' is refused by the interceptor")
 
-    def veto(envelope: Envelope) -> Objection | None:
+    def veto(envelope: Envelope, settings: object) -> Objection | None:
         return refuse if b"vetoed" in envelope.payload else None
 
     spec = KindSpec(kind="probe", interceptors=(veto,), policy=probe, reasons=PROBE.reasons, routes=PROBE.routes)

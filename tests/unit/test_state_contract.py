@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from busguard.policies.seam import PERMANENT_EXPIRY_MS
 from busguard.protocol.records import Coordinates, Decision
 from busguard.state.backends import BACKENDS, StoreOptions, open_store
 from busguard.state.keys import KeySet
@@ -50,6 +51,22 @@ def test_policy_rows_round_trip_expire_and_last_write_wins(store: StateStore) ->
     assert _read(store, KeySet(policy={a, b}), NOW + 5).policy == {a: b"three"}  # b expired at NOW + 5
     assert store.counts()["policy"] == 2
     assert store.expire(NOW + 5) == 1 and store.counts()["policy"] == 1
+
+
+def test_a_permanent_policy_row_never_expires_until_a_write_replaces_it(store: StateStore) -> None:
+    """`PolicyWrite(ttl_ms=None)` (a high-water mark): stored with
+    `PERMANENT_EXPIRY_MS`, which every backend keeps past any expiry run."""
+    mark, counter = ("config.update", "db.pool"), ("quota", "t-1")
+    _write(
+        store,
+        BatchWrites(policy={mark: PolicyRecord(mark, b"v7", PERMANENT_EXPIRY_MS), counter: PolicyRecord(counter, b"3", NOW + 5)}),
+        NOW,
+    )
+    century = NOW + 100 * 365 * 86_400_000
+    assert store.expire(century) == 1  # the counter; the mark stays
+    assert _read(store, KeySet(policy={mark, counter}), century).policy == {mark: b"v7"}
+    _write(store, BatchWrites(policy={mark: PolicyRecord(mark, b"v8", century + 10)}), century)  # a kind may let it go
+    assert store.expire(century + 10) == 1 and _read(store, KeySet(policy={mark}), century + 10).policy == {}
 
 
 def test_watermarks_come_from_the_written_decisions_and_only_move_forward(store: StateStore) -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from busguard.admission import policystep
 from busguard.audit.lineage import judge
+from busguard.audit.report import render_table
 from busguard.policies import KINDS, KindSpec, task_indexed
 from busguard.policies.seam import Objection, PolicyContext, PolicyInput, PolicyKey, PolicyOutcome, PolicyView, PolicyWrite, policy_key
 from busguard.protocol.reasons import Outcome, Reason
@@ -99,7 +100,11 @@ def test_the_auditor_allows_several_forwards_only_for_a_kind_without_the_task_in
     h = harness(0)
     first, second = (h.one(part(i)) for i in range(2))  # type: ignore[arg-type]
     assert first.outcome == second.outcome == Outcome.FORWARD
-    assert codes(judge(feed(ledger(), audit_record(first), audit_record(second)))) == []
+    report = judge(feed(ledger(), audit_record(first), audit_record(second)))
+    assert codes(report) == []
+    assert [(k.kind, k.witness) for k in report.kinds] == [("quota", "several")]
+    table = render_table(report)
+    assert "several admitted per task allowed" in table and "(+1 more)" in table and "more!" not in table  # no warning mark
 
 
 def test_an_objection_with_an_undeclared_reason_is_a_contract_error(monkeypatch: pytest.MonkeyPatch) -> None:

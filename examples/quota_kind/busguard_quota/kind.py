@@ -24,7 +24,17 @@ from typing import Annotated, Final, NamedTuple
 import msgspec
 
 from busguard.policies import KindSpec
-from busguard.policies.seam import Objection, PolicyContext, PolicyInput, PolicyKey, PolicyOutcome, PolicyView, PolicyWrite, policy_key
+from busguard.policies.seam import (
+    Objection,
+    PolicyContext,
+    PolicyInput,
+    PolicyKey,
+    PolicyOutcome,
+    PolicyView,
+    PolicyWrite,
+    policy_key,
+    settings_of,
+)
 from busguard.protocol.reasons import Outcome
 
 KIND: Final = "quota"
@@ -50,8 +60,7 @@ class QuotaPolicy:
     """Pure: the count is the row, the limit comes through the context."""
 
     def parse(self, record: PolicyInput, context: PolicyContext) -> Counter:
-        found = context.settings.get(KIND)
-        settings = found if isinstance(found, QuotaSettings) else QuotaSettings()
+        settings = settings_of(context, QuotaSettings, KIND)  # [quota], or its defaults
         return Counter(policy_key(KIND, record.principal, record.task_key[1]), settings)
 
     def keys(self, parsed: Counter) -> Iterable[PolicyKey]:
@@ -71,4 +80,11 @@ class QuotaPolicy:
         return PolicyOutcome(writes=(write,), annotations={"quota.used": str(used + 1)})
 
 
-SPEC: Final = KindSpec(kind=KIND, policy=QuotaPolicy(), reasons=(QUOTA_EXCEEDED,), task_index=False, settings=QuotaSettings)
+SPEC: Final = KindSpec(
+    kind=KIND,
+    policy=QuotaPolicy(),
+    reasons=(QUOTA_EXCEEDED,),
+    task_index=False,  # the kind owns its tasks: several records of one task reach its policy
+    witness="several",  # what `busguard audit` checks and prints: several admitted per task allowed
+    settings=QuotaSettings,
+)

@@ -1,0 +1,1 @@
+"""busguard-config-update: the `config.update` kind (busguard_config_update.kind)."""
