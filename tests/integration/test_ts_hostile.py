@@ -17,6 +17,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from busguard.devtools.broker import EmbeddedBroker
 from busguard.devtools.guardkit import GuardProcess, Setup, make_setup, produce
 from busguard.protocol.identity import multikey_encode
@@ -27,6 +29,9 @@ from .test_hostile_records import produce_batches
 from .test_sdk_hostile import EXECUTOR, crc_broken, first_forward, forward_tasks, non_utf8_header_name, null_attestation, nulled_receipt
 
 CLI = REPO / "ts" / "dist" / "test" / "receiver-cli.js"
+
+# Apache Kafka refuses to store a CRC-broken batch (CorruptRecordException), as for test_sdk_hostile.py
+pytestmark = pytest.mark.brokers("tansu")
 
 
 def receive(s: Setup, group: str, db: Path, acted: int, refused: int) -> dict[str, Any]:
