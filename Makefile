@@ -32,13 +32,16 @@ kafka: $(STAMP)
 test: $(STAMP) ts kafka
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# better-sqlite3 is built from source (no prebuilt binary is downloaded):
+# node-gyp uses the headers of the Node.js that runs npm (<prefix>/include/node),
+# never fetching them from nodejs.org.
 # The TypeScript package (ts/, issue 39): `npm ci` only when its lock file
 # changes (the stamp, as for the venv), then build, lint and its own tests.
 # `make test` runs it first: tests/unit/test_ts_vectors.py runs its build.
 TS_STAMP := ts/node_modules/.installed
 
 $(TS_STAMP): ts/package-lock.json
-	cd ts && npm ci --no-audit --no-fund
+	cd ts && npm_config_nodedir="$$(node -p 'require("path").resolve(process.execPath, "../..")')" npm ci --no-audit --no-fund
 	touch $@
 
 ts: $(TS_STAMP)
