@@ -39,8 +39,8 @@ async def guard(bootstrap: str, group: str, keys: dict[str, bytes], routes: dict
         group_id=group,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
-        session_timeout_ms=3000,
-        heartbeat_interval_ms=300,
+        session_timeout_ms=6000,  # Apache Kafka refuses less (group.min.session.timeout.ms)
+        heartbeat_interval_ms=500,
         fetch_max_wait_ms=int(os.environ.get("FETCH_MAX_WAIT_MS", "500")),
     )
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False, acks="all", linger_ms=5)
