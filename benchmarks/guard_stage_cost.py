@@ -166,7 +166,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     group_id="stage",
                     topics=topics,
                     comment="benchmarks/guard_stage_cost.py",
-                    kafka={"create_topics": False},
+                    kafka={"create_topics": False, **({"compression": args.compression} if args.compression else {})},
                     admission={"max_age_ms": 3_600_000, "nonce_retention_ms": 3_660_000},
                     state={"path": str(state)},
                     keys={"registry": str(tmp / "keys.toml"), "guard_key": str(tmp / "guard.key")},
@@ -244,6 +244,7 @@ def ab(args: argparse.Namespace) -> int:
                 "1",
                 "--verify-threads",
                 str(args.verify_threads),
+                *(["--compression", args.compression] if args.compression else []),
             ]
             if args.callgrind:
                 argv.append("--callgrind")
@@ -280,6 +281,9 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=500, help="records per batch ([batch] max_records, default 500)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--verify-threads", type=int, default=0, help="[batch] verify_threads (default: the config default)")
+    p.add_argument(
+        "--compression", choices=("none", "gzip", "snappy", "lz4", "zstd"), help="[kafka] compression (default: the config default)"
+    )
     p.add_argument(
         "--callgrind",
         action="store_true",

@@ -208,6 +208,12 @@ class Guard(SealingStage):
     # -- crypto across threads ---------------------------------------------
 
     def _verify_many(self, candidates: Sequence[Candidate]) -> list[KeyWindow | None]:
+        """Across the pool when the batch splits; one chunk (a batch of a few
+        records, or one verify thread) is verified on the calling thread,
+        already off the event loop, instead of paying a hand-off to another
+        thread and back for nothing."""
+        if self.threads == 1 or len(candidates) < 2 * self.threads:
+            return [verify(c) for c in candidates]
         parts = chunks(candidates, self.threads)
         return [k for part in self._pool.map(lambda cs: [verify(c) for c in cs], parts) for k in part]
 
