@@ -34,6 +34,8 @@ KEYS = (
     "busguard_per_s",
     "ratio_naive",
     "ratio_relay",
+    "verify_1t_cpu_us_per_record",
+    "floor_ratio",
     "p50_ms",
     "p99_ms",
     "rss_mb",
