@@ -157,8 +157,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         gc.collect()
         gc.freeze()  # the workload is this process's, not the guard's: keep it out of the guard's collections
         for r in range(args.repeats):
-            state = tmp / f"state{r}.db"
-            SqliteStore(state, now_ms=work.created_before_ms, genesis=True).close()
+            if args.state_backend == "rocksdb":
+                from compare import new_store  # noqa: PLC0415  (benchmarks/compare.py: a genesis store of any backend)
+
+                state = tmp / f"state{r}.rocksdb"
+                new_store("rocksdb", state, work.created_before_ms).close()
+            else:
+                state = tmp / f"state{r}.db"
+                SqliteStore(state, now_ms=work.created_before_ms, genesis=True).close()
             config = tmp / "busguard.toml"
             config.write_text(
                 embedded_config(
@@ -168,7 +174,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     comment="benchmarks/guard_stage_cost.py",
                     kafka={"create_topics": False, **({"compression": args.compression} if args.compression else {})},
                     admission={"max_age_ms": 3_600_000, "nonce_retention_ms": 3_660_000},
-                    state={"path": str(state)},
+                    state={"path": str(state), "backend": args.state_backend},
                     keys={"registry": str(tmp / "keys.toml"), "guard_key": str(tmp / "guard.key")},
                     batch={"max_records": args.batch, **({"verify_threads": args.verify_threads} if args.verify_threads else {})},
                     log={"level": "warning"},
@@ -245,6 +251,8 @@ def ab(args: argparse.Namespace) -> int:
                 "--verify-threads",
                 str(args.verify_threads),
                 *(["--compression", args.compression] if args.compression else []),
+                "--state-backend",
+                args.state_backend,
             ]
             if args.callgrind:
                 argv.append("--callgrind")
@@ -281,6 +289,7 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=500, help="records per batch ([batch] max_records, default 500)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--verify-threads", type=int, default=0, help="[batch] verify_threads (default: the config default)")
+    p.add_argument("--state-backend", choices=("sqlite", "rocksdb"), default="sqlite", help="[state] backend (default sqlite)")
     p.add_argument(
         "--compression", choices=("none", "gzip", "snappy", "lz4", "zstd"), help="[kafka] compression (default: the config default)"
     )

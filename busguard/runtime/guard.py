@@ -336,7 +336,7 @@ class Guard(SealingStage):
         if done.reused and not self.batch_seal:
             sealed = [done.reused.get(id(s.decision), s) for s in sealed]
         audits = self._audit_records(sealed, done) if self.audit_batch else []
-        self.metrics.phase_seconds.labels("seal").observe(time.perf_counter() - t)  # what sealing adds after the commit
+        self.metrics.phase["seal"].observe(time.perf_counter() - t)  # what sealing adds after the commit
         return decisions, sealed, audits
 
     def _audit_records(self, sealed: Sequence[Sealed], done: BatchSeal) -> list[Output]:
@@ -413,7 +413,7 @@ class Guard(SealingStage):
         t0 = time.perf_counter()
         # off the event loop, so heartbeats and /healthz keep flowing
         checked = await asyncio.to_thread(self._check, inputs, now_ms)
-        self.metrics.phase_seconds.labels("verify").observe(time.perf_counter() - t0)
+        self.metrics.phase["verify"].observe(time.perf_counter() - t0)
         return Ready(records, inputs, checked, now_ms)
 
     async def process(self, records: Sequence[Any]) -> list[Output]:
@@ -423,7 +423,7 @@ class Guard(SealingStage):
         max_payload = self.cfg.batch.max_payload_bytes
         t0 = time.perf_counter()
         decisions, sealed, audits = await asyncio.to_thread(self._decide_and_persist, ready)
-        self.metrics.phase_seconds.labels("decide_persist").observe(time.perf_counter() - t0)
+        self.metrics.phase["decide_persist"].observe(time.perf_counter() - t0)
         grouped = self.audit_batch
         outputs: list[Output] = []
         for record, s, item in zip(ready.records, sealed, ready.inputs, strict=True):

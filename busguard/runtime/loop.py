@@ -333,9 +333,9 @@ class BatchLoop:
                 log.warning("offset commit refused after rebalance; outputs will be re-emitted identically", error=str(exc))
         self.faults.reached("committed")
         done = time.perf_counter()
-        self.metrics.phase_seconds.labels("process").observe(produced - started)
-        self.metrics.phase_seconds.labels("produce").observe(committed - produced)
-        self.metrics.phase_seconds.labels("commit").observe(done - committed)
+        self.metrics.phase["process"].observe(produced - started)
+        self.metrics.phase["produce"].observe(committed - produced)
+        self.metrics.phase["commit"].observe(done - committed)
         self.metrics.batch_seconds.observe(done - started)
         self.metrics.batch_records.observe(len(records))
 
