@@ -28,7 +28,7 @@ import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, NamedTuple
+from typing import Any
 
 import structlog
 
@@ -38,13 +38,14 @@ from busguard.admission.fence import behind, fence_ends
 from busguard.config import Config
 from busguard.protocol.attestation import attest, decision_bytes, seal
 from busguard.protocol.keyfile import Identity
-from busguard.protocol.merkle import HASH_BYTES, leaf_hash
+from busguard.protocol.merkle import leaf_hash
 from busguard.protocol.reasons import Reason
 from busguard.protocol.records import Coordinates, Decision
 from busguard.protocol.registry import KeyRegistry, KeyWindow
 from busguard.protocol.treehead import MAX_LEAVES, BatchTree, ChainTip, next_link, rebuild, seal_batch
 from busguard.runtime.auditgroups import GroupKey, Member, audit_records, complete, group_key, member
 from busguard.runtime.faults import Faults
+from busguard.runtime.guardparts import BatchSeal, Ready, chunks, find_leaf
 from busguard.runtime.ops import Metrics
 from busguard.runtime.outputs import BatchProof, Output, OutputBudget, Sealed, outputs_for, worst_batch_sealed
 from busguard.runtime.stage import SealingStage
@@ -57,44 +58,6 @@ from busguard.state.store import StateStore
 from busguard.state.writes import BatchWrites
 
 log = structlog.get_logger(__name__)
-
-
-def chunks(items: Sequence[Any], n: int) -> list[Sequence[Any]]:
-    size = max(1, -(-len(items) // n))
-    return [items[i : i + size] for i in range(0, len(items), size)]
-
-
-class Ready(NamedTuple):
-    """A batch whose stateless half is done (`Guard.prepare`)."""
-
-    records: Sequence[Any]
-    inputs: list[Input]
-    checked: Checked
-    #: the clock reading the batch is judged at, prechecks and decisions alike
-    now_ms: int
-
-
-class BatchSeal(NamedTuple):
-    """What a batch's transaction sealed (`Guard._seal_in_transaction`)."""
-
-    #: the new decisions' (decision_json, attestation), by id(decision)
-    attested: dict[int, tuple[bytes, bytes]]
-    #: batch mode: the tree over them and each one's leaf index
-    tree: BatchTree | None
-    leaf_at: dict[int, int]
-    #: re-emitted decisions found under a persisted head
-    reused: dict[int, Sealed]
-    tip: ChainTip | None
-    #: the persisted heads the batch's decisions were looked up under
-    heads: Sequence[StoredHead] = ()
-
-
-def find_leaf(leaves: bytes, leaf: bytes) -> int | None:
-    """The index of the 32-byte hash `leaf` in concatenated `leaves`."""
-    at = leaves.find(leaf)
-    while at != -1 and at % HASH_BYTES:
-        at = leaves.find(leaf, at + 1)
-    return None if at == -1 else at // HASH_BYTES
 
 
 class Guard(SealingStage):
