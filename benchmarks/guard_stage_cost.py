@@ -39,6 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 HERE = Path(__file__).resolve().parent
@@ -72,6 +73,9 @@ class BuildingProducer:
         from aiokafka.producer.message_accumulator import BatchBuilder
 
         self._new = lambda: BatchBuilder(batch_size, codec)
+        # what runtime/loop.py reads to build a batch without compression, as on aiokafka's producer
+        self._message_accumulator = SimpleNamespace(_batch_size=batch_size, _txn_manager=None)
+        self._key_serializer = self._value_serializer = None
         self._partitions = set(range(partitions))
         self.bytes = 0
         self.batches = 0
