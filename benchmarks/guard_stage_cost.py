@@ -39,6 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 HERE = Path(__file__).resolve().parent
@@ -72,6 +73,9 @@ class BuildingProducer:
         from aiokafka.producer.message_accumulator import BatchBuilder
 
         self._new = lambda: BatchBuilder(batch_size, codec)
+        # what runtime/loop.py reads to build a batch without compression, as on aiokafka's producer
+        self._message_accumulator = SimpleNamespace(_batch_size=batch_size, _txn_manager=None)
+        self._key_serializer = self._value_serializer = None
         self._partitions = set(range(partitions))
         self.bytes = 0
         self.batches = 0
@@ -157,8 +161,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         gc.collect()
         gc.freeze()  # the workload is this process's, not the guard's: keep it out of the guard's collections
         for r in range(args.repeats):
-            state = tmp / f"state{r}.db"
-            SqliteStore(state, now_ms=work.created_before_ms, genesis=True).close()
+            if args.state_backend == "rocksdb":
+                from compare import new_store  # noqa: PLC0415  (benchmarks/compare.py: a genesis store of any backend)
+
+                state = tmp / f"state{r}.rocksdb"
+                new_store("rocksdb", state, work.created_before_ms).close()
+            else:
+                state = tmp / f"state{r}.db"
+                SqliteStore(state, now_ms=work.created_before_ms, genesis=True).close()
             config = tmp / "busguard.toml"
             config.write_text(
                 embedded_config(
@@ -166,9 +176,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     group_id="stage",
                     topics=topics,
                     comment="benchmarks/guard_stage_cost.py",
-                    kafka={"create_topics": False},
+                    kafka={"create_topics": False, **({"compression": args.compression} if args.compression else {})},
                     admission={"max_age_ms": 3_600_000, "nonce_retention_ms": 3_660_000},
-                    state={"path": str(state)},
+                    state={"path": str(state), "backend": args.state_backend},
                     keys={"registry": str(tmp / "keys.toml"), "guard_key": str(tmp / "guard.key")},
                     batch={"max_records": args.batch, **({"verify_threads": args.verify_threads} if args.verify_threads else {})},
                     log={"level": "warning"},
@@ -244,6 +254,9 @@ def ab(args: argparse.Namespace) -> int:
                 "1",
                 "--verify-threads",
                 str(args.verify_threads),
+                *(["--compression", args.compression] if args.compression else []),
+                "--state-backend",
+                args.state_backend,
             ]
             if args.callgrind:
                 argv.append("--callgrind")
@@ -280,6 +293,10 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=500, help="records per batch ([batch] max_records, default 500)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--verify-threads", type=int, default=0, help="[batch] verify_threads (default: the config default)")
+    p.add_argument("--state-backend", choices=("sqlite", "rocksdb"), default="sqlite", help="[state] backend (default sqlite)")
+    p.add_argument(
+        "--compression", choices=("none", "gzip", "snappy", "lz4", "zstd"), help="[kafka] compression (default: the config default)"
+    )
     p.add_argument(
         "--callgrind",
         action="store_true",

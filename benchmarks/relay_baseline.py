@@ -131,7 +131,7 @@ async def serve(bootstrap: str, group: str, routes: dict[str, str], max_records:
         group_id=group,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
-        session_timeout_ms=6000,  # Apache Kafka's least (group.min.session.timeout.ms)
+        session_timeout_ms=6000,  # Apache Kafka refuses less (group.min.session.timeout.ms)
         heartbeat_interval_ms=500,
         fetch_max_wait_ms=int(os.environ.get("FETCH_MAX_WAIT_MS", "500")),  # see docs/notes-broker.md
     )

@@ -28,7 +28,7 @@ import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, NamedTuple
+from typing import Any
 
 import structlog
 
@@ -38,13 +38,14 @@ from busguard.admission.fence import behind, fence_ends
 from busguard.config import Config
 from busguard.protocol.attestation import attest, decision_bytes, seal
 from busguard.protocol.keyfile import Identity
-from busguard.protocol.merkle import HASH_BYTES, leaf_hash
+from busguard.protocol.merkle import leaf_hash
 from busguard.protocol.reasons import Reason
 from busguard.protocol.records import Coordinates, Decision
 from busguard.protocol.registry import KeyRegistry, KeyWindow
 from busguard.protocol.treehead import MAX_LEAVES, BatchTree, ChainTip, next_link, rebuild, seal_batch
 from busguard.runtime.auditgroups import GroupKey, Member, audit_records, complete, group_key, member
 from busguard.runtime.faults import Faults
+from busguard.runtime.guardparts import BatchSeal, Ready, chunks, find_leaf
 from busguard.runtime.ops import Metrics
 from busguard.runtime.outputs import BatchProof, Output, OutputBudget, Sealed, outputs_for, worst_batch_sealed
 from busguard.runtime.stage import SealingStage
@@ -57,44 +58,6 @@ from busguard.state.store import StateStore
 from busguard.state.writes import BatchWrites
 
 log = structlog.get_logger(__name__)
-
-
-def chunks(items: Sequence[Any], n: int) -> list[Sequence[Any]]:
-    size = max(1, -(-len(items) // n))
-    return [items[i : i + size] for i in range(0, len(items), size)]
-
-
-class Ready(NamedTuple):
-    """A batch whose stateless half is done (`Guard.prepare`)."""
-
-    records: Sequence[Any]
-    inputs: list[Input]
-    checked: Checked
-    #: the clock reading the batch is judged at, prechecks and decisions alike
-    now_ms: int
-
-
-class BatchSeal(NamedTuple):
-    """What a batch's transaction sealed (`Guard._seal_in_transaction`)."""
-
-    #: the new decisions' (decision_json, attestation), by id(decision)
-    attested: dict[int, tuple[bytes, bytes]]
-    #: batch mode: the tree over them and each one's leaf index
-    tree: BatchTree | None
-    leaf_at: dict[int, int]
-    #: re-emitted decisions found under a persisted head
-    reused: dict[int, Sealed]
-    tip: ChainTip | None
-    #: the persisted heads the batch's decisions were looked up under
-    heads: Sequence[StoredHead] = ()
-
-
-def find_leaf(leaves: bytes, leaf: bytes) -> int | None:
-    """The index of the 32-byte hash `leaf` in concatenated `leaves`."""
-    at = leaves.find(leaf)
-    while at != -1 and at % HASH_BYTES:
-        at = leaves.find(leaf, at + 1)
-    return None if at == -1 else at // HASH_BYTES
 
 
 class Guard(SealingStage):
@@ -208,6 +171,12 @@ class Guard(SealingStage):
     # -- crypto across threads ---------------------------------------------
 
     def _verify_many(self, candidates: Sequence[Candidate]) -> list[KeyWindow | None]:
+        """Across the pool when the batch splits; one chunk (a batch of a few
+        records, or one verify thread) is verified on the calling thread,
+        already off the event loop, instead of paying a hand-off to another
+        thread and back for nothing."""
+        if self.threads == 1 or len(candidates) < 2 * self.threads:
+            return [verify(c) for c in candidates]
         parts = chunks(candidates, self.threads)
         return [k for part in self._pool.map(lambda cs: [verify(c) for c in cs], parts) for k in part]
 
@@ -330,7 +299,7 @@ class Guard(SealingStage):
         if done.reused and not self.batch_seal:
             sealed = [done.reused.get(id(s.decision), s) for s in sealed]
         audits = self._audit_records(sealed, done) if self.audit_batch else []
-        self.metrics.phase_seconds.labels("seal").observe(time.perf_counter() - t)  # what sealing adds after the commit
+        self.metrics.phase["seal"].observe(time.perf_counter() - t)  # what sealing adds after the commit
         return decisions, sealed, audits
 
     def _audit_records(self, sealed: Sequence[Sealed], done: BatchSeal) -> list[Output]:
@@ -407,7 +376,7 @@ class Guard(SealingStage):
         t0 = time.perf_counter()
         # off the event loop, so heartbeats and /healthz keep flowing
         checked = await asyncio.to_thread(self._check, inputs, now_ms)
-        self.metrics.phase_seconds.labels("verify").observe(time.perf_counter() - t0)
+        self.metrics.phase["verify"].observe(time.perf_counter() - t0)
         return Ready(records, inputs, checked, now_ms)
 
     async def process(self, records: Sequence[Any]) -> list[Output]:
@@ -417,7 +386,7 @@ class Guard(SealingStage):
         max_payload = self.cfg.batch.max_payload_bytes
         t0 = time.perf_counter()
         decisions, sealed, audits = await asyncio.to_thread(self._decide_and_persist, ready)
-        self.metrics.phase_seconds.labels("decide_persist").observe(time.perf_counter() - t0)
+        self.metrics.phase["decide_persist"].observe(time.perf_counter() - t0)
         grouped = self.audit_batch
         outputs: list[Output] = []
         for record, s, item in zip(ready.records, sealed, ready.inputs, strict=True):

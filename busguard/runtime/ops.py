@@ -37,6 +37,9 @@ class Metrics:
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
             registry=self.registry,
         )
+        #: each phase's child, looked up once: `labels()` takes a lock and a
+        #: dict lookup on every call, several times per batch
+        self.phase = {p: self.phase_seconds.labels(p) for p in ("verify", "decide_persist", "seal", "process", "produce", "commit")}
         self.housekeeping_seconds = Histogram(
             "busguard_housekeeping_seconds",
             "Wall time of one housekeeping pass (expiry, row counts, heap release); no batch runs meanwhile",

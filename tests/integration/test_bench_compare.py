@@ -1,4 +1,6 @@
-"""`benchmarks/compare.py` runs end to end on a tiny workload (issue 13).
+"""`benchmarks/compare.py` runs end to end on a tiny workload (issue 13), on
+Apache Kafka by default and on the embedded broker with `--broker embedded`
+(issue 36 item 9).
 
 Nothing here asserts a time: the run must finish, every contender must
 have moved every record (compare.py raises when an output count is off),
@@ -32,6 +34,8 @@ KEYS = (
     "busguard_per_s",
     "ratio_naive",
     "ratio_relay",
+    "verify_1t_cpu_us_per_record",
+    "floor_ratio",
     "p50_ms",
     "p99_ms",
     "rss_mb",
@@ -43,10 +47,15 @@ def test_compare_smoke(tmp_path: Path) -> None:
         [sys.executable, str(REPO / "benchmarks" / "compare.py"), "--records", "200", "--rounds", "1", "--keep", str(tmp_path / "runs")],
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=240,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["broker"].startswith("Apache Kafka 4.")  # the default broker
+    # busguard ran with the settings Apache Kafka accepts and a production deployment gets
+    (guard_dir,) = sorted((tmp_path / "runs").glob("run*-busguard"))
+    config = (guard_dir / "busguard.toml").read_text()
+    assert "idempotence = true" in config and "session_timeout_ms = 10000" in config
     for k in KEYS:
         assert isinstance(result[k], (int, float)) and result[k] > 0, (k, result.get(k))
     assert result["records"] == 200 and result["duplicates"] > 0
@@ -64,7 +73,7 @@ def test_compare_smoke(tmp_path: Path) -> None:
 
 def test_compare_runs_busguard_on_rocksdb_beside_sqlite(tmp_path: Path) -> None:
     """`busguard_rocksdb`: the same guard on the RocksDB backend in the same round, with its ratios."""
-    argv = [sys.executable, str(REPO / "benchmarks" / "compare.py"), "--records", "200", "--rounds", "1"]
+    argv = [sys.executable, str(REPO / "benchmarks" / "compare.py"), "--broker", "embedded", "--records", "200", "--rounds", "1"]
     proc = subprocess.run(
         [*argv, "--contenders", "busguard,busguard_rocksdb", "--keep", str(tmp_path / "runs")], capture_output=True, text=True, timeout=180
     )
@@ -72,7 +81,7 @@ def test_compare_runs_busguard_on_rocksdb_beside_sqlite(tmp_path: Path) -> None:
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     runs = result["runs"]
     assert result["ratio_rocksdb"] == round(runs["busguard_rocksdb"][0]["per_s"] / runs["busguard"][0]["per_s"], 3)
-    assert result["cpu_ratio_rocksdb"] > 0 and result["state_backend"] == "sqlite"
+    assert result["cpu_ratio_rocksdb"] > 0 and result["state_backend"] == "sqlite" and result["broker"] == "tansu (embedded)"
     (rocks,) = sorted((tmp_path / "runs").glob("run*-busguard_rocksdb"))
     assert 'backend = "rocksdb"' in (rocks / "busguard.toml").read_text() and (rocks / "state.rocksdb" / "CURRENT").is_file()
     (sqlite,) = sorted((tmp_path / "runs").glob("run*-busguard"))
@@ -81,7 +90,7 @@ def test_compare_runs_busguard_on_rocksdb_beside_sqlite(tmp_path: Path) -> None:
 
 def test_compare_runs_batch_audit_records_beside_per_record_ones(tmp_path: Path) -> None:
     """`busguard_auditbatch`: batch audit records in the same round, every input's decision counted from their entries."""
-    argv = [sys.executable, str(REPO / "benchmarks" / "compare.py"), "--records", "200", "--rounds", "1"]
+    argv = [sys.executable, str(REPO / "benchmarks" / "compare.py"), "--broker", "embedded", "--records", "200", "--rounds", "1"]
     proc = subprocess.run(
         [*argv, "--contenders", "busguard,busguard_auditbatch", "--keep", str(tmp_path / "runs")],
         capture_output=True,
@@ -116,6 +125,32 @@ def test_compare_rate_with_the_broker_floor(tmp_path: Path) -> None:
         assert run["exit"] == 0 and run["p99_ms"] >= run["p50_ms"] > 0, (c, run)
     # every record read back, each once: the direct reader counts the inputs themselves
     assert result["direct_per_s"] > 0 and result["p99_ms"] == result["busguard_p99_ms"]
+
+
+def test_suite_runs_every_phase_on_apache_kafka_and_check_fails_on_what_it_did_not_measure() -> None:
+    """`make bench`'s mode, cut down: burst, 200 records/s and half of the
+    peak, each judged on its targets; without Quix and bare verify those
+    targets are "not measured", so --check fails (a target never passes unseen)."""
+    argv = [sys.executable, str(REPO / "benchmarks" / "compare.py"), "--suite", "--records", "200", "--rounds", "1"]
+    proc = subprocess.run(
+        [*argv, "--duration", "1", "--contenders", "relay,busguard", "--check"], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["mode"] == "suite" and result["broker"].startswith("Apache Kafka 4.")
+    assert result["rate_200"]["rate_per_s"] == 200 and result["rate_200"]["rate_kind"] == "fixed"
+    half = result["half_peak"]
+    assert half["rate_kind"] == "half_peak" and half["peak_per_s"] == round(result["throughput"]["busguard_per_s"])
+    for phase in ("rate_200", "half_peak"):
+        for c in ("relay", "busguard"):
+            [run] = result[phase]["runs"][c]
+            assert run["exit"] == 0 and run["p99_ms"] >= run["p50_ms"] > 0, (phase, c, run)
+        assert result[phase]["p50_over_relay_ms"] == result[phase]["busguard_p50_over_relay_ms"]
+    failed = [line for line in proc.stderr.splitlines() if line.startswith("check failed: ")]
+    assert "check failed: throughput: ratio_quix not measured" in " ".join(failed)
+    assert any(f.startswith("check failed: throughput: floor_ratio not measured") for f in failed)
+    assert any(f.startswith("check failed: rate_200: cpu_ratio_quix not measured") for f in failed)
+    assert "targets (issue 37):" in proc.stdout and "half_peak: p99_over_relay_ms" in proc.stdout
 
 
 async def test_naive_guard_forwards_only_verified_records(
