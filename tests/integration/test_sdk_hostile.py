@@ -101,6 +101,32 @@ def crc_broken(n: int) -> tuple[bytes, int]:
     return batch([record(j, None, b"x%d" % j, []) for j in range(n)], crc=12345), n
 
 
+async def hostile_inbox_first(s: Setup) -> None:
+    """Tasks t-0..t-8 forwarded by the guard with 4 hostile items among them
+    on its downstream topic: a non-UTF-8 header name, a null attestation, a
+    genuine forward with its receipt nulled and a CRC-broken batch (2
+    `undecodable`, 2 `unattested` for a receiver)."""
+    await forward_tasks(s, [f"t-{i}" for i in range(3)], 3)
+    forward = await first_forward(s)
+    await produce_batches(s.bootstrap, s.downstream_handoffs, [non_utf8_header_name()])
+    await produce(s.bootstrap, s.downstream_handoffs, [null_attestation()])
+    await forward_tasks(s, [f"t-{i}" for i in range(3, 6)], 6)
+    await produce(s.bootstrap, s.downstream_handoffs, [nulled_receipt(forward)])
+    await produce_batches(s.bootstrap, s.downstream_handoffs, [crc_broken(5)])
+    await forward_tasks(s, [f"t-{i}" for i in range(6, 9)], 9)
+
+
+async def hostile_inbox_second(s: Setup) -> None:
+    """Then t-9..t-13 with 3 more: a non-UTF-8 header name, a null
+    attestation and a 64 MiB zstd bomb, past the 16 MiB inflation bound (2
+    `undecodable`, 1 `unattested`)."""
+    await produce_batches(s.bootstrap, s.downstream_handoffs, [non_utf8_header_name()])
+    await forward_tasks(s, [f"t-{i}" for i in range(9, 12)], 12)
+    await produce(s.bootstrap, s.downstream_handoffs, [null_attestation()])
+    await produce_batches(s.bootstrap, s.downstream_handoffs, [(bomb_batch(CODECS["zstd"], 64 << 20), 1)])
+    await forward_tasks(s, [f"t-{i}" for i in range(12, 14)], 14)
+
+
 async def test_a_receiver_refuses_each_hostile_record_once_and_acts_on_every_task_once_across_a_restart(
     broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
@@ -109,14 +135,7 @@ async def test_a_receiver_refuses_each_hostile_record_once_and_acts_on_every_tas
     guard.wait_ready()
     group, db = f"{s.group}.executor", tmp_path / "executor.db"
     try:
-        await forward_tasks(s, [f"t-{i}" for i in range(3)], 3)
-        forward = await first_forward(s)
-        await produce_batches(s.bootstrap, s.downstream_handoffs, [non_utf8_header_name()])
-        await produce(s.bootstrap, s.downstream_handoffs, [null_attestation()])
-        await forward_tasks(s, [f"t-{i}" for i in range(3, 6)], 6)
-        await produce(s.bootstrap, s.downstream_handoffs, [nulled_receipt(forward)])
-        await produce_batches(s.bootstrap, s.downstream_handoffs, [crc_broken(5)])
-        await forward_tasks(s, [f"t-{i}" for i in range(6, 9)], 9)
+        await hostile_inbox_first(s)
 
         loop, done = await open_receiver(s, group, db)
         try:
@@ -128,11 +147,7 @@ async def test_a_receiver_refuses_each_hostile_record_once_and_acts_on_every_tas
         assert reasons == {"undecodable": 2, "unattested": 2}
 
         # more of each behind the committed position, then a new receiver process's worth of state
-        await produce_batches(s.bootstrap, s.downstream_handoffs, [non_utf8_header_name()])
-        await forward_tasks(s, [f"t-{i}" for i in range(9, 12)], 12)
-        await produce(s.bootstrap, s.downstream_handoffs, [null_attestation()])
-        await produce_batches(s.bootstrap, s.downstream_handoffs, [(bomb_batch(CODECS["zstd"], 64 << 20), 1)])  # past the 16 MiB bound
-        await forward_tasks(s, [f"t-{i}" for i in range(12, 14)], 14)
+        await hostile_inbox_second(s)
 
         loop, done = await open_receiver(s, group, db)
         try:

@@ -20,13 +20,11 @@ from typing import Any
 import pytest
 
 from busguard.devtools.broker import EmbeddedBroker
-from busguard.devtools.guardkit import GuardProcess, Setup, make_setup, produce
+from busguard.devtools.guardkit import GuardProcess, Setup, make_setup
 from busguard.protocol.identity import multikey_encode
-from tests.fuzz.batches import CODECS, bomb_batch
 
 from .paths import REPO
-from .test_hostile_records import produce_batches
-from .test_sdk_hostile import EXECUTOR, crc_broken, first_forward, forward_tasks, non_utf8_header_name, null_attestation, nulled_receipt
+from .test_sdk_hostile import EXECUTOR, hostile_inbox_first, hostile_inbox_second
 
 CLI = REPO / "ts" / "dist" / "test" / "receiver-cli.js"
 
@@ -52,22 +50,11 @@ async def test_the_typescript_receiver_refuses_each_hostile_record_once_and_acts
     guard.wait_ready()
     group, db = f"{s.group}.ts-executor", tmp_path / "executor.db"
     try:
-        await forward_tasks(s, [f"t-{i}" for i in range(3)], 3)
-        forward = await first_forward(s)
-        await produce_batches(s.bootstrap, s.downstream_handoffs, [non_utf8_header_name()])
-        await produce(s.bootstrap, s.downstream_handoffs, [null_attestation()])
-        await forward_tasks(s, [f"t-{i}" for i in range(3, 6)], 6)
-        await produce(s.bootstrap, s.downstream_handoffs, [nulled_receipt(forward)])
-        await produce_batches(s.bootstrap, s.downstream_handoffs, [crc_broken(5)])
-        await forward_tasks(s, [f"t-{i}" for i in range(6, 9)], 9)
+        await hostile_inbox_first(s)
         first = receive(s, group, db, acted=9, refused=4)
         assert first == {"acted": 9, "skipped": 0, "refused": 4, "reasons": {"undecodable": 2, "unattested": 2}}
 
-        await produce_batches(s.bootstrap, s.downstream_handoffs, [non_utf8_header_name()])
-        await forward_tasks(s, [f"t-{i}" for i in range(9, 12)], 12)
-        await produce(s.bootstrap, s.downstream_handoffs, [null_attestation()])
-        await produce_batches(s.bootstrap, s.downstream_handoffs, [(bomb_batch(CODECS["zstd"], 64 << 20), 1)])  # past the 16 MiB bound
-        await forward_tasks(s, [f"t-{i}" for i in range(12, 14)], 14)
+        await hostile_inbox_second(s)
         second = receive(s, group, db, acted=5, refused=3)
         assert second == {"acted": 5, "skipped": 0, "refused": 3, "reasons": {"undecodable": 2, "unattested": 1}}
     finally:
