@@ -25,6 +25,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from busguard.audit.checks import (
+    CheckedAudit,
     RawRecord,
     SealCache,
     apply_audit,
@@ -296,6 +297,41 @@ class EscalationRecords(NamedTuple):
     resolutions: list[tuple[Resolution, bool]]
 
 
+async def read_audit_log(
+    cfg: Config,
+    guard_public_key: bytes,
+    reconciler_public_key: bytes | None,
+    idle_ms: int,
+    keep: Callable[[Decision | Resolution], bool],
+    progress: Progress | None = None,
+) -> list[tuple[bytes, Decision | Resolution, CheckedAudit]]:
+    """Every decision and resolution on the audit topic that `keep` accepts,
+    with its value and seal check (seals are checked only for kept records).
+    Records that are not decisions or resolutions are `busguard audit`'s to
+    report, so they are passed over. AuditReadError if a partition of the
+    topic was not read to its end (offsets the broker serves nothing at are
+    `busguard audit`'s findings)."""
+    found: list[tuple[bytes, Decision | Resolution, CheckedAudit]] = []
+
+    async def handle(raws: list[RawRecord]) -> None:
+        for r in raws:
+            if r.value is None or r.undecodable is not None:
+                continue
+            try:
+                rec = audit_decoder.decode(r.value)
+            except msgspec.MsgspecError:
+                continue
+            if keep(rec):
+                found.append((r.value, rec, check_audit_record(r.value, r.headers, guard_public_key, reconciler_public_key)))
+
+    audit = cfg.topics.audit
+    done = await scan(cfg, [audit], None, idle_ms, handle, progress, required=audit, audit=audit)
+    gaps = [f.detail for f in findings(done.reads) if f.code != "offsets_unserved"]
+    if gaps:
+        raise AuditReadError("the audit topic was not read to its end: " + "; ".join(gaps))
+    return found
+
+
 async def find_escalation(
     cfg: Config,
     guard_public_key: bytes,
@@ -307,39 +343,22 @@ async def find_escalation(
     """Scan the whole audit topic for one escalation's decision and resolutions
     (the Ledger keeps no receipts, so `escalations show` reads them here).
     AuditReadError if a partition of it was not read to its end."""
+
+    def mine(rec: Decision | Resolution) -> bool:
+        return rec.decision_id == escalation_id if isinstance(rec, Decision) else rec.escalation_id == escalation_id
+
     found = EscalationRecords([], [])
     seen: set[tuple[bytes, bool]] = set()  # identical re-emissions are shown once
-
-    async def handle(raws: list[RawRecord]) -> None:
-        for r in raws:
-            if r.value is None or r.undecodable is not None:
-                continue
-            try:
-                rec = audit_decoder.decode(r.value)
-            except msgspec.MsgspecError:
-                continue
-            mine = rec.decision_id == escalation_id if isinstance(rec, Decision) else rec.escalation_id == escalation_id
-            if not mine:
-                continue
-            checked = check_audit_record(r.value, r.headers, guard_public_key, reconciler_public_key)
-            # whose key may seal what, as the Ledger judges it (the single-key cut-off aside)
-            verified = checked.verified and (
-                checked.sealed_by == "guard"
-                if isinstance(rec, Decision)
-                else checked.sealed_by == "reconciler" or cfg.keys.single_key_audit
-            )
-            if (r.value, verified) in seen:
-                continue
-            seen.add((r.value, verified))
-            if isinstance(rec, Decision):
-                found.decisions.append((rec, verified))
-            else:
-                found.resolutions.append((rec, verified))
-
-    done = await scan(cfg, [cfg.topics.audit], None, idle_ms, handle, progress, required=cfg.topics.audit, audit=cfg.topics.audit)
-    # an escalation's records may sit where the read did not reach (offsets
-    # the broker serves nothing at are `busguard audit`'s findings)
-    gaps = [f.detail for f in findings(done.reads) if f.code != "offsets_unserved"]
-    if gaps:
-        raise AuditReadError("the audit topic was not read to its end: " + "; ".join(gaps))
+    for value, rec, checked in await read_audit_log(cfg, guard_public_key, reconciler_public_key, idle_ms, mine, progress):
+        # whose key may seal what, as the Ledger judges it (the single-key cut-off aside)
+        verified = checked.verified and (
+            checked.sealed_by == "guard" if isinstance(rec, Decision) else checked.sealed_by == "reconciler" or cfg.keys.single_key_audit
+        )
+        if (value, verified) in seen:
+            continue
+        seen.add((value, verified))
+        if isinstance(rec, Decision):
+            found.decisions.append((rec, verified))
+        else:
+            found.resolutions.append((rec, verified))
     return found

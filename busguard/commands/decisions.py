@@ -14,15 +14,13 @@ import sys
 
 import msgspec
 
-from busguard.audit.checks import RawRecord, check_audit_record
-from busguard.audit.reach import findings
-from busguard.audit.reader import AuditReadError, scan
+from busguard.audit.reader import read_audit_log
 from busguard.audit.run import _run
 from busguard.audit.view import Filter, Row, Where, render, rows
 from busguard.commands.audit import AddFn, _common, _guarded, guard_key_for, reconciler_key_for
 from busguard.config import Config, load_config
 from busguard.policies import KINDS
-from busguard.protocol.records import Decision, Resolution, audit_decoder
+from busguard.protocol.records import Decision, Resolution
 
 
 def where(cfg: Config) -> Where:
@@ -38,29 +36,12 @@ def read(
     verified) and every verified resolution."""
     decisions: list[tuple[Decision, bool]] = []
     resolutions: list[Resolution] = []
-
-    async def handle(raws: list[RawRecord]) -> None:
-        for r in raws:
-            if r.value is None or r.undecodable is not None:
-                continue
-            try:
-                rec = audit_decoder.decode(r.value)
-            except msgspec.MsgspecError:
-                continue  # not a decision or resolution: `busguard audit` reports it
-            checked = check_audit_record(r.value, r.headers, guard_public_key, reconciler_public_key)
-            if isinstance(rec, Decision):
-                decisions.append((rec, checked.verified and checked.sealed_by == "guard"))
-            elif checked.verified:
-                resolutions.append(rec)
-
-    async def go() -> None:
-        audit = cfg.topics.audit
-        done = await scan(cfg, [audit], None, idle_ms, handle, required=audit, audit=audit)
-        gaps = [f.detail for f in findings(done.reads) if f.code != "offsets_unserved"]
-        if gaps:
-            raise AuditReadError("the audit topic was not read to its end: " + "; ".join(gaps))
-
-    _run(go)
+    found = _run(lambda: read_audit_log(cfg, guard_public_key, reconciler_public_key, idle_ms, lambda _: True))
+    for _, rec, checked in found:
+        if isinstance(rec, Decision):
+            decisions.append((rec, checked.verified and checked.sealed_by == "guard"))
+        elif checked.verified:
+            resolutions.append(rec)
     return decisions, resolutions
 
 
