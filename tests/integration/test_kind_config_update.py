@@ -12,9 +12,6 @@ settlement to the guard's store and before keeping its own record of it.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import msgspec
@@ -24,21 +21,10 @@ from busguard.devtools.guardkit import GuardProcess, all_decided, collect, colle
 from busguard.devtools.kafka import ApacheKafka
 from busguard.protocol.records import Decision, Resolution, audit_decoder
 
+from .example_kinds import busguard, install_example
 from .paths import REPO
 
 EXAMPLE = REPO / "examples" / "config_update"
-
-
-def install(tmp_path: Path) -> Path:
-    source, target = tmp_path / "config_update", tmp_path / "site"
-    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(source)], check=True)
-    return target
-
-
-def busguard(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {"PYTHONPATH": f"{site}:{REPO}", "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-m", "busguard.cli", *args], capture_output=True, text=True, env=env, timeout=120)
 
 
 def update(who: str, version: int, value: int, key: str = "db.pool"):  # type: ignore[no-untyped-def]
@@ -49,7 +35,7 @@ def update(who: str, version: int, value: int, key: str = "db.pool"):  # type: i
 async def test_config_update_end_to_end_through_kill_9_of_the_guard_and_the_reconciler(
     broker: EmbeddedBroker | ApacheKafka, tmp_path: Path
 ) -> None:
-    site = install(tmp_path)
+    site = install_example(EXAMPLE, tmp_path)
     env = {"PYTHONPATH": f"{site}:{REPO}"}
     s = await make_setup(tmp_path / "run", broker.bootstrap, agents=("planner", "executor", "intruder"), max_records=5)
     planner, executor = identity("planner").agent_id, identity("executor").agent_id
@@ -144,7 +130,7 @@ async def test_an_operator_admits_the_other_value_once_though_the_reconciler_is_
 ) -> None:
     from busguard.protocol.keyfile import write_key
 
-    site = install(tmp_path)
+    site = install_example(EXAMPLE, tmp_path)
     env = {"PYTHONPATH": f"{site}:{REPO}"}
     alice = identity("alice")
     s = await make_setup(tmp_path / "run", broker.bootstrap, agents=("planner", "executor"), operators=[("alice", alice)])

@@ -8,9 +8,6 @@ file of busguard/ names it, and nothing registers it by hand.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import msgspec
@@ -19,26 +16,14 @@ from busguard.devtools.broker import EmbeddedBroker
 from busguard.devtools.guardkit import GuardProcess, all_decided, collect, header, identity, make_setup, produce, sender
 from busguard.protocol.records import Decision
 
+from .example_kinds import busguard, install_example
 from .paths import REPO
 
 EXAMPLE = REPO / "examples" / "quota_kind"
 
 
-def install_example(tmp_path: Path) -> Path:
-    """pip-install a copy of the example (the checkout stays untouched) into its own directory."""
-    source, target = tmp_path / "quota_kind", tmp_path / "site"
-    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(source)], check=True)
-    return target
-
-
-def busguard(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {"PYTHONPATH": f"{site}:{REPO}", "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-m", "busguard.cli", *args], capture_output=True, text=True, env=env, timeout=60)
-
-
 async def test_an_installed_kind_plugin_is_guarded_by_busguard_run(broker: EmbeddedBroker, tmp_path: Path) -> None:
-    site = install_example(tmp_path)
+    site = install_example(EXAMPLE, tmp_path)
     listed = {k["kind"]: k for k in json.loads(busguard(site, "kinds", "--json").stdout)}
     assert (
         listed["quota"]["origin"] == "plugin" and listed["quota"]["task_index"] is False and listed["quota"]["settings_section"] == "quota"
