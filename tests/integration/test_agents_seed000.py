@@ -122,8 +122,10 @@ async def test_executor_killed_at_random_instants_acts_once_per_admitted_task(
                 guards.append(GuardProcess(s, env=env))
                 guards[-1].wait_ready()
             run += 1
-            point = CRASH_POINTS[run % (len(CRASH_POINTS) + 1) - 1] if run % (len(CRASH_POINTS) + 1) else None
-            env = {CRASH_ENV: f"{point}:{0.3 if point == 'before_offset_commit' else 0.05}"} if point else {}
+            # every other run arms the point hit least so far (a run under load may reach few
+            # claims before it is killed), more likely to fire while that point has no kill yet
+            point = min(CRASH_POINTS, key=kills.__getitem__) if run % 2 else None
+            env = {CRASH_ENV: f"{point}:{0.3 if point == 'before_offset_commit' or not kills[point] else 0.05}"} if point else {}
             executor, log = _agent("sdk_executor", d, run, env=env)
             try:
                 executor.wait(rng.uniform(0.8, 3.5))  # ~1 s of it is the interpreter starting

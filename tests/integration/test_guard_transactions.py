@@ -18,6 +18,7 @@ import asyncio
 import os
 import random
 import signal
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -110,14 +111,21 @@ async def test_a_stalled_guard_whose_transactional_id_was_taken_over_is_fenced(k
         coords += await produce(s.bootstrap, s.handoffs, records[half:], key=b"planner")
         await collect(s.bootstrap, s.outputs, lambda c: distinct_sources(s, c) == len(records), timeout=150, read_committed=True)
         os.kill(first.proc.pid, signal.SIGCONT)
-        # records on every partition, so that whichever the woken guard is given, it has a batch to commit
+        # records on every partition until the woken guard has had a batch to commit: the
+        # survivor may take a round of them before the woken one has rejoined the group,
+        # and a fenced guard given no records has no transaction to be refused
         extra = sender("planner", session=tmp_path / "fence.session")
         to = identity("executor").agent_id
-        for i in range(16):
-            rec = extra.sign(kind="handoff", task_id=f"fence-{i}", receiver=to, payload=b"{}")
-            coords += await produce(s.bootstrap, s.handoffs, [rec], key=f"k{i}".encode())
-            expected.append("admitted")
-        assert first.wait(120) not in (None, 0), first.tail()
+        deadline = time.monotonic() + 120
+        i = 0
+        while first.proc.poll() is None and time.monotonic() < deadline:
+            for _ in range(16):
+                rec = extra.sign(kind="handoff", task_id=f"fence-{i}", receiver=to, payload=b"{}")
+                coords += await produce(s.bootstrap, s.handoffs, [rec], key=f"k{i % 16}".encode())
+                expected.append("admitted")
+                i += 1
+            await asyncio.sleep(2)
+        assert first.proc.poll() not in (None, 0), first.tail()
         assert "fenced: another process started with this transactional id" in first.log.read_text(errors="replace")
         await collect(s.bootstrap, s.outputs, _settled(s, len(coords), expected.count("admitted")), timeout=150, read_committed=True)
         await asyncio.sleep(1)
