@@ -10,19 +10,18 @@ kept in memory, changed only under this process's lock.
 
 from __future__ import annotations
 
-import errno
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Final, cast
+from typing import Final
 
-import msgspec
 import rocksdict
 
-from busguard.protocol.records import Coordinates, Decision, TaskEntry
-from busguard.state.codecs import bitmap_bytes, bitmap_int, encode, run_decoder, task_decoder
+from busguard.protocol.records import Decision
+from busguard.state.codecs import bitmap_bytes, encode, run_decoder
 from busguard.state.keys import KeySet, Partition, SourceKey
-from busguard.state.rocksdb.directory import StoreDirectoryRefused, claim
+from busguard.state.rocksdb.db import open_db, partition_decoder
+from busguard.state.rocksdb.directory import StoreDirectoryRefused
 from busguard.state.rocksdb.layout import (
     BUCKETED,
     BY_EXPIRY,
@@ -51,60 +50,18 @@ from busguard.state.rocksdb.layout import (
     partition,
     text,
 )
-from busguard.state.snapshot import Snapshot, StoredHead, WindowState, spans_of
-from busguard.state.sqlite.buckets import width_for
+from busguard.state.rocksdb.reads import RocksReads
 from busguard.state.sqlite.store import RUN_SPAN
 from busguard.state.store import BatchFn, rearmed
 from busguard.state.writes import BatchWrites
 
 #: deletes per expiry write batch for windows and policy rows (as SQLite's EXPIRE_CHUNK)
 EXPIRE_CHUNK: Final = 20_000
-head_decoder: Final = msgspec.msgpack.Decoder(StoredHead)
-partition_decoder: Final = msgspec.msgpack.Decoder(tuple[str, int])
-_SEQ_MAX: Final = b"\xff" * 8
 #: (kind, exp, change): a batch's change to the live entries of one expiry
 Count = Callable[[bytes, int, int], None]
 
 
-def rocks_options() -> rocksdict.Options:
-    """Quix Streams' RocksDB options (its rocksdb/options.py) but a 64 MiB
-    block cache (SQLite's `cache_size`; Quix takes 1 GiB) and fdatasync
-    (`use_fsync` false, as SQLite's commit on Linux; Quix: fsync)."""
-    opts = rocksdict.Options(raw_mode=True)
-    opts.create_if_missing(True)
-    opts.set_write_buffer_size(64 * 2**20)
-    opts.set_max_write_buffer_number(3)
-    opts.set_target_file_size_base(64 * 2**20)
-    opts.set_use_fsync(False)
-    table = rocksdict.BlockBasedOptions()
-    table.set_block_cache(rocksdict.Cache(64 * 2**20))
-    table.set_bloom_filter(10, False)  # most lookups miss: a filter per SST answers them without a read
-    opts.set_block_based_table_factory(table)
-    opts.set_compression_type(rocksdict.DBCompressionType.lz4())
-    opts.set_max_total_wal_size(128 * 2**20)
-    return opts
-
-
-def _open(path: Path) -> rocksdict.Rdict:
-    """The store's database, with RocksDB's errors (plain Exceptions from
-    rocksdict) turned into the OSError a caller reports as "cannot open it"."""
-    if path.exists() and not path.is_dir():
-        # mkdir would say FileExistsError, which callers read as "a store is already there"
-        raise NotADirectoryError(errno.ENOTDIR, "not a directory (a RocksDB store is one)", str(path))
-    claim(path)  # a directory of busguard's own, or refused before RocksDB writes a file there (directory.py)
-    options = rocks_options()
-    try:
-        # the default family named with its options: without them rocksdict
-        # reopens a store with default table options (no bloom filter, no cache)
-        return rocksdict.Rdict(str(path), options, column_families={"default": options})
-    except Exception as exc:  # rocksdict raises Exception for every RocksDB error
-        said = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if "lock" in said.lower():
-            raise OSError(errno.EAGAIN, f"held by another process or handle: RocksDB admits one per store ({said})", str(path)) from None
-        raise OSError(errno.EIO, said, str(path)) from None
-
-
-class RocksStore:
+class RocksStore(RocksReads):
     def __init__(
         self,
         path: str | Path,
@@ -130,7 +87,7 @@ class RocksStore:
         self._write_options.sync = synchronous.upper() != "NORMAL"
         self._lock = threading.Lock()
         self._closed = False
-        self._db = _open(self.path)
+        self._db = open_db(self.path)
         try:
             self._buckets: dict[bytes, list[tuple[int, int]]] = {k: [] for k in BUCKETED}
             for k, _ in self._scan(CATALOG):
@@ -207,130 +164,6 @@ class RocksStore:
                     self._db.flush(True)
                 finally:
                     self._db.close()
-
-    # ------------------------------------------------------------ reads
-
-    def _scan(self, prefix: bytes, start: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
-        return scan(self._db, prefix, start)
-
-    def _multi(self, keys: Sequence[bytes]) -> list[bytes | None]:
-        return cast("list[bytes | None]", self._db.get(cast("list[str | int | float | bytes | bool]", list(keys))))
-
-    def _width(self, kind: bytes) -> int:
-        if kind == NONCES:
-            return width_for(self.nonce_retention_ms)
-        return width_for(self.task_retention_ms if kind == TASKS else self.decision_retention_ms)
-
-    def _locate(self, kind: bytes, keys: Sequence[bytes]) -> Iterable[tuple[bytes, bytes, bytes]]:
-        """(bucket prefix, key, value) of every row of `keys`, expired or not, in every bucket of `kind`."""
-        if not keys:
-            return
-        for b in self._buckets[kind]:
-            prefix = bucket(kind, *b)
-            for k, v in zip(keys, self._multi([prefix + k for k in keys]), strict=True):
-                if v is not None:
-                    yield prefix, k, v
-
-    def _runs(self, tp: bytes, lo: int, hi: int) -> Iterable[tuple[bytes, bytes]]:
-        """(key, value) of every run that may hold a position in [lo, hi] of
-        one partition, expired or not: last >= lo, last < hi + RUN_SPAN
-        (a run spans less than RUN_SPAN), first <= hi."""
-        for b in self._buckets[RUNS]:
-            prefix = bucket(RUNS, *b) + tp
-            n = len(prefix)
-            for k, v in self._scan(prefix, Q.pack(lo)):
-                last, first = QQ.unpack_from(k, n)
-                if last >= hi + RUN_SPAN:
-                    break
-                if first <= hi:
-                    yield k, v
-
-    def _load(self, keys: KeySet, now_ms: int) -> Snapshot:
-        snap = Snapshot(trusted_from=self._trusted_from)
-        horizon = self._horizon = now_ms if self._expired_to is None else max(now_ms, self._expired_to)
-        if keys.sources:
-            wanted = set(keys.sources)
-            for topic, part, lo, hi in spans_of(wanted):
-                for _k, v in self._runs(partition(topic, part), lo, hi):
-                    if Q.unpack_from(v)[0] > horizon:
-                        for d in run_decoder.decode(v[12:]):
-                            sk = (topic, part, d.source.offset)
-                            if sk in wanted:
-                                snap.decisions[sk] = d
-        texts = {n: text(*n) for n in keys.nonces}
-        by_key = {k: n for n, k in texts.items()}
-        held: dict[bytes, tuple[bytes, int]] = {}
-        self._held, self._texts = {NONCES: held, TASKS: {}}, {NONCES: texts, TASKS: {}}
-        for b, k, v in self._locate(NONCES, list(by_key)):
-            exp = Q.unpack_from(v)[0]
-            held[k] = (b, exp)
-            if exp > horizon:
-                snap.nonces.add(by_key[k])
-        windows = {WINDOWS + text(*w): w for w in keys.windows}
-        for k, row in zip(windows, self._multi(list(windows)), strict=True):
-            if row is not None:
-                exp, top = QQ.unpack_from(row)
-                if exp > now_ms:
-                    snap.windows[windows[k]] = WindowState(top, bitmap_int(row[16:]))
-        texts = self._texts[TASKS] = {t: text(*t) for t in keys.tasks}
-        held = self._held[TASKS]
-        for b, k, v in self._locate(TASKS, list(texts.values())):
-            exp = Q.unpack_from(v)[0]
-            held[k] = (b, exp)
-            if exp > horizon:
-                t = task_decoder.decode(v[8:])
-                snap.tasks[(t.kind, t.task_id)] = t
-        policy = {POLICY + text(*p): p for p in keys.policy}
-        for k, row in zip(policy, self._multi(list(policy)), strict=True):
-            if row is not None and Q.unpack_from(row)[0] > now_ms:
-                snap.policy[policy[k]] = row[8:]
-        if keys.chain is not None:
-            snap.tip = self._tip(keys.chain)
-        if snap.decisions:
-            self._load_heads(snap, horizon)
-        return snap
-
-    def _tip(self, name: str) -> tuple[int, bytes] | None:
-        """The chain's newest head no expiry pass has deleted (as SQLite's: expired or not)."""
-        best: tuple[int, bytes] | None = None
-        floor = self._floor()
-        c = chain(name)
-        for b in self._buckets[HEADS]:
-            prefix = bucket(HEADS, *b) + c
-            it = self._db.iter()
-            it.seek_for_prev(prefix + _SEQ_MAX)
-            while it.valid() and it.key()[: len(prefix)] == prefix:
-                v = it.value()
-                if Q.unpack_from(v)[0] > floor:
-                    seq = Q.unpack_from(it.key(), len(prefix))[0]
-                    if best is None or seq > best[0]:
-                        best = (seq, head_decoder.decode(v[8:]).head)
-                    break
-                it.prev()
-        return best
-
-    def _floor(self) -> int:
-        """Bucketed rows expiring at or before this were counted and forgotten
-        by an expiry pass: they read as deleted until their bucket goes."""
-        return -1 if self._expired_to is None else self._expired_to
-
-    def _load_heads(self, snap: Snapshot, horizon: int) -> None:
-        """The unexpired heads covering a position of `snap.decisions`, found by their spans."""
-        wanted: set[bytes] = set()
-        for topic, part, lo, hi in spans_of(snap.decisions):
-            tp = partition(topic, part)
-            for b in self._buckets[SPANS]:
-                prefix = bucket(SPANS, *b) + tp
-                n = len(prefix)
-                for k, v in self._scan(prefix, Q.pack(lo)):  # spans whose highest offset is >= lo ...
-                    if Q.unpack_from(k, n + 8)[0] <= hi and Q.unpack_from(v)[0] > horizon:  # ... and lowest <= hi
-                        wanted.add(k[n + 16 :])
-        for cs in sorted(wanted):
-            for row in self._multi([bucket(HEADS, *b) + cs for b in self._buckets[HEADS]]):
-                if row is not None and Q.unpack_from(row)[0] > horizon:
-                    head = head_decoder.decode(row[8:])
-                    if any(map(head.covers, snap.decisions)):
-                        snap.heads.append(head)
 
     # ------------------------------------------------------------ writes
 
@@ -501,27 +334,7 @@ class RocksStore:
                         count(RUNS, exp, len(run))
                         start = i
 
-    # ------------------------------------------------------------ one-off reads, expiry, counts
-
-    def decision_at(self, source: Coordinates) -> Decision | None:
-        """The decision stored at `source`, expired or not (but not forgotten by an expiry pass)."""
-        with self._lock:
-            offset, floor = source.offset, self._floor()
-            for _k, v in self._runs(partition(source.topic, source.partition), offset, offset):
-                if Q.unpack_from(v)[0] <= floor:
-                    continue
-                for d in run_decoder.decode(v[12:]):
-                    if d.source.offset == offset:
-                        return d
-            return None
-
-    def task(self, kind: str, task_id: str, now_ms: int) -> TaskEntry | None:
-        with self._lock:
-            horizon = now_ms if self._expired_to is None else max(now_ms, self._expired_to)
-            for _b, _k, v in self._locate(TASKS, [text(kind, task_id)]):
-                if Q.unpack_from(v)[0] > horizon:
-                    return task_decoder.decode(v[8:])
-            return None
+    # ------------------------------------------------------------ expiry, counts
 
     def expire(self, now_ms: int) -> int:
         """Forget what has expired by `now_ms`; returns how many entries (a
@@ -590,19 +403,6 @@ class RocksStore:
                 "tasks": live[TASKS],
                 "policy": sum(1 for _ in self._scan(POLICY)),
             }
-
-
-def scan(db: rocksdict.Rdict, prefix: bytes, start: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
-    """(key, value) of every key under `prefix`, from `prefix + start` on."""
-    it = db.iter()
-    it.seek(prefix + start)
-    n = len(prefix)
-    while it.valid():
-        k = it.key()
-        if k[:n] != prefix:
-            return
-        yield k, it.value()
-        it.next()
 
 
 def _int(raw: bytes | None) -> int | None:

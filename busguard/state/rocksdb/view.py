@@ -25,9 +25,9 @@ from pathlib import Path
 import rocksdict
 
 from busguard.state.keys import Partition
+from busguard.state.rocksdb.db import partition_decoder, rocks_options, scan
 from busguard.state.rocksdb.directory import StoreDirectoryRefused, check
 from busguard.state.rocksdb.layout import META, SCHEMA, WATERMARKS, Q
-from busguard.state.rocksdb.store import partition_decoder, rocks_options, scan
 
 
 class RocksView:
