@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -160,6 +160,8 @@ class GuardProcess:
     """One `busguard <command>` process with its log captured to a file."""
 
     count = 0
+    #: every process started and not yet reaped (`reap`)
+    started: ClassVar[list[GuardProcess]] = []
 
     def __init__(
         self, setup: Setup, *, fault: str | None = None, command: str = "run", port: int | None = None, env: dict[str, str] | None = None
@@ -184,6 +186,18 @@ class GuardProcess:
             stderr=subprocess.STDOUT,
             env=environ,
         )
+        GuardProcess.started.append(self)
+
+    @classmethod
+    def reap(cls) -> list[str]:
+        """SIGKILL every started process still running: a test that failed
+        before its own cleanup must not leave a guard consuming the next
+        test's topics or holding a group's partitions. Returns their logs' names."""
+        left = [g for g in cls.started if g.proc.poll() is None]
+        cls.started.clear()
+        for g in left:
+            g.kill9()
+        return [g.log.name for g in left]
 
     def healthy(self) -> bool:
         try:

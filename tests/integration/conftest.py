@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from busguard.devtools.broker import EmbeddedBroker
+from busguard.devtools.guardkit import GuardProcess
 from busguard.devtools.kafka import ApacheKafka
 from busguard.runtime.topics import create_topics
 
@@ -115,3 +116,12 @@ def topic_factory(broker: EmbeddedBroker | ApacheKafka, request: pytest.FixtureR
 def group_id(request: pytest.FixtureRequest) -> str:
     """A consumer group id no other test uses."""
     return f"{_slug(request.node.name)}.{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(autouse=True)
+def reap_guards() -> Iterator[None]:
+    """A test that failed before its own cleanup leaves no busguard process behind."""
+    yield
+    left = GuardProcess.reap()
+    if left:
+        print(f"killed busguard processes left running: {left}")
