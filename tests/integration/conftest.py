@@ -41,19 +41,22 @@ BROKERS = ("kafka", "tansu")
 
 
 def _brokers_for(definition: pytest.Item) -> list[str]:
-    chosen = os.environ.get("BUSGUARD_TEST_BROKERS", "").strip()
-    if chosen:
-        names = [n.strip() for n in chosen.split(",") if n.strip()]
-        unknown = sorted(set(names) - set(BROKERS))
-        if unknown or not names:
-            raise pytest.UsageError(f"BUSGUARD_TEST_BROKERS={chosen!r}: {unknown or 'empty'}; allowed: a comma-separated list of {BROKERS}")
-        return names
+    """The marker's brokers (Apache Kafka when unmarked); BUSGUARD_TEST_BROKERS
+    narrows them, or widens an unmarked test to tansu too. A test marked for
+    tansu alone (Kafka refuses its batches at produce) keeps to tansu."""
     marker = definition.get_closest_marker("brokers")
-    if marker is None:
-        return ["kafka"]
-    if not marker.args or set(marker.args) - set(BROKERS):
+    if marker is not None and (not marker.args or set(marker.args) - set(BROKERS)):
         raise pytest.UsageError(f"{definition.nodeid}: @pytest.mark.brokers{marker.args}: name one or more of {BROKERS}")
-    return list(marker.args)
+    own = list(marker.args) if marker is not None else ["kafka"]
+    chosen = os.environ.get("BUSGUARD_TEST_BROKERS", "").strip()
+    if not chosen:
+        return own
+    names = [n.strip() for n in chosen.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(BROKERS))
+    if unknown or not names:
+        raise pytest.UsageError(f"BUSGUARD_TEST_BROKERS={chosen!r}: {unknown or 'empty'}; allowed: a comma-separated list of {BROKERS}")
+    allowed = own if marker is not None else list(BROKERS)
+    return [n for n in names if n in allowed] or own
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
