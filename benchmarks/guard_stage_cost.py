@@ -1,7 +1,7 @@
 """The guard's own CPU per record, without a broker: the whole batch stage
 (`Guard.prepare` then `Guard.process_prepared`: prechecks, 2-thread verify,
 decide, the SQLite transaction with `synchronous = full`, the batch seal,
-the outputs) and the producer's side of `BatchLoop._publish` (aiokafka's
+the outputs) and the producer's side of `Publisher.publish` (aiokafka's
 record batches built and compressed with the configured codec, as its
 sender does), over the records `benchmarks/compare.py` sends (same
 generator: 8 senders, half with sessions, 5 % exact re-sends, 300-byte JSON
@@ -65,7 +65,7 @@ class _Sent:
 
 
 class BuildingProducer:
-    """The part of AIOKafkaProducer that `BatchLoop._publish` calls, building
+    """The part of AIOKafkaProducer that `Publisher.publish` calls, building
     every record batch it is sent exactly as aiokafka's sender does before a
     produce request (`BatchBuilder._build`: the v2 batch, compressed)."""
 
@@ -111,12 +111,14 @@ def _callgrind(on: bool) -> None:
 async def run_all(guard: Any, loop: Any, producer: BuildingProducer, batches: list[list[Rec]]) -> tuple[float, float]:
     """Every batch through the stage, then produced: (stage, produce) CPU seconds."""
     stage = produce = 0.0
+    # runtime/publish.py; trees before it had BatchLoop._publish (--trees)
+    publish = loop.publisher.publish if hasattr(loop, "publisher") else loop._publish
     for batch in batches:
         c0 = time.process_time()
         ready = await guard.prepare(batch)
         outputs = await guard.process_prepared(ready)
         c1 = time.process_time()
-        await loop._publish(producer, outputs)
+        await publish(producer, outputs)
         c2 = time.process_time()
         stage += c1 - c0
         produce += c2 - c1
@@ -134,7 +136,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     from busguard.protocol.keyfile import write_key
     from busguard.runtime.batch_size import _CODEC_IDS, producer_batch_size
     from busguard.runtime.logs import configure
-    from busguard.runtime.loop import key_partition
+
+    try:
+        from busguard.runtime.publish import key_partition
+    except ImportError:  # a tree from before runtime/publish.py (--trees)
+        from busguard.runtime.loop import key_partition  # type: ignore[attr-defined,no-redef]
     from busguard.runtime.tuning import tune_gc
     from busguard.state.sqlite.store import SqliteStore
     from busguard.wiring import build_guard, open_guard

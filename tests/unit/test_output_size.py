@@ -88,7 +88,7 @@ def _sealer(identity: Identity = GUARD):  # type: ignore[no-untyped-def]
 
 
 def _built(outputs: Sequence[Output], codec: Compression, max_batch: int) -> list[int]:
-    """Pack outputs as runtime/loop.py's _publish does, one builder per batch; the built sizes."""
+    """Pack outputs as runtime/publish.py's Publisher.publish does, one builder per batch; the built sizes."""
     codec_id = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}[codec]
     sizes, builder = [], DefaultRecordBatchBuilder(2, codec_id, 0, -1, -1, 0, max_batch)
     offset = 0

@@ -2,7 +2,7 @@
 
 Each compressed record batch pays for a fresh codec context (zstd: more
 than a hundred µs for a one-record batch), which at an agent's rate every
-record paid twice (forward and audit record). `BatchLoop._publish` builds a
+record paid twice (forward and audit record). `Publisher.publish` builds a
 partition's outputs uncompressed while their bytes stay under
 UNCOMPRESSED_BELOW; the records in the batch are the same either way.
 """
@@ -14,8 +14,8 @@ import asyncio
 from aiokafka import AIOKafkaProducer
 from aiokafka.record.default_records import DefaultRecordBatch
 
-from busguard.runtime.loop import UNCOMPRESSED_BELOW, _small, _uncompressed_batch
 from busguard.runtime.outputs import Output
+from busguard.runtime.publish import UNCOMPRESSED_BELOW, small, uncompressed_batch
 
 ZSTD = 4  # the record batch attributes' codec id
 
@@ -25,10 +25,10 @@ def _out(n: int) -> Output:
 
 
 def test_the_bound_counts_keys_values_and_headers() -> None:
-    assert _small([_out(100)] * 3)
-    assert not _small([_out(UNCOMPRESSED_BELOW)])
+    assert small([_out(100)] * 3)
+    assert not small([_out(UNCOMPRESSED_BELOW)])
     just_under = UNCOMPRESSED_BELOW - (1 + 1 + 10) - 1
-    assert _small([_out(just_under)]) and not _small([_out(just_under), _out(1)])
+    assert small([_out(just_under)]) and not small([_out(just_under), _out(1)])
 
 
 def _built(batch: object) -> DefaultRecordBatch:
@@ -43,7 +43,7 @@ def test_an_uncompressed_batch_holds_the_same_records_as_a_compressed_one() -> N
     async def run() -> None:
         producer = await _producer()
         outs = [_out(50), _out(70)]
-        plain, packed = _uncompressed_batch(producer), producer.create_batch()
+        plain, packed = uncompressed_batch(producer), producer.create_batch()
         for b in (plain, packed):
             for o in outs:
                 assert b.append(key=o.key, value=o.value, timestamp=1, headers=o.headers) is not None
@@ -58,7 +58,7 @@ def test_an_uncompressed_batch_holds_the_same_records_as_a_compressed_one() -> N
 def test_a_transactional_producers_uncompressed_batch_is_transactional() -> None:
     async def run() -> None:
         producer = await _producer(transactional_id="tx-1", enable_idempotence=True)
-        batch = _uncompressed_batch(producer)
+        batch = uncompressed_batch(producer)
         assert batch.append(key=b"k", value=b"v", timestamp=1, headers=[]) is not None
         assert _built(batch).is_transactional
 
