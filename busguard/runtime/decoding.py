@@ -40,89 +40,33 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Iterator, Sequence
-from typing import Any, Final
+from typing import Any
 
 from aiokafka.structs import ConsumerRecord
 
 from busguard.config import DEFAULT_MAX_INFLATED_BYTES
 from busguard.protocol.reasons import Reason
+from busguard.runtime.batchbytes import (
+    BATCH_HEADER,
+    CODEC_NAMES,
+    CONTROL,
+    LOG_APPEND_TIME,
+    LOG_OVERHEAD,
+    MIN_V2_LENGTH,
+    TRANSACTIONAL,
+    Corrupt,
+    clip,
+    is_abort_marker,
+    no_record,
+    over_limit,
+    read_bytes,
+    rewinds,
+    varint,
+)
 from busguard.runtime.inflate import OverLimit, legacy_wrapper_check, uncompressed_batch
 from busguard.runtime.undecodable import Undecodable
 
 __all__ = ["PartitionDecoder"]
-
-_BATCH_HEADER: Final = struct.Struct(">qiibIhiqqqhii")  # 61 bytes: KIP-98 RecordBatch header
-_LOG_OVERHEAD: Final = 12  # baseOffset int64 + batchLength int32
-_MIN_V2_LENGTH: Final = _BATCH_HEADER.size - _LOG_OVERHEAD
-_CODEC_NAMES: Final = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
-_CONTROL: Final = 0x20
-_TRANSACTIONAL: Final = 0x10
-_LOG_APPEND_TIME: Final = 0x08
-_MAX_DETAIL: Final = 512
-
-
-class _Corrupt(Exception):
-    """The bytes do not parse; the message says where."""
-
-
-def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
-    """Zigzag varint (as Kafka's records use), at most 10 bytes, within `end`."""
-    shift = value = 0
-    for _ in range(10):
-        if pos >= end:
-            raise _Corrupt("truncated varint")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (value >> 1) ^ -(value & 1), pos
-        shift += 7
-    raise _Corrupt("varint longer than 10 bytes")
-
-
-def _bytes(buf: bytes, pos: int, end: int, what: str) -> tuple[bytes | None, int]:
-    n, pos = _varint(buf, pos, end)
-    if n < 0:
-        return None, pos
-    if pos + n > end:
-        raise _Corrupt(f"{what} length {n} runs past the record")
-    return buf[pos : pos + n], pos + n
-
-
-def _over(codec_name: str, exc: OverLimit) -> str:
-    claim = f"; its snappy length headers claim at least {exc.known}" if exc.known is not None else ""
-    return f"{codec_name} records inflate to more than {exc.limit} bytes (batch.max_inflated_bytes){claim}; refused unread, the batch is kept compressed"
-
-
-def _is_abort_marker(batch: bytes) -> bool:
-    """The control batch's first record's key is (version, type 0 = ABORT);
-    control batches are never compressed. Bytes that do not parse are no
-    abort marker."""
-    try:
-        pos, end = _BATCH_HEADER.size, len(batch)
-        _, pos = _varint(batch, pos, end)  # record length
-        pos += 1  # attributes
-        _, pos = _varint(batch, pos, end)  # timestamp delta
-        _, pos = _varint(batch, pos, end)  # offset delta
-        key, _ = _bytes(batch, pos, end, "control key")
-    except _Corrupt:
-        return False
-    return key is not None and len(key) >= 4 and struct.unpack_from(">h", key, 2)[0] == 0
-
-
-def _no_record(lo: int, hi: int) -> str:
-    span = f"offset {lo}" if lo == hi else f"offsets {lo}-{hi}"
-    return f"the batch header claims {span} but the batch holds no record there"
-
-
-def _rewinds(base: int, last_delta: int) -> str:
-    lo = base + last_delta + 1
-    behind = f"; offsets {max(lo, 0)}-{base - 1} may then hold records no decision covers" if lo < base else ""
-    return f"lastOffsetDelta {last_delta} is negative: a broker that trusts it stores the next records from offset {lo}{behind}"
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= _MAX_DETAIL else text[: _MAX_DETAIL - 1] + "…"
 
 
 class PartitionDecoder:
@@ -163,13 +107,13 @@ class PartitionDecoder:
         n = len(raw)
         pos = 0
         first = True
-        while n - pos >= _LOG_OVERHEAD:
+        while n - pos >= LOG_OVERHEAD:
             start_offset = self.next_fetch_offset
             base, length = struct.unpack_from(">qi", raw, pos)
-            end = pos + _LOG_OVERHEAD + length
+            end = pos + LOG_OVERHEAD + length
             if length >= 0 and end > n:
                 break  # a partial batch at the end of the fetch: refetched next time
-            framed = length >= _MIN_V2_LENGTH or (length >= 0 and n > pos + 16 and raw[pos + 16] < 2)
+            framed = length >= MIN_V2_LENGTH or (length >= 0 and n > pos + 16 and raw[pos + 16] < 2)
             if not framed:
                 # The length cannot be right, so nothing after it can be delimited.
                 batch = raw[pos:n]
@@ -220,7 +164,7 @@ class PartitionDecoder:
             self.partition,
             first,
             Reason.UNDECODABLE_BATCH,
-            _clip(why),
+            clip(why),
             batch,
             base,
             hashlib.sha256(batch).hexdigest(),
@@ -245,14 +189,14 @@ class PartitionDecoder:
             o = item.offset
             if o > self.next_fetch_offset:
                 yield from self._placeholders(
-                    batch, base, self.next_fetch_offset, o - 1, _no_record(self.next_fetch_offset, o - 1), carrier=carrier
+                    batch, base, self.next_fetch_offset, o - 1, no_record(self.next_fetch_offset, o - 1), carrier=carrier
                 )
                 carrier = False
             self.next_fetch_offset = o + 1
             yield item
         if self.next_fetch_offset <= last:
             yield from self._placeholders(
-                batch, base, self.next_fetch_offset, last, tail or _no_record(self.next_fetch_offset, last), carrier=carrier
+                batch, base, self.next_fetch_offset, last, tail or no_record(self.next_fetch_offset, last), carrier=carrier
             )
 
     def _aborted_batch(self, batch: bytes, base: int, attrs: int, producer_id: int) -> bool:
@@ -264,11 +208,11 @@ class PartitionDecoder:
         assert aborted is not None
         while aborted and aborted[0][1] <= base:
             self._aborting.add(aborted.pop(0)[0])
-        if attrs & _CONTROL:
-            if _is_abort_marker(batch):
+        if attrs & CONTROL:
+            if is_abort_marker(batch):
                 self._aborting.discard(producer_id)
             return False
-        return bool(attrs & _TRANSACTIONAL) and producer_id in self._aborting
+        return bool(attrs & TRANSACTIONAL) and producer_id in self._aborting
 
     def _record(self, rec: Any) -> ConsumerRecord:
         key, value = rec.key, rec.value
@@ -289,7 +233,7 @@ class PartitionDecoder:
     def _v2(self, batch: bytes, base: int, next_base: int | None) -> Iterator[ConsumerRecord | Undecodable]:
         from aiokafka.record.default_records import DefaultRecordBatch
 
-        _, _, _, _, _, attrs, last_delta, first_ts, max_ts, producer_id, _, _, count = _BATCH_HEADER.unpack_from(batch, 0)
+        _, _, _, _, _, attrs, last_delta, first_ts, max_ts, producer_id, _, _, count = BATCH_HEADER.unpack_from(batch, 0)
         last = base + max(last_delta, 0)
         if next_base is not None and base < next_base <= last:
             last = next_base - 1
@@ -302,10 +246,10 @@ class PartitionDecoder:
             # Kafka writes lastOffsetDelta = records - 1; a broker that trusts a
             # negative one (tansu) gives the NEXT records offsets this reader
             # has already read past, where no decision will cover them
-            yield from self._placeholders(batch, base, base, base, _rewinds(base, last_delta))
+            yield from self._placeholders(batch, base, base, base, rewinds(base, last_delta))
             return
-        if attrs & _CONTROL:
-            if attrs & _TRANSACTIONAL:
+        if attrs & CONTROL:
+            if attrs & TRANSACTIONAL:
                 self.next_fetch_offset = last + 1  # a transaction marker, not a record
                 return
             yield from self._placeholders(batch, base, base, last, "control batch outside a transaction")
@@ -322,12 +266,12 @@ class PartitionDecoder:
         codec = attrs & 0x07
         plain: bytes | bytearray = batch
         if codec:
-            name = _CODEC_NAMES.get(codec, f"id {codec}")
+            name = CODEC_NAMES.get(codec, f"id {codec}")
             try:
                 plain = uncompressed_batch(batch, self.max_inflated_bytes)
                 parsed = DefaultRecordBatch(plain)
             except OverLimit as exc:
-                yield from self._placeholders(batch, base, base, last, _over(name, exc))
+                yield from self._placeholders(batch, base, base, last, over_limit(name, exc))
                 return
             except Exception as exc:  # noqa: BLE001 - a codec library's error is data here
                 yield from self._placeholders(batch, base, base, last, f"{name} records do not decompress: {type(exc).__name__}: {exc}")
@@ -345,7 +289,7 @@ class PartitionDecoder:
                     break
                 prev = o
         if recs is None:
-            yield from self._tolerant(batch, bytes(memoryview(plain)[_BATCH_HEADER.size :]), base, last, attrs, first_ts, max_ts, count)
+            yield from self._tolerant(batch, bytes(memoryview(plain)[BATCH_HEADER.size :]), base, last, attrs, first_ts, max_ts, count)
         else:
             nfo = self.next_fetch_offset
             kept = [self._record(r) for r in recs if r.offset >= nfo]
@@ -361,7 +305,7 @@ class PartitionDecoder:
         self, batch: bytes, data: bytes, base: int, last: int, attrs: int, first_ts: int, max_ts: int, count: int
     ) -> Iterator[ConsumerRecord | Undecodable]:
         """`data`: the batch's records section, inflated (bounded, in `_v2`)."""
-        log_append = bool(attrs & _LOG_APPEND_TIME)
+        log_append = bool(attrs & LOG_APPEND_TIME)
         sha = hashlib.sha256(batch).hexdigest()
         pos, end, prev = 0, len(data), base - 1
         broken = ""
@@ -373,14 +317,14 @@ class PartitionDecoder:
                 break
             start = pos
             try:
-                length, pos = _varint(data, pos, end)
+                length, pos = varint(data, pos, end)
                 if length < 0 or pos + length > end:
-                    raise _Corrupt(f"record length {length} runs past the batch")
+                    raise Corrupt(f"record length {length} runs past the batch")
                 body, rec_end = pos, pos + length
                 pos += 1  # attributes
-                ts_delta, pos = _varint(data, pos, rec_end)
-                offset_delta, pos = _varint(data, pos, rec_end)
-            except _Corrupt as exc:
+                ts_delta, pos = varint(data, pos, rec_end)
+                offset_delta, pos = varint(data, pos, rec_end)
+            except Corrupt as exc:
                 broken = f"record after offset {prev} cannot be delimited: {exc}"
                 break
             offset = base + offset_delta
@@ -397,34 +341,34 @@ class PartitionDecoder:
             if offset < nfo:
                 continue
             p = body + 1  # past attributes, then the two deltas read above
-            _, p = _varint(data, p, rec_end)
-            _, p = _varint(data, p, rec_end)
+            _, p = varint(data, p, rec_end)
+            _, p = varint(data, p, rec_end)
             key: bytes | None = None
             value: bytes | None = None
             pairs: list[tuple[bytes, bytes | None]] | None = None
             try:
-                key, p = _bytes(data, p, rec_end, "key")
-                value, p = _bytes(data, p, rec_end, "value")
-                n_headers, p = _varint(data, p, rec_end)
+                key, p = read_bytes(data, p, rec_end, "key")
+                value, p = read_bytes(data, p, rec_end, "value")
+                n_headers, p = varint(data, p, rec_end)
                 if n_headers < 0:
-                    raise _Corrupt(f"header count {n_headers}")
+                    raise Corrupt(f"header count {n_headers}")
                 pairs = []
                 for _ in range(n_headers):
-                    h_name, p = _bytes(data, p, rec_end, "header name")
+                    h_name, p = read_bytes(data, p, rec_end, "header name")
                     if h_name is None:
-                        raise _Corrupt("null header name")
-                    h_value, p = _bytes(data, p, rec_end, "header value")
+                        raise Corrupt("null header name")
+                    h_value, p = read_bytes(data, p, rec_end, "header value")
                     pairs.append((h_name, h_value))
                 if p != rec_end:
-                    raise _Corrupt(f"{rec_end - p} bytes after the record's headers")
-            except _Corrupt as exc:
+                    raise Corrupt(f"{rec_end - p} bytes after the record's headers")
+            except Corrupt as exc:
                 items.append(
                     Undecodable(
                         self.topic,
                         self.partition,
                         offset,
                         Reason.UNDECODABLE_RECORD,
-                        _clip(f"record does not parse: {exc}"),
+                        clip(f"record does not parse: {exc}"),
                         raw_record,
                         base,
                         sha,
@@ -441,7 +385,7 @@ class PartitionDecoder:
                         self.partition,
                         offset,
                         Reason.UNDECODABLE_HEADER,
-                        _clip(f"a header name is not UTF-8: {exc}"),
+                        clip(f"a header name is not UTF-8: {exc}"),
                         raw_record,
                         base,
                         sha,
@@ -475,15 +419,15 @@ class PartitionDecoder:
         try:
             legacy_wrapper_check(batch, magic, self.max_inflated_bytes)
         except OverLimit as exc:
-            yield from self._placeholders(batch, base, base, base, _over(_CODEC_NAMES[batch[17] & 0x07], exc))
+            yield from self._placeholders(batch, base, base, base, over_limit(CODEC_NAMES[batch[17] & 0x07], exc))
             return
         try:
             recs = list(LegacyRecordBatch(batch, magic))
             offsets = [r.offset for r in recs]
             if offsets != sorted(set(offsets)):
-                raise _Corrupt("offsets out of order")
+                raise Corrupt("offsets out of order")
             if offsets and next_base is not None and offsets[-1] >= next_base:
-                raise _Corrupt("offsets run into the next batch")
+                raise Corrupt("offsets run into the next batch")
         except Exception as exc:  # noqa: BLE001 - any failure of the client's decoder is data
             yield from self._placeholders(
                 batch, base, base, base, f"legacy v{magic} message set does not decode: {type(exc).__name__}: {exc}"
