@@ -85,7 +85,7 @@ fence: a created store would refuse records signed before it). Neither
 changes the work per record.
 
 Results on the 2-core development VM, 1 December 2026, shared with other
-engineers' test suites (docs/performance.md, "Where the latency and the memory go"):
+engineers' test suites (docs/performance.md, "Latency and memory"):
 at half the measured peak (~3 450/s), four runs (two of the unchanged
 loop, two of this one), busguard p50 163–313 ms, p99
 595–1 308 ms: the 50 ms target is

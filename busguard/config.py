@@ -202,8 +202,9 @@ class BatchConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     def threads(self, cpus: int) -> int:
         """The verify and seal threads for a process that may run on `cpus`
         CPUs. Why "auto" is cores minus one: on 2 cores a second verify
-        thread only adds GIL hand-offs (docs/performance.md, "Seventh pass": 1–11 % more
-        CPU per record than one, and no more throughput)."""
+        thread only adds GIL hand-offs (docs/performance.md,
+        "Signatures and verify threads": 1–11 % more CPU per record than one,
+        and no more throughput)."""
         if self.verify_threads != "auto":
             return self.verify_threads
         return max(1, min(AUTO_VERIFY_THREADS_MAX, cpus - 1))
