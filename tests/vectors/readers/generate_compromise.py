@@ -117,7 +117,7 @@ def integrity(handoff_id: str, status: IntegrityStatus) -> SignedStatement:
 
 
 def payload(components: tuple[Component, ...], **statements: SignedStatement | None) -> bytes:
-    return encode(SessionHandoff(v=1, components=components, **statements))  # type: ignore[arg-type]
+    return encode(SessionHandoff(v=1, components=components, **statements))
 
 
 def forward(handoff_id: str, value: bytes) -> dict[str, Any]:
