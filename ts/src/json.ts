@@ -13,6 +13,9 @@
  * range") is `wrong_type` in a field and `not_json` at the top; at the closing brace, a required field absent is
  * `missing_field`. A repeated key keeps its last value (as msgspec does);
  * every key is returned in order so that a caller can refuse duplicates.
+ * An array field's items are read in order, each against its spec, and its
+ * length is checked after them (as msgspec does); a string field may carry
+ * msgspec's `pattern` (`constraint` when it does not match).
  * Integers (no fraction, no exponent) are exact `bigint`s.
  */
 import { fromUtf8 } from "./bytes.js";
