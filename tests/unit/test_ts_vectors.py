@@ -355,6 +355,21 @@ def _award_readers() -> Verdicts:
     return {v["name"]: verdict(v["kind"], _b64(v["payload_b64"]) or b"", v["annotations"]) for v in doc["vectors"]}
 
 
+def _compromise_handoff_reader() -> Verdicts:
+    from tests.vectors.readers.generate_compromise import admitted, verdict
+
+    doc = _load("readers/compromise-handoff.json")
+    out: Verdicts = {}
+    for v in doc["vectors"]:
+        case = {k: v[k] for k in ("task_id", "sender", "annotations", "replaced")} | {"value": _b64(v["value_b64"])}
+        if "registry" in v:
+            case["registry"] = v["registry"]
+        out[v["name"]] = verdict(case, doc["registry"])
+    for f in doc["forwards"]:
+        out[f"forward:{f['name']}"] = admitted(_b64(f["value_b64"]) or b"", _headers(f["headers"]), f.get("registry", doc["registry"]))
+    return out
+
+
 def _resolutions() -> Verdicts:
     doc = _load("resolutions.json")
     keys = {"guard": multikey_decode(doc["guard_public_key"]), "reconciler": multikey_decode(doc["reconciler_public_key"])}
@@ -393,6 +408,7 @@ PYTHON: dict[str, Callable[[], Verdicts]] = {
     "batches.json": _batches,
     "readers/taint-plan.json": _taint_plan_reader,
     "readers/award.json": _award_readers,
+    "readers/compromise-handoff.json": _compromise_handoff_reader,
     "resolutions.json": _resolutions,
 }
 

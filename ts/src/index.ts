@@ -63,3 +63,5 @@ export { SigningProducer, kafkaHeaders, type OutgoingRecord, type ProducerOption
 export { DEFAULT_MAX_INFLATED_BYTES, decodePartition, type Decoded } from "./kafka/decode.js";
 export * from "./readers/taint.js";
 export * from "./readers/award.js";
+export * from "./readers/scope.js";
+export * from "./readers/compromise.js";

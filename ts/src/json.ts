@@ -13,6 +13,9 @@
  * range") is `wrong_type` in a field and `not_json` at the top; at the closing brace, a required field absent is
  * `missing_field`. A repeated key keeps its last value (as msgspec does);
  * every key is returned in order so that a caller can refuse duplicates.
+ * An array field's items are read in order, each against its spec, and its
+ * length is checked after them (as msgspec does); a string field may carry
+ * msgspec's `pattern` (`constraint` when it does not match).
  * Integers (no fraction, no exponent) are exact `bigint`s.
  */
 import { fromUtf8 } from "./bytes.js";
@@ -40,12 +43,23 @@ export interface StrField {
   /** bounds in code points, as Python's `len` counts */
   readonly minLength?: number;
   readonly maxLength?: number;
+  /** msgspec's `pattern`: Python's `re.search`, so `$` also matches before one final newline */
+  readonly pattern?: RegExp;
+}
+export interface BoolField {
+  readonly kind: "bool";
+}
+/** A JSON array whose items are each `items`; its length is checked after its items (as msgspec does). */
+export interface ArrayField {
+  readonly kind: "array";
+  readonly items: FieldSpec;
+  readonly maxLength?: number;
 }
 export interface ObjectField {
   readonly kind: "object";
   readonly schema: Schema;
 }
-export type FieldType = IntField | StrField | ObjectField;
+export type FieldType = IntField | StrField | BoolField | ArrayField | ObjectField;
 
 export interface FieldSpec {
   readonly type: FieldType;
@@ -59,7 +73,7 @@ export interface Schema {
   readonly forbidUnknown: boolean;
 }
 
-export type JsonValue = bigint | string | null | DecodedObject;
+export type JsonValue = bigint | string | boolean | null | DecodedObject | readonly JsonValue[];
 export interface DecodedObject {
   readonly values: ReadonlyMap<string, JsonValue>;
   /** every key of the object, in document order, repeats included */
@@ -272,14 +286,17 @@ class Parser {
       if (spec.type.kind !== "object") return got("object");
       return this.object(spec.type.schema, path);
     }
-    if (c === 0x5b) return got("array");
+    if (c === 0x5b) {
+      if (spec.type.kind !== "array") return got("array");
+      return this.array(spec.type, path);
+    }
     if (c === 0x6e) {
       this.literal("null");
       return spec.nullable ? null : got("null");
     }
     if (c === 0x74 || c === 0x66) {
       this.literal(c === 0x74 ? "true" : "false");
-      return got("bool");
+      return spec.type.kind === "bool" ? c === 0x74 : got("bool");
     }
     if (c === 0x22) {
       const s = this.string(spec.type.kind === "str");
@@ -290,6 +307,9 @@ class Parser {
       }
       if (spec.type.maxLength !== undefined && n > spec.type.maxLength) {
         this.fail("constraint", path, `Expected \`str\` of length <= ${spec.type.maxLength} - at \`${path}\``);
+      }
+      if (spec.type.pattern !== undefined && !spec.type.pattern.test(s)) {
+        this.fail("constraint", path, `Expected \`str\` matching regex ${JSON.stringify(spec.type.pattern.source)} - at \`${path}\``);
       }
       return s;
     }
@@ -314,6 +334,30 @@ class Parser {
       return num.int;
     }
     return this.syntax("invalid character");
+  }
+
+  array(type: ArrayField, path: string): JsonValue[] {
+    this.expect(0x5b, "expected an array");
+    const out: JsonValue[] = [];
+    this.ws();
+    if (this.peek() === 0x5d) {
+      this.pos++;
+    } else {
+      for (;;) {
+        out.push(this.typed(type.items, `${path}[${out.length}]`));
+        this.ws();
+        const n = this.peek();
+        this.pos++;
+        if (n === 0x5d) break;
+        if (n !== 0x2c) this.syntax("expected ',' or ']'");
+        this.ws();
+        if (this.peek() === 0x5d) this.syntax("trailing comma in array");
+      }
+    }
+    if (type.maxLength !== undefined && out.length > type.maxLength) {
+      this.fail("constraint", path, `Expected \`array\` of length <= ${type.maxLength} - at \`${path}\``);
+    }
+    return out;
   }
 
   object(schema: Schema, path: string): DecodedObject {

@@ -18,6 +18,7 @@ const MIN_CASES: Readonly<Record<string, number>> = {
   "invalid.json": 80,
   "sequences.json": 50,
   "receipts/receipts.json": 80,
+  "readers/compromise-handoff.json": 125,
 };
 
 for (const [name, run] of Object.entries(FILES)) {

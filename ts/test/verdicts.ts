@@ -43,7 +43,13 @@ import {
   decodePartition,
   readPlan,
   CNET_READERS,
+  HANDOFF_KIND,
+  MessageError,
+  handoffReader,
+  handoffReaders,
+  registryKeys,
   type CnetView,
+  type HandoffView,
   type Delivery,
   leafHash,
   merkleRoot,
@@ -80,7 +86,7 @@ export interface FileResult {
 /** Vector files this package does not judge, and why. */
 export const NOT_YET: Readonly<Record<string, string>> = {
   "cnet/cnet.json": "the contract-net policy's scenarios (section 15, guard side); the readers are judged on readers/award.json",
-  "compromise/compromise.json": "the compromise policy's scenarios (section 14, guard side); the handoff reader is not mirrored yet",
+  "compromise/compromise.json": "the compromise policy's scenarios (section 14, guard side); the handoff reader is judged on readers/compromise-handoff.json",
   "taint_replay.json": "the taint-replay policy's requests (section 13, guard side); the plan reader is judged on readers/taint-plan.json",
 };
 
@@ -565,6 +571,71 @@ function awardReaders(): FileResult {
   }
   return c.result();
 }
+/** A handoff view as the vectors show it (generate_compromise.py `show`). */
+function showHandoff(view: HandoffView): Verdict {
+  const content: Record<string, string> = {};
+  for (const c of view.report.checks) {
+    try {
+      content[c.name] = b64Encode(view.content(c.name));
+    } catch (exc) {
+      content[c.name] = (exc as Error).message.includes("travels by hash") ? "by_hash" : "not_usable";
+    }
+  }
+  const r = view.report;
+  return {
+    handoff_id: view.handoffId,
+    session: view.session,
+    verdict: view.verdict,
+    caution: view.caution,
+    manifest_digest: view.manifestDigest,
+    compromise_notices: [...view.compromiseNotices],
+    replaced: view.replaced,
+    usable: view.usable.map((c) => c.name),
+    not_usable: [...view.notUsable],
+    scope_present: r.scopePresent,
+    all_verified: r.allVerified,
+    checks: r.checks.map((c) => [c.name, c.sha256, c.operational, c.againstScope]),
+    unverified_non_operational: r.unverifiedNonOperational.map((c) => c.name),
+    content,
+  };
+}
+/** The session-handoff reader on what it reads of a delivery, and the admitting consumer with it on whole forwards. */
+function compromiseHandoffReader(): FileResult {
+  const c = new Collector();
+  const doc = load("readers/compromise-handoff.json");
+  const now = parseTimestamp(doc.now as string);
+  const keysOf = (registry: RegistryFile) => registryKeys(KeyRegistry.fromEntries(registry), () => now);
+  for (const v of doc.vectors) {
+    const d = {
+      topic: "t",
+      partition: 0,
+      offset: 0n,
+      decision_id: "d",
+      receipt: { kind: HANDOFF_KIND, task_id: v.task_id, sender: v.sender },
+      payload: b64Decode(v.value_b64 as string),
+      annotations: v.annotations,
+      attestation: v.replaced === true ? { forwarded_sha256: "0".repeat(64) } : {},
+      view: undefined,
+    } as unknown as Delivery<HandoffView>;
+    let verdict: Verdict;
+    try {
+      verdict = showHandoff(handoffReader(keysOf(v.registry ?? doc.registry))(d));
+    } catch (exc) {
+      verdict = exc instanceof MessageError ? { unreadable: exc.code, where: exc.where } : { unreadable: (exc as Error).message.split(" = ")[0] ?? "", where: "annotations" };
+    }
+    c.put(v.name as string, verdict, v.expect as Verdict);
+  }
+  for (const f of doc.forwards) {
+    const admitter = new Admitter({ guardPublicKey: fromHex(doc.guard_public_key_hex as string), agentId: doc.agent_id as string, readers: handoffReaders(keysOf(f.registry ?? doc.registry)) });
+    const batch = admitter.admit([{ topic: "agents.handoffs", partition: 0, offset: 0n, value: b64Decode(f.value_b64 as string), headers: headersOf(f.headers) }]);
+    const delivered = batch.deliveries[0];
+    const refused = batch.refusals[0];
+    const verdict: Verdict =
+      delivered?.view !== undefined ? { view: showHandoff(delivered.view) } : { refused: refused?.reason ?? "none", detail: (refused?.detail ?? "").split(": ").slice(0, 3).join(": ") };
+    c.put(`forward:${f.name as string}`, verdict, f.expect as Verdict);
+  }
+  return c.result();
+}
 /* eslint-enable @typescript-eslint/no-unsafe-member-access, @typescript-eslint/no-unsafe-assignment, @typescript-eslint/no-unsafe-argument, @typescript-eslint/no-unsafe-call */
 
 /** Every vector file this package judges, by its path under tests/vectors. */
@@ -589,6 +660,7 @@ export const FILES: Readonly<Record<string, () => FileResult>> = {
   "batches.json": batches,
   "readers/taint-plan.json": taintPlanReader,
   "readers/award.json": awardReaders,
+  "readers/compromise-handoff.json": compromiseHandoffReader,
 };
 
 export function allVerdicts(): Record<string, FileResult> {
