@@ -34,6 +34,8 @@ from busguard.protocol.timestamps import parse_timestamp
 from busguard.sdk.compromise import registry_keys
 from busguard.sdk.scope import verify_forwarded
 
+from .mutation import mutate
+
 REPO = Path(__file__).resolve().parents[2]
 VECTORS = json.loads((REPO / "tests" / "vectors" / "readers" / "compromise-handoff.json").read_text(encoding="utf-8"))
 CLI = REPO / "ts" / "dist" / "test" / "decode-cli.js"
@@ -69,24 +71,7 @@ TOKENS = [
 
 
 def _mutate(rng: random.Random, raw: bytes) -> bytes:
-    out = bytearray(raw)
-    for _ in range(rng.randint(1, 3)):
-        at = rng.randint(0, len(out))
-        op = rng.randrange(6)
-        if op == 0 and out:
-            out[min(at, len(out) - 1)] = rng.choice(BYTES)
-        elif op == 1:
-            del out[at : at + rng.randint(1, 8)]
-        elif op == 2:
-            out[at:at] = rng.choice(TOKENS)
-        elif op == 3 and out:
-            start = rng.randrange(len(out))
-            out[at:at] = out[start : start + rng.randint(1, 24)]
-        elif op == 4:
-            del out[at:]
-        else:
-            out[at:at] = bytes([rng.choice(BYTES)])
-    return bytes(out)
+    return mutate(rng, raw, alphabet=BYTES, tokens=TOKENS)
 
 
 def _python(case: dict[str, Any], keys: Any) -> str:
