@@ -14,6 +14,10 @@
  * decision decided before it (`beforeHorizon`).
  *
  * Bound: one row per decision id handled; at most `MAX_STAGED` replies per claim.
+ *
+ * `DoneSet` is what ActOnce needs of a done-set: this one is synchronous
+ * (better-sqlite3 is), `PostgresDoneSet` (pgdoneset.ts) asynchronous (pg is);
+ * its `mode` says which, and fixes whether an effect returns a Promise.
  */
 import { createHash } from "node:crypto";
 import Database from "better-sqlite3";
@@ -47,12 +51,12 @@ export interface Staged {
 }
 
 /** One open transaction: write the effect through `connection`; stage replies. */
-export class Claim {
+export class Claim<C = Database.Database> {
   readonly token: string;
   readonly staged: Staged[] = [];
 
   constructor(
-    readonly connection: Database.Database,
+    readonly connection: C,
     readonly decisionId: string,
     /** false: already done, or decided before the horizon (then do nothing) */
     readonly claimed: boolean,
@@ -79,17 +83,49 @@ export interface ClaimOptions {
   readonly decidedAt?: number;
 }
 
-function encodeHeaders(headers: readonly Header[]): Uint8Array {
+/** A synchronous done-set returns `T`; an asynchronous one a `Promise<T>`. */
+export type DoneSetMode = "sync" | "async";
+export type Returned<M extends DoneSetMode, T> = M extends "async" ? Promise<T> : T;
+
+/** What ActOnce needs of a done-set (`SqliteDoneSet`, `PostgresDoneSet`). */
+export interface DoneSet<C, M extends DoneSetMode> {
+  readonly mode: M;
+  readonly connection: C;
+  /** `body` is the transaction: it commits when `body` returns (or its Promise resolves), rolls back when it throws. */
+  claim<T>(decisionId: string, body: (tx: Claim<C>) => Returned<M, T>, opts?: ClaimOptions): Returned<M, T>;
+  isDone(decisionId: string): Returned<M, boolean>;
+  horizonMs(): Returned<M, number | null>;
+  outbox(): Returned<M, Staged[]>;
+  sent(staged: Staged): Returned<M, void>;
+}
+
+export function checkDecisionId(decisionId: string): void {
+  if (decisionId.length === 0 || decisionId.length > MAX_DECISION_ID) {
+    throw new Error(`decisionId: ${decisionId.length} characters; allowed 1..${MAX_DECISION_ID}`);
+  }
+}
+
+/** When a mark is stamped: the agent's clock, or `decidedAt` when later, so `forgetBefore(t)` forgets only decisions decided before `t`. */
+export function markTime(opts: ClaimOptions): number {
+  const now = opts.nowMs ?? Date.now();
+  return opts.decidedAt === undefined ? now : Math.max(now, opts.decidedAt);
+}
+
+export function encodeHeaders(headers: readonly Header[]): Uint8Array {
   return encode(headers.map(([k, v]) => [k, v ?? new Uint8Array(0)]));
 }
 
-function decodeHeaders(raw: Uint8Array): Header[] {
+export function decodeHeaders(raw: Uint8Array): Header[] {
   const parsed = decode(raw);
   if (!Array.isArray(parsed)) throw new Error("busguard_outbox.headers: not a msgpack array");
   return parsed.map((h): Header => {
     if (!Array.isArray(h) || typeof h[0] !== "string" || !(h[1] instanceof Uint8Array)) throw new Error("busguard_outbox.headers: an item is not [str, bytes]");
     return [h[0], h[1]];
   });
+}
+
+function isThenable(value: unknown): boolean {
+  return (typeof value === "object" || typeof value === "function") && value !== null && typeof (value as { then?: unknown }).then === "function";
 }
 
 interface OutboxRow {
@@ -101,7 +137,8 @@ interface OutboxRow {
   headers: Buffer;
 }
 
-export class SqliteDoneSet {
+export class SqliteDoneSet implements DoneSet<Database.Database, "sync"> {
+  readonly mode = "sync";
   readonly connection: Database.Database;
 
   /** `timeoutMs`: how long a claim waits for another process's claim on the same file. */
@@ -115,14 +152,13 @@ export class SqliteDoneSet {
   /**
    * Mark `decisionId` done in one IMMEDIATE transaction around `body`: it
    * commits (mark, effect, staged replies) when `body` returns, and rolls
-   * everything back when it throws.
+   * everything back when it throws. `body` must be synchronous: a Promise
+   * (an async effect) is refused and rolled back, since the transaction
+   * would commit before it settled (PostgresDoneSet takes async effects).
    */
   claim<T>(decisionId: string, body: (tx: Claim) => T, opts: ClaimOptions = {}): T {
-    if (decisionId.length === 0 || decisionId.length > MAX_DECISION_ID) {
-      throw new Error(`decisionId: ${decisionId.length} characters; allowed 1..${MAX_DECISION_ID}`);
-    }
-    const now = opts.nowMs ?? Date.now();
-    const at = opts.decidedAt === undefined ? now : Math.max(now, opts.decidedAt);
+    checkDecisionId(decisionId);
+    const at = markTime(opts);
     const db = this.connection;
     db.exec("BEGIN IMMEDIATE");
     try {
@@ -135,6 +171,7 @@ export class SqliteDoneSet {
         tx = new Claim(db, decisionId, info.changes === 1, false, horizon);
       }
       const result = body(tx);
+      if (isThenable(result)) throw new TypeError(`claim ${JSON.stringify(decisionId)}: the body returned a Promise; the SQLite done-set's transaction is synchronous (use PostgresDoneSet for an async effect)`);
       const insert = db.prepare("INSERT INTO busguard_outbox (decision_id, topic, key, value, headers) VALUES (?, ?, ?, ?, ?)");
       for (const s of tx.staged) insert.run(s.decisionId, s.topic, s.key === null ? null : Buffer.from(s.key), Buffer.from(s.value), Buffer.from(encodeHeaders(s.headers)));
       db.exec("COMMIT");

@@ -13,6 +13,11 @@
  * 4. send the staged replies, dropping each once acknowledged;
  * 5. commit the batch's offsets.
  *
+ * The done-set is `SqliteDoneSet` (synchronous: the effect must be too, and
+ * returns its replies) or `PostgresDoneSet` (asynchronous: the effect
+ * returns a Promise of them and may await queries on `tx.connection`); the
+ * done-set's `mode` fixes which, at compile time.
+ *
  * Crash points (`BUSGUARD_AGENT_CRASH_AT`, the same names and spec as
  * Python's): `after_claim`, `after_effect_commit`, `after_reply_sent`,
  * `before_offset_commit`; e.g. `after_claim:0.02,after_reply_sent:0.1`
@@ -20,8 +25,9 @@
  * `busguard-agent-crash <point>` to stderr.
  */
 import { writeSync } from "node:fs";
+import type Database from "better-sqlite3";
 import { BEFORE_HORIZON, MAX_DETAIL, type Batch, type Delivery, type Refusal } from "./consumer.js";
-import { idempotencyToken, type Claim, type SqliteDoneSet } from "./doneset.js";
+import { idempotencyToken, type Claim, type DoneSet, type DoneSetMode, type Returned } from "./doneset.js";
 import type { SigningProducer } from "./kafka/producer.js";
 
 export const CRASH_ENV = "BUSGUARD_AGENT_CRASH_AT";
@@ -44,8 +50,8 @@ export interface Step {
   readonly repliesSent: number;
 }
 
-/** An effect written through the claim's connection, in its transaction; it may return replies. */
-export type Effect<View> = (delivery: Delivery<View>, tx: Claim) => Iterable<Reply> | void;
+/** An effect written through the claim's connection, in its transaction; it may return replies (through a Promise for an async done-set). */
+export type Effect<View, C = Database.Database, M extends DoneSetMode = "sync"> = (delivery: Delivery<View>, tx: Claim<C>) => Returned<M, Iterable<Reply> | void>;
 /** An effect outside the done-set's database, given the idempotency token. */
 export type External<View> = (delivery: Delivery<View>, token: string) => Promise<void>;
 
@@ -95,8 +101,8 @@ function beforeHorizon<View>(d: Delivery<View>, horizon: number | null): Refusal
   return { topic: d.topic, partition: d.partition, offset: d.offset, reason: BEFORE_HORIZON, detail: detail.slice(0, MAX_DETAIL) };
 }
 
-export interface ActOnceOptions<View> {
-  readonly effect?: Effect<View>;
+export interface ActOnceOptions<View, C = Database.Database, M extends DoneSetMode = "sync"> {
+  readonly effect?: Effect<View, C, M>;
   readonly external?: External<View>;
   readonly producer?: SigningProducer;
   /** fault injection; from `BUSGUARD_AGENT_CRASH_AT` unless given */
@@ -105,21 +111,30 @@ export interface ActOnceOptions<View> {
   readonly onRefusal?: (refusal: Refusal) => void;
 }
 
-export class ActOnce<View = unknown> {
+/** Run `then` on a value, or on what a Promise of it resolves to: synchronous for a synchronous done-set. */
+function then<A, B>(value: A | PromiseLike<A>, next: (a: A) => B): B | Promise<B> {
+  const thenable = typeof value === "object" && value !== null && typeof (value as { then?: unknown }).then === "function";
+  return thenable ? Promise.resolve(value).then(next) : next(value as A);
+}
+
+export class ActOnce<View = unknown, C = Database.Database, M extends DoneSetMode = "sync"> {
   readonly crash: CrashPoints | undefined;
-  readonly #effect: Effect<View> | undefined;
+  /** the done-set, seen as either mode: every result is awaited */
+  readonly #done: DoneSet<C, DoneSetMode>;
+  readonly #effect: Effect<View, C, DoneSetMode> | undefined;
   readonly #external: External<View> | undefined;
   readonly #producer: SigningProducer | undefined;
   readonly #onRefusal: (refusal: Refusal) => void;
 
   constructor(
     readonly inbox: Inbox<View>,
-    readonly done: SqliteDoneSet,
-    opts: ActOnceOptions<View>,
+    readonly done: DoneSet<C, M>,
+    opts: ActOnceOptions<View, C, M>,
   ) {
     if ((opts.effect === undefined) === (opts.external === undefined)) {
       throw new TypeError("pass exactly one of effect (in the done-set's transaction) or external (idempotency token)");
     }
+    this.#done = done;
     this.#effect = opts.effect;
     this.#external = opts.external;
     this.#producer = opts.producer;
@@ -156,12 +171,12 @@ export class ActOnce<View = unknown> {
 
   /** Send the outbox in order, dropping each reply once acknowledged. */
   async flush(): Promise<number> {
-    const pending = this.done.outbox();
+    const pending = await this.#done.outbox();
     if (pending.length > 0 && this.#producer === undefined) throw new Error("replies are staged but ActOnce has no producer to send them");
     for (const staged of pending) {
       await this.#producer?.sendRaw(staged.topic, staged.key, staged.value, staged.headers);
       this.crash?.reached("after_reply_sent");
-      this.done.sent(staged);
+      await this.#done.sent(staged);
     }
     return pending.length;
   }
@@ -169,22 +184,25 @@ export class ActOnce<View = unknown> {
   /** true: acted; false: already done; a refusal: decided before the horizon. */
   async #handle(d: Delivery<View>): Promise<boolean | Refusal> {
     const decidedAt = Number(d.attestation.decided_at);
+    const done = this.#done;
     if (this.#external !== undefined) {
-      if (this.done.isDone(d.decision_id)) return false;
-      const horizon = this.done.horizonMs();
+      if (await done.isDone(d.decision_id)) return false;
+      const horizon = await done.horizonMs();
       if (horizon !== null && decidedAt < horizon) return beforeHorizon(d, horizon);
       await this.#external(d, idempotencyToken(d.decision_id));
-      return this.done.claim(d.decision_id, (tx) => (tx.beforeHorizon ? beforeHorizon(d, tx.horizonMs) : tx.claimed), { decidedAt });
+      return await done.claim(d.decision_id, (tx) => (tx.beforeHorizon ? beforeHorizon(d, tx.horizonMs) : tx.claimed), { decidedAt });
     }
-    const effect = this.#effect as Effect<View>;
-    const outcome = this.done.claim(
+    const effect = this.#effect as Effect<View, C, DoneSetMode>;
+    const outcome = await done.claim(
       d.decision_id,
-      (tx): boolean | Refusal => {
+      (tx): boolean | Refusal | Promise<boolean | Refusal> => {
         if (tx.beforeHorizon) return beforeHorizon(d, tx.horizonMs);
         if (!tx.claimed) return false;
-        for (const reply of effect(d, tx) ?? []) this.#stage(tx, reply);
-        this.crash?.reached("after_claim");
-        return true;
+        return then(effect(d, tx), (replies) => {
+          for (const reply of replies ?? []) this.#stage(tx, reply);
+          this.crash?.reached("after_claim");
+          return true;
+        });
       },
       { decidedAt },
     );
@@ -192,7 +210,7 @@ export class ActOnce<View = unknown> {
     return outcome;
   }
 
-  #stage(tx: Claim, reply: Reply): void {
+  #stage(tx: Claim<C>, reply: Reply): void {
     const producer = this.#producer;
     if (producer === undefined) throw new Error("the effect returned a reply but ActOnce has no producer to sign it");
     const rec = producer.sender.sign({ kind: reply.kind, taskId: reply.taskId, receiver: reply.receiver, payload: reply.payload });

@@ -176,3 +176,18 @@ void test("ActOnce acts once per decision id, and a kill inside or after the cla
   const rows = done.connection.prepare("SELECT task FROM work ORDER BY task").all();
   assert.deepEqual(rows, [{ task: "t-1" }, { task: "t-2" }]);
 });
+
+void test("the SQLite done-set's transaction is synchronous: an async body is refused and rolled back, an async effect does not compile", () => {
+  const done = doneSet();
+  assert.throws(
+    () => done.claim("d-1", (tx) => Promise.resolve(tx.claimed)),
+    /the body returned a Promise; the SQLite done-set's transaction is synchronous/,
+  );
+  assert.equal(done.isDone("d-1"), false);
+  const effect = (d: Delivery): Promise<void> => {
+    done.connection.prepare("INSERT INTO work VALUES (?)").run(d.receipt.task_id);
+    return Promise.resolve();
+  };
+  // @ts-expect-error an async effect needs an async done-set (PostgresDoneSet)
+  assert.ok(new ActOnce(inbox([]), done, { effect }));
+});
