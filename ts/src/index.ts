@@ -58,6 +58,7 @@ export * from "./sender.js";
 export { canonicalize } from "./jcs.js";
 export * from "./doneset.js";
 export * from "./once.js";
+export * from "./pgdoneset.js";
 export { AdmittingConsumer, type OpenOptions } from "./kafka/inbox.js";
 export { SigningProducer, kafkaHeaders, type OutgoingRecord, type ProducerOptions } from "./kafka/producer.js";
 export { DEFAULT_MAX_INFLATED_BYTES, decodePartition, type Decoded } from "./kafka/decode.js";
