@@ -42,7 +42,7 @@ CLI = REPO / "ts" / "dist" / "test" / "pg-agent-cli.js"
 EXECUTOR = agent("executor")
 #: decided before this, a forward is refused by the done-set's horizon
 HORIZON = NOW - 60_000
-KILLS_PER_KIND = 3
+KILLS_PER_KIND = 4
 
 
 def _built() -> None:
@@ -64,6 +64,16 @@ def _forwards(tasks: int, old: int, rng: random.Random) -> list[tuple[bytes, lis
     copies = list(new)
     rng.shuffle(copies)
     return first + copies
+
+
+def _prepare(dsn: str, schema: str) -> None:
+    """Python's done-set makes the tables and sets the horizon; the agent's own table is made here."""
+    done = PostgresDoneSet(dsn, schema=schema)
+    try:
+        assert done.forget_before(HORIZON) == 0
+        done.connection.execute(f'CREATE TABLE "{schema}".work (decision_id text NOT NULL, task_id text NOT NULL)')
+    finally:
+        done.close()
 
 
 def _config(d: Path, dsn: str, schema: str, forwards: list[tuple[bytes, list[tuple[str, bytes]]]], name: str) -> Path:
@@ -189,8 +199,8 @@ def _check(dsn: str, schema: str, d: Path, tasks: int, old: int, replicas: list[
 def test_killed_at_every_crash_point_and_at_random_the_agent_acts_once_per_decision(postgres: Any, pg_schema: str, tmp_path: Path) -> None:
     _built()
     rng = random.Random(39)
-    tasks, old = 40, 3
-    PostgresDoneSet(postgres.dsn, schema=pg_schema).forget_before(HORIZON)  # Python made the tables and the horizon
+    tasks, old = 60, 3
+    _prepare(postgres.dsn, pg_schema)
     cfg = _config(tmp_path, postgres.dsn, pg_schema, _forwards(tasks, old, rng), "agent")
     replica = Replica(cfg, rng, points=CRASH_POINTS)
     _drive([replica])
@@ -202,8 +212,8 @@ def test_two_replicas_on_one_postgres_done_set_killed_at_random_act_once_per_dec
 ) -> None:
     _built()
     rng = random.Random(3939)
-    tasks, old = 24, 2
-    PostgresDoneSet(postgres.dsn, schema=pg_schema).forget_before(HORIZON)
+    tasks, old = 40, 2
+    _prepare(postgres.dsn, pg_schema)
     forwards = _forwards(tasks, old, rng)
     replicas = [Replica(_config(tmp_path, postgres.dsn, pg_schema, forwards, name), rng, points=()) for name in ("a", "b")]
     _drive(replicas)
@@ -295,6 +305,10 @@ def test_the_done_set_operations_give_the_same_results_in_both_languages_on_the_
         assert again.horizon_ms() == 120 and again.is_done("d-6") and not again.is_done("d-2")
     finally:
         again.close()
+    # replicas opening a fresh schema together: the tables are made once, none fails
+    cfg.write_text(json.dumps({"dsn": postgres.dsn, "schema": pg_schema + "_fresh"}))
+    together = subprocess.run(["node", str(CLI), str(cfg), "together"], capture_output=True, timeout=60)
+    assert together.returncode == 0, together.stderr.decode()[-3000:]
     # an effect that caught its own failed query: PostgreSQL answers COMMIT with ROLLBACK; the claim must not pass for done
     assert got["swallowed"].startswith("Error: COMMIT answered ROLLBACK"), got["swallowed"]
     assert got["swallowed"].endswith("is_done=false")

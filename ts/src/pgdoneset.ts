@@ -78,6 +78,8 @@ export class PostgresDoneSet implements DoneSet<pg.Client, "async"> {
     const done = new PostgresDoneSet(client, opts.schema);
     try {
       await done.#transaction(async () => {
+        // CREATE … IF NOT EXISTS races with itself (a unique violation in the catalog): replicas starting together take turns
+        await client.query("SELECT pg_advisory_xact_lock(hashtext($1))", [`busguard_doneset:${opts.schema ?? ""}`]);
         if (opts.schema !== undefined) await client.query(`CREATE SCHEMA IF NOT EXISTS ${ident(opts.schema)}`);
         await client.query(`CREATE TABLE IF NOT EXISTS ${done.#done} (decision_id text PRIMARY KEY, done_at_ms bigint NOT NULL)`);
         await client.query(

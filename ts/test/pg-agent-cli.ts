@@ -8,6 +8,7 @@
  * to a file; it exits 0 once every forward is committed and the outbox is
  * empty. `ops`: the done-set operations on stdin (JSON), one result each on
  * stdout, which the test compares with busguard.sdk.PostgresDoneSet's.
+ * `together`: three done-sets opening fresh schemas at once, five times.
  */
 import { appendFileSync, existsSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 // the modules it needs, not the package's index: the Kafka client's import costs ~2 s of each restart on a loaded box
@@ -38,6 +39,14 @@ interface Config {
 const [configPath = "", mode = "run"] = process.argv.slice(2);
 const config = JSON.parse(readFileSync(configPath, "utf8")) as Config;
 const line = (o: unknown): boolean => process.stdout.write(JSON.stringify(o) + "\n");
+if (mode === "together") {
+  // replicas opening a fresh schema at once: the first makes the tables, the others wait and find them
+  for (let i = 0; i < 5; i++) {
+    const opened = await Promise.all([0, 1, 2].map(() => PostgresDoneSet.open(config.dsn, { schema: `${config.schema}_${i}` })));
+    await Promise.all(opened.map((d) => d.close()));
+  }
+  process.exit(0);
+}
 const done = await PostgresDoneSet.open(config.dsn, { schema: config.schema });
 
 function headersOf(hs: Array<[string, string]>): Header[] {
@@ -45,8 +54,7 @@ function headersOf(hs: Array<[string, string]>): Header[] {
 }
 
 async function run(): Promise<void> {
-  const work = `"${config.schema}".work`;
-  await done.connection.query(`CREATE TABLE IF NOT EXISTS ${work} (decision_id text NOT NULL, task_id text NOT NULL)`);
+  const work = `"${config.schema}".work`; // made by the test (replicas creating it together would race)
   const admitter = new Admitter({ guardPublicKey: fromHex(config.guard_public_key_hex), agentId: config.agent_id });
   const records: Fetched[] = config.forwards.map(([v, hs], i) => ({ topic: "agents.out", partition: 0, offset: BigInt(i), value: fromHex(v), headers: headersOf(hs) }));
   let position = existsSync(config.offsets_path) ? Number(readFileSync(config.offsets_path, "utf8")) : 0;
@@ -150,5 +158,5 @@ else if (mode === "ops") {
   const results: unknown[] = [];
   for (const op of ops) results.push(await apply(op));
   line({ results, swallowed: await swallowed() });
-} else throw new Error(`mode ${JSON.stringify(mode)}; allowed run, ops`);
+} else throw new Error(`mode ${JSON.stringify(mode)}; allowed run, ops, together`);
 await done.close();
