@@ -43,6 +43,9 @@ class PostgresDoneSet:
         self._outbox = prefix + sql.Identifier("busguard_outbox")
         self._horizon = prefix + sql.Identifier("busguard_horizon")
         with self.connection.transaction():
+            # CREATE ... IF NOT EXISTS races with itself (replicas opening a fresh schema
+            # together meet a unique violation in the catalog): one at a time, as the TypeScript one
+            self.connection.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"busguard_doneset:{schema or ''}",))
             if schema is not None:
                 self.connection.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
             self.connection.execute(
@@ -66,7 +69,7 @@ class PostgresDoneSet:
         """Mark `decision_id` done in one transaction that commits when the
         block exits normally and rolls back (mark and effect) when it raises.
         With `decided_at`, a decision decided before the horizon is not claimed."""
-        from psycopg import sql
+        from psycopg import pq, sql
 
         check_decision_id(decision_id)
         at = mark_time(now_ms, decided_at)
@@ -85,6 +88,13 @@ class PostgresDoneSet:
                 )
                 tx = Claim(conn, decision_id, cur.rowcount == 1, horizon_ms=horizon)
             yield tx
+            if conn.info.transaction_status == pq.TransactionStatus.INERROR:
+                # PostgreSQL would answer the COMMIT with ROLLBACK, not an error: the
+                # claim must not look committed (ActOnce would move past the task)
+                raise RuntimeError(
+                    f"claim {decision_id}: a statement in the transaction failed (the effect caught its error); "
+                    "mark, effect and replies rolled back, nothing committed"
+                )
             if tx.staged:
                 with conn.cursor() as c:
                     c.executemany(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import doctest
 import importlib
 import pkgutil
@@ -179,3 +180,53 @@ def test_a_postgres_forget_waits_for_a_claim_in_flight_and_later_claims_see_its_
         assert tx.claimed and not tx.before_horizon
     a.close()
     b.close()
+
+
+def test_a_postgres_claim_whose_effect_swallowed_a_failed_statement_raises_and_marks_nothing(postgres: Any, pg_schema: str) -> None:
+    """PostgreSQL aborts a transaction at its first failed statement and
+    answers the COMMIT with ROLLBACK, not an error: an effect that catches
+    its own failed query must not leave the claim looking committed (ActOnce
+    would then commit the offset past a task never acted on)."""
+    import psycopg
+
+    from busguard.sdk import PostgresDoneSet
+
+    done = PostgresDoneSet(postgres.dsn, schema=pg_schema)
+    with pytest.raises(RuntimeError, match="a statement in the transaction failed"):
+        with done.claim("d-1", now_ms=50) as tx:
+            assert tx.claimed
+            with contextlib.suppress(psycopg.Error):
+                tx.connection.execute("SELECT 1/0")
+    assert not done.is_done("d-1")
+    with done.claim("d-1", now_ms=60) as tx:  # the connection is usable again, and the id was never marked
+        assert tx.claimed
+    assert done.is_done("d-1")
+    done.close()
+
+
+def test_postgres_done_sets_opened_together_on_a_fresh_schema_all_open(postgres: Any, pg_schema: str) -> None:
+    """CREATE ... IF NOT EXISTS is not safe against itself: replicas starting
+    together on a fresh schema would meet a unique violation in the catalog."""
+    import threading
+
+    from busguard.sdk import PostgresDoneSet
+
+    opened: list[PostgresDoneSet] = []
+    errors: list[BaseException] = []
+    go = threading.Barrier(4)
+
+    def open_one() -> None:
+        go.wait(10)
+        try:
+            opened.append(PostgresDoneSet(postgres.dsn, schema=pg_schema))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+    assert errors == [] and len(opened) == 4
+    for d in opened:
+        d.close()
