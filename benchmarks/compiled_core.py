@@ -18,8 +18,8 @@ modules moved to a module of its own, imported back under its name; the
 rest in `EDITS`), and compiles that set.
 
 Why it is a benchmark and not the build (docs/performance.md, "Compiling
-the core with mypyc"): the saving measured was 2 % at 500-record batches and
-4-5 % at 1-record batches, and mypyc builds a msgspec Struct defined in a
+the core with mypyc"): the saving measured was 1-2.4 % at 500-record batches and
+2-5.7 % at 1-record batches, and mypyc builds a msgspec Struct defined in a
 compiled module without its class keywords (`frozen`, `kw_only`,
 `forbid_unknown_fields`, `omit_defaults`, `tag`), silently. This script
 refuses a module that defines one.
