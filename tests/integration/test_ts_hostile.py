@@ -29,7 +29,6 @@ import pytest
 from busguard.devtools.broker import EmbeddedBroker
 from busguard.devtools.guardkit import GuardProcess, Setup, make_setup
 from busguard.protocol.identity import multikey_encode
-
 from tests.fuzz.batches import batch
 
 from .paths import REPO
