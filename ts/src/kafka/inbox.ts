@@ -51,6 +51,8 @@ export interface OpenOptions<View> {
 }
 
 const OFFSET_OUT_OF_RANGE = 1;
+const PARTITION_MAX_BYTES = 1_048_576;
+const FETCH_MAX_BYTES = 16 * PARTITION_MAX_BYTES;
 const EARLIEST = -2n;
 
 function logRefusal(r: Refusal): void {
@@ -220,7 +222,7 @@ export class AdmittingConsumer<View = unknown> {
       byLeader.set(leader, topics);
       const list = topics.get(topic) ?? [];
       topics.set(topic, list);
-      list.push({ partition, fetchOffset, partitionMaxBytes: 1_048_576 });
+      list.push({ partition, fetchOffset, partitionMaxBytes: PARTITION_MAX_BYTES });
     }
     const maxWaitMs = Math.max(10, Math.min(timeoutMs, 500));
     const got = new Set<string>();
@@ -233,11 +235,18 @@ export class AdmittingConsumer<View = unknown> {
       let responses;
       try {
         const connection = await this.#pool.get(broker);
-        responses = await fetchRaw(connection, { maxWaitMs, maxBytes: 16 * 1_048_576, isolationLevel: this.#isolation, topics });
+        responses = await fetchRaw(connection, { maxWaitMs, maxBytes: FETCH_MAX_BYTES, isolationLevel: this.#isolation, topics });
       } catch {
         this.#metadata = undefined; // a moved leader or a lost connection: look again next time
         continue;
       }
+      // A full response (Kafka stops adding partitions at maxBytes) says nothing
+      // about the partitions it left empty: only a response with room for one
+      // more partition's bytes counts as the broker's answer for them (stuck.ts
+      // skips an offset only after an answer; a backlog elsewhere is no answer).
+      let size = 0;
+      for (const parts of responses.values()) for (const p of parts) size += p.records.length;
+      const roomy = size + PARTITION_MAX_BYTES <= FETCH_MAX_BYTES;
       for (const [topic, parts] of responses) {
         for (const p of parts) {
           const at = key(topic, p.partition);
@@ -251,7 +260,7 @@ export class AdmittingConsumer<View = unknown> {
             this.#metadata = undefined;
             continue;
           }
-          this.#answers.set(at, (this.#answers.get(at) ?? 0) + 1);
+          if (roomy || p.records.length > 0) this.#answers.set(at, (this.#answers.get(at) ?? 0) + 1);
           this.#high.set(at, p.lastStableOffset >= 0n && p.lastStableOffset < p.highWatermark ? p.lastStableOffset : p.highWatermark);
           const floor = this.#floors.get(at);
           const decoded = decodePartition(topic, p.partition, p.records, from, this.#maxInflated, floor);
