@@ -12,7 +12,7 @@ import { test } from "node:test";
 import zlib from "node:zlib";
 import { decodePartition, type Fetched, type Undecodable } from "../src/index.js";
 import { crc32c } from "../src/kafka/crc32c.js";
-import { StuckPartitions, stuckAfterMs, unfetchable, type StuckAction } from "../src/kafka/stuck.js";
+import { StuckPartitions, answersEmpty, stuckAfterMs, unfetchable, type StuckAction } from "../src/kafka/stuck.js";
 
 function varint(n: number): number[] {
   let z = n >= 0 ? n * 2 : -n * 2 - 1;
@@ -182,6 +182,18 @@ void test("a broker that answers nothing new is waited for, never skipped past",
   assert.deepEqual(stuck.observe("t", 0, 5n, 9n, 2, 1000), { action: "refetch", topic: "t", partition: 0, start: 4n, floor: 5n });
   for (let t = 2000; t < 60_000; t += 1000) assert.equal(stuck.observe("t", 0, 4n, 9n, 2, t), undefined); // no answer since the refetch
   assert.deepEqual(stuck.observe("t", 0, 4n, 9n, 3, 60_000), { action: "skip", topic: "t", partition: 0, offset: 5n, highWatermark: 9n });
+});
+
+void test("a response filled to its bound is no answer for the partitions it left empty", () => {
+  const mib = 1_048_576;
+  assert.equal(answersEmpty(0, 16 * mib, mib), true);
+  assert.equal(answersEmpty(15 * mib, 16 * mib, mib), true);
+  assert.equal(answersEmpty(15 * mib + 1, 16 * mib, mib), false);
+  // so a partition passed over by full responses is refetched (harmless: the floor) but never skipped
+  const stuck = new StuckPartitions(1000);
+  stuck.observe("t", 0, 5n, 9n, 1, 0);
+  assert.equal(stuck.observe("t", 0, 5n, 9n, 1, 1000)?.action, "refetch");
+  for (let t = 2000; t < 30_000; t += 1000) assert.equal(stuck.observe("t", 0, 4n, 9n, 1, t), undefined);
 });
 
 void test("a refetch that finds the log ending where it started skips nothing", () => {

@@ -23,7 +23,7 @@ import type { HeadCache } from "../attestation.js";
 import { Admitter, type Batch, type Fetched, type Reader, type Refusal, type Undecodable } from "../consumer.js";
 import { DEFAULT_MAX_INFLATED_BYTES, decodePartition } from "./decode.js";
 import { fetchRaw, type PartitionRequest } from "./fetch.js";
-import { StuckPartitions, stuckAfterMs, unfetchable } from "./stuck.js";
+import { StuckPartitions, answersEmpty, stuckAfterMs, unfetchable } from "./stuck.js";
 
 export interface OpenOptions<View> {
   /** subscribe: the group assigns their partitions (rebalances included) */
@@ -240,13 +240,9 @@ export class AdmittingConsumer<View = unknown> {
         this.#metadata = undefined; // a moved leader or a lost connection: look again next time
         continue;
       }
-      // A full response (Kafka stops adding partitions at maxBytes) says nothing
-      // about the partitions it left empty: only a response with room for one
-      // more partition's bytes counts as the broker's answer for them (stuck.ts
-      // skips an offset only after an answer; a backlog elsewhere is no answer).
       let size = 0;
       for (const parts of responses.values()) for (const p of parts) size += p.records.length;
-      const roomy = size + PARTITION_MAX_BYTES <= FETCH_MAX_BYTES;
+      const roomy = answersEmpty(size, FETCH_MAX_BYTES, PARTITION_MAX_BYTES); // a full response is no answer for its empty partitions
       for (const [topic, parts] of responses) {
         for (const p of parts) {
           const at = key(topic, p.partition);

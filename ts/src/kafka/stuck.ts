@@ -138,6 +138,17 @@ export function unfetchable(skip: { readonly topic: string; readonly partition: 
   };
 }
 
+/**
+ * Whether a fetch response whose partitions hold `recordBytes` in all is the
+ * broker's answer for a partition it left empty: Kafka stops adding
+ * partitions to a response at `maxBytes`, so a full one says nothing about
+ * the rest (a backlog elsewhere), and counting it would let a partition
+ * merely passed over be skipped past a real record.
+ */
+export function answersEmpty(recordBytes: number, maxBytes: number, partitionMaxBytes: number): boolean {
+  return recordBytes + partitionMaxBytes <= maxBytes;
+}
+
 /** How long a position may stand still below the broker's end (busguard.runtime.unstick.stuck_after_s, in ms). */
 export function stuckAfterMs(fetchMaxWaitMs: number): number {
   return Math.max(2000, fetchMaxWaitMs * 20);
