@@ -7,6 +7,13 @@ batch inflating to 64 MiB. The TypeScript receiver (ts/test/receiver-cli.ts:
 `AdmittingConsumer.open` as a group member, `ActOnce` on a SQLite done-set)
 acts on every task once and refuses each bad record or batch once, with the
 Python SDK's reasons, across a restart; it never crashes on one.
+
+And the batches tansu will not move a reader past (test_stuck_offsets.py's
+SDK case): an empty batch at the very start of the downstream log (no
+offset before it answers: each offset is one refusal) and one right at the
+receivers' committed position (fetched again from the offset before: one
+refusal for its span). The TypeScript and the Python receiver read the same
+log and must refuse and act alike.
 """
 
 from __future__ import annotations
@@ -22,9 +29,11 @@ import pytest
 from busguard.devtools.broker import EmbeddedBroker
 from busguard.devtools.guardkit import GuardProcess, Setup, make_setup
 from busguard.protocol.identity import multikey_encode
+from tests.fuzz.batches import batch
 
 from .paths import REPO
-from .test_sdk_hostile import EXECUTOR, hostile_inbox_first, hostile_inbox_second
+from .test_hostile_records import produce_batches
+from .test_sdk_hostile import EXECUTOR, forward_tasks, hostile_inbox_first, hostile_inbox_second, open_receiver, run_until
 
 CLI = REPO / "ts" / "dist" / "test" / "receiver-cli.js"
 
@@ -63,3 +72,42 @@ async def test_the_typescript_receiver_refuses_each_hostile_record_once_and_acts
     work = sorted(t for (t,) in conn.execute("SELECT task_id FROM work"))
     conn.close()
     assert work == sorted(f"t-{i}" for i in range(14))  # each task once
+
+
+async def receive_python(s: Setup, group: str, db: Path, acted: int, refused: int) -> dict[str, Any]:
+    """The Python SDK's receiver on the same log, once, in receive()'s shape."""
+    loop, done = await open_receiver(s, group, db)
+    try:
+        total, reasons = await run_until(loop, acted=acted, refused=refused, timeout=120)
+    finally:
+        await loop.inbox.close()
+        done.connection.close()
+    return {"acted": total.acted, "skipped": total.skipped, "refused": total.refused, "reasons": dict(reasons)}
+
+
+async def test_the_typescript_receiver_moves_past_empty_batches_as_the_python_one_does(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    s = await make_setup(tmp_path, broker.bootstrap, partitions=1)
+    # offsets 0-1: an empty batch where the log starts, so no offset before it answers either
+    (head,) = await produce_batches(s.bootstrap, s.downstream_handoffs, [(batch([], count=0, last_offset_delta=1), 2)])
+    guard = GuardProcess(s)
+    guard.wait_ready()
+    ts, py = (f"{s.group}.ts-executor", tmp_path / "ts.db"), (f"{s.group}.py-executor", tmp_path / "py.db")
+    try:
+        await forward_tasks(s, ["first"], 1)
+        first = {"acted": 1, "skipped": 0, "refused": 2, "reasons": {"undecodable": 2}}
+        assert receive(s, *ts, acted=1, refused=2) == first
+        assert await receive_python(s, *py, acted=1, refused=2) == first
+
+        # offsets 3-6: an empty batch at both receivers' committed position (3); tansu answers a fetch there with nothing
+        (mid,) = await produce_batches(s.bootstrap, s.downstream_handoffs, [(batch([], count=0, last_offset_delta=3), 4)])
+        await forward_tasks(s, ["second", "third"], 3)
+        second = {"acted": 2, "skipped": 0, "refused": 1, "reasons": {"undecodable": 1}}
+        assert receive(s, *ts, acted=2, refused=1) == second
+        assert await receive_python(s, *py, acted=2, refused=1) == second
+    finally:
+        assert guard.terminate() == 0, guard.tail()
+    assert (head, mid) == (range(0, 2), range(3, 7))
+    for _, db in (ts, py):
+        conn = sqlite3.connect(db)
+        assert [t for (t,) in conn.execute("SELECT task_id FROM work ORDER BY rowid")] == ["first", "second", "third"]
+        conn.close()

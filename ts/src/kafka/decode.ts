@@ -13,9 +13,17 @@
  * that is not UTF-8 is `undecodable_header`, a record whose fields do not
  * parse is `undecodable_record`, and every offset that cannot be attributed
  * (unknown codec, corrupt frame, broken length prefixes, offsets out of
- * order, a legacy v0/v1 message set) is ONE `undecodable_batch` for the span
- * `[offset, lastOffset]`, however many offsets the header claims. Control
- * batches (transaction markers) are skipped; the position moves past them.
+ * order) is ONE `undecodable_batch` for the span `[offset, lastOffset]`,
+ * however many offsets the header claims. Control batches (transaction
+ * markers) are skipped; the position moves past them.
+ *
+ * A legacy (v0/v1) message set is not decoded (Python decodes it, and then
+ * refuses each of its records as `unattested`: they cannot carry headers):
+ * each top-level message of it (a compressed wrapper counts as one, its
+ * offset being its last inner message's) is ONE `undecodable_batch` for the
+ * offsets from the first not yet decided up to that message's offset, so
+ * every offset still gets exactly one outcome. Neither Kafka 4.x nor tansu
+ * stores such sets (docs/sdk.md).
  */
 import type { Header } from "../envelope.js";
 import type { Fetched, Undecodable } from "../consumer.js";
@@ -67,7 +75,10 @@ function bytesField(buf: Uint8Array, pos: number, end: number, what: string): [U
  * Decode the record batches of one partition's fetch response, from
  * `fetchOffset` on (records before it, in a batch that starts earlier, are
  * skipped). A partial batch at the end (the broker cut the response) is left
- * for the next fetch.
+ * for the next fetch. `floor`: a refetch from before the position
+ * (stuck.ts): nothing below it is kept (it was decided already), and the
+ * batches that end below it are passed over without counting as the fetch's
+ * first batch.
  */
 export function decodePartition(
   topic: string,
@@ -75,8 +86,10 @@ export function decodePartition(
   records: Uint8Array,
   fetchOffset: bigint,
   maxInflatedBytes = DEFAULT_MAX_INFLATED_BYTES,
+  floor?: bigint,
 ): Decoded {
-  return new PartitionDecoder(topic, partition, fetchOffset, maxInflatedBytes).decode(records);
+  const from = floor !== undefined && floor > fetchOffset ? floor : fetchOffset;
+  return new PartitionDecoder(topic, partition, from, maxInflatedBytes, from !== fetchOffset).decode(records);
 }
 
 class PartitionDecoder {
@@ -87,6 +100,7 @@ class PartitionDecoder {
     readonly partition: number,
     public next: bigint,
     readonly maxInflated: number,
+    readonly floored: boolean,
   ) {}
 
   /** One `undecodable_batch` for the offsets of [lo, hi] not yet decided, however many. */
@@ -107,18 +121,24 @@ class PartitionDecoder {
       const length = view.getInt32(pos + 8);
       const end = pos + LOG_OVERHEAD + length;
       if (length >= 0 && end > raw.length) break; // a partial batch at the end: fetched again next time
-      const headerLast = raw.length - pos >= 27 ? base + BigInt(Math.max(view.getInt32(pos + 23), 0)) : base;
-      if (length < HEADER_BYTES - LOG_OVERHEAD) {
+      const magic = raw.length - pos > 16 ? (raw[pos + 16] as number) : 2;
+      const legacy = length >= 0 && magic < 2;
+      const headerLast = legacy || raw.length - pos < 27 ? base : base + BigInt(Math.max(view.getInt32(pos + 23), 0));
+      if (length < HEADER_BYTES - LOG_OVERHEAD && !legacy) {
         const why = `batch length ${length} cannot frame a record batch`;
         this.span(base, headerLast, why);
         if (first && this.next === start) this.span(start, start, why);
         break; // nothing after it can be delimited
       }
+      if (this.floored && first && headerLast < this.next) {
+        pos = end; // below the refetch's floor: decided before
+        continue;
+      }
       const batch = raw.subarray(pos, end);
       const nextBase = end + 8 <= raw.length ? view.getBigInt64(end) : undefined;
-      const magic = batch[16] as number;
       if (magic === 2) this.v2(batch, base, nextBase);
-      else this.span(base, base, `message format v${magic}: this reader reads v2 record batches only (Kafka 0.11 and later write nothing else)`);
+      else if (legacy) this.span(this.next, base, `message format v${magic}: this reader reads v2 record batches only (Kafka 0.11 and later write nothing else)`);
+      else this.span(base, base, `magic byte ${magic} is not a Kafka record format`);
       if (first && this.next === start) this.span(start, start, "the batch header does not cover the fetched offset");
       first = false;
       pos = end;

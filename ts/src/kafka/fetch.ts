@@ -16,6 +16,8 @@ export interface PartitionResponse {
   readonly partition: number;
   readonly errorCode: number;
   readonly highWatermark: bigint;
+  /** -1 when the broker does not know it */
+  readonly lastStableOffset: bigint;
   readonly records: Uint8Array;
 }
 
@@ -41,14 +43,14 @@ function parseResponse(_correlationId: number, _apiKey: number, _apiVersion: num
       const partition = p.readInt32();
       const code = p.readInt16();
       const highWatermark = p.readInt64();
-      p.readInt64(); // last stable offset
+      const lastStableOffset = p.readInt64();
       p.readInt64(); // log start offset
       p.readArray((a) => [a.readInt64(), a.readInt64()]);
       p.readInt32(); // preferred read replica
       const size = p.readUnsignedVarInt() - 1;
       const records: Uint8Array = size > 0 ? p.buffer.slice(p.position, p.position + size) : EMPTY;
       if (size > 0) p.skip(size);
-      return { partition, errorCode: code, highWatermark, records };
+      return { partition, errorCode: code, highWatermark, lastStableOffset, records };
     });
     out.set(topic, partitions);
   });

@@ -8,6 +8,10 @@
  * them into records, so a record or batch no client can decode is one
  * refusal `undecodable`, past which the position moves. Every record
  * becomes one `Delivery` or one `Refusal` (`Admitter.admit`, the pure core).
+ * A partition the broker will not move past (tansu answers a fetch at an
+ * offset inside an empty batch with nothing, for ever) is fetched again from
+ * the offset before, then skipped offset by offset (stuck.ts decides; this
+ * module carries it out), as busguard.runtime.unstick does for Python.
  *
  * Bounds: a batch holds at most `maxRecords` items (the rest wait for the
  * next `getmany`); a fetch asks for at most `maxBytes` (per partition
@@ -19,6 +23,7 @@ import type { HeadCache } from "../attestation.js";
 import { Admitter, type Batch, type Fetched, type Reader, type Refusal, type Undecodable } from "../consumer.js";
 import { DEFAULT_MAX_INFLATED_BYTES, decodePartition } from "./decode.js";
 import { fetchRaw, type PartitionRequest } from "./fetch.js";
+import { StuckPartitions, answersEmpty, stuckAfterMs, unfetchable } from "./stuck.js";
 
 export interface OpenOptions<View> {
   /** subscribe: the group assigns their partitions (rebalances included) */
@@ -41,14 +46,22 @@ export interface OpenOptions<View> {
   readonly clientId?: string;
   /** each refusal, as it is decided (default: one JSON line `record_refused` on stderr) */
   readonly onRefusal?: (refusal: Refusal) => void;
+  /** how long a partition's position may stand still below the broker's end before it is fetched again from the offset before (default 10 000 ms, the Python SDK's with aiokafka's default fetch wait) */
+  readonly stuckAfterMs?: number;
 }
 
 const OFFSET_OUT_OF_RANGE = 1;
+const PARTITION_MAX_BYTES = 1_048_576;
+const FETCH_MAX_BYTES = 16 * PARTITION_MAX_BYTES;
 const EARLIEST = -2n;
 
 function logRefusal(r: Refusal): void {
   const line = { event: "record_refused", topic: r.topic, partition: r.partition, offset: r.offset.toString(), reason: r.reason, detail: r.detail };
   process.stderr.write(JSON.stringify(line) + "\n");
+}
+
+function logLine(event: string, fields: Record<string, string>): void {
+  process.stderr.write(JSON.stringify({ event, ...fields }) + "\n");
 }
 
 function key(topic: string, partition: number): string {
@@ -68,6 +81,13 @@ export class AdmittingConsumer<View = unknown> {
   readonly #positions = new Map<string, bigint>();
   #pending: Array<Fetched | Undecodable> = [];
   #metadata: ClusterMetadata | undefined;
+  readonly #stuck: StuckPartitions;
+  /** a refetch's floor per partition (stuck.ts): kept until the position passes it */
+  readonly #floors = new Map<string, bigint>();
+  /** the broker's answers per partition, counted, and its last high watermark (capped by the last stable offset) */
+  readonly #answers = new Map<string, number>();
+  readonly #high = new Map<string, bigint>();
+  #nextCheck = 0;
   readonly #static: ReadonlyArray<{ readonly topic: string; readonly partition: number }> | undefined;
 
   private constructor(client: Consumer, opts: OpenOptions<View>, topics: readonly string[]) {
@@ -85,6 +105,7 @@ export class AdmittingConsumer<View = unknown> {
     this.#maxInflated = opts.maxInflatedBytes ?? DEFAULT_MAX_INFLATED_BYTES;
     this.#isolation = opts.readCommitted === true ? 1 : 0;
     this.#onRefusal = opts.onRefusal ?? logRefusal;
+    this.#stuck = new StuckPartitions(opts.stuckAfterMs ?? stuckAfterMs(500));
     this.#pool = new ConnectionPool(`${opts.clientId ?? "busguard-sdk"}-fetch`);
     client.on("consumer:group:join", () => this.#forget());
   }
@@ -146,6 +167,9 @@ export class AdmittingConsumer<View = unknown> {
   #forget(): void {
     this.#positions.clear();
     this.#pending = [];
+    this.#stuck.clear(); // a floor or a watch must never outlive the assignment it was set under
+    this.#floors.clear();
+    this.#high.clear();
   }
 
   async #assigned(): Promise<Array<{ topic: string; partition: number }>> {
@@ -198,9 +222,10 @@ export class AdmittingConsumer<View = unknown> {
       byLeader.set(leader, topics);
       const list = topics.get(topic) ?? [];
       topics.set(topic, list);
-      list.push({ partition, fetchOffset, partitionMaxBytes: 1_048_576 });
+      list.push({ partition, fetchOffset, partitionMaxBytes: PARTITION_MAX_BYTES });
     }
     const maxWaitMs = Math.max(10, Math.min(timeoutMs, 500));
+    const got = new Set<string>();
     for (const [leader, topics] of byLeader) {
       const broker: Broker | undefined = metadata.brokers.get(leader);
       if (broker === undefined) {
@@ -210,11 +235,14 @@ export class AdmittingConsumer<View = unknown> {
       let responses;
       try {
         const connection = await this.#pool.get(broker);
-        responses = await fetchRaw(connection, { maxWaitMs, maxBytes: 16 * 1_048_576, isolationLevel: this.#isolation, topics });
+        responses = await fetchRaw(connection, { maxWaitMs, maxBytes: FETCH_MAX_BYTES, isolationLevel: this.#isolation, topics });
       } catch {
         this.#metadata = undefined; // a moved leader or a lost connection: look again next time
         continue;
       }
+      let size = 0;
+      for (const parts of responses.values()) for (const p of parts) size += p.records.length;
+      const roomy = answersEmpty(size, FETCH_MAX_BYTES, PARTITION_MAX_BYTES); // a full response is no answer for its empty partitions
       for (const [topic, parts] of responses) {
         for (const p of parts) {
           const at = key(topic, p.partition);
@@ -228,10 +256,52 @@ export class AdmittingConsumer<View = unknown> {
             this.#metadata = undefined;
             continue;
           }
-          const decoded = decodePartition(topic, p.partition, p.records, from, this.#maxInflated);
+          if (roomy || p.records.length > 0) this.#answers.set(at, (this.#answers.get(at) ?? 0) + 1);
+          this.#high.set(at, p.lastStableOffset >= 0n && p.lastStableOffset < p.highWatermark ? p.lastStableOffset : p.highWatermark);
+          const floor = this.#floors.get(at);
+          const decoded = decodePartition(topic, p.partition, p.records, from, this.#maxInflated, floor);
+          if (floor !== undefined && decoded.next >= floor) this.#floors.delete(at);
           this.#positions.set(at, decoded.next);
           this.#pending.push(...decoded.items);
+          if (decoded.items.length > 0) got.add(at);
         }
+      }
+    }
+    this.#unstick(assigned, got);
+  }
+
+  /**
+   * The partitions that returned nothing, judged by stuck.ts (at most every
+   * quarter of the stuck time, so a quiet fetch costs a clock read): a
+   * refetch from the offset before with a floor, or one offset skipped and
+   * refused (`unfetchable`).
+   */
+  #unstick(assigned: ReadonlyArray<{ topic: string; partition: number }>, got: ReadonlySet<string>): void {
+    const now = performance.now();
+    if (now < this.#nextCheck) return;
+    this.#nextCheck = now + this.#stuck.afterMs / 4;
+    for (const { topic, partition } of assigned) {
+      const at = key(topic, partition);
+      const position = this.#positions.get(at);
+      if (got.has(at) || position === undefined) continue;
+      const high = this.#high.get(at);
+      const action = this.#stuck.observe(topic, partition, position, high, this.#answers.get(at), now);
+      const where = `${topic}:${partition}`;
+      if (action === undefined) continue;
+      if (action.action === "rewound") {
+        logLine("log end moved back below the decided position: records the broker stores at these offsets get no decision", {
+          partition: where,
+          offsets: `${action.highWatermark}-${action.position - 1n}`,
+        });
+      } else if (action.action === "refetch") {
+        this.#floors.set(at, action.floor);
+        this.#positions.set(at, action.start);
+        logLine("partition stuck: fetching again from the offset before", { partition: where, position: String(position), high_watermark: String(high) });
+      } else {
+        this.#floors.delete(at);
+        this.#positions.set(at, action.offset + 1n);
+        this.#pending.push(unfetchable(action));
+        logLine("offset unfetchable: decided as a span of one", { partition: where, offset: String(action.offset), high_watermark: String(high) });
       }
     }
   }
