@@ -140,7 +140,7 @@ function read(log: Log, seed: number, readCommitted: boolean): string[] {
   return out;
 }
 
-test("read_committed hands out exactly the committed and plain records, once, however the fetches are cut", () => {
+void test("read_committed hands out exactly the committed and plain records, once, however the fetches are cut", () => {
   for (let seed = 1; seed <= 300; seed++) {
     const log = randomLog(seed);
     assert.deepEqual(read(log, seed * 7, true), log.committed, `seed ${seed}`);
@@ -148,13 +148,13 @@ test("read_committed hands out exactly the committed and plain records, once, ho
   }
 });
 
-test("the logs generated do abort and commit, interleaved", () => {
+void test("the logs generated do abort and commit, interleaved", () => {
   const logs = Array.from({ length: 300 }, (_, i) => randomLog(i + 1));
   assert.ok(logs.filter((l) => l.aborted.length > 0 && l.committed.length > l.all.length / 4).length > 100);
   assert.ok(logs.some((l) => new Set(l.aborted.map((a) => a.producerId)).size > 1));
 });
 
-test("an abort marker is a control record whose key's type is 0; anything that does not parse is not one", () => {
+void test("an abort marker is a control record whose key's type is 0; anything that does not parse is not one", () => {
   assert.equal(isAbortMarker(marker(0n, 1n, false)), true);
   assert.equal(isAbortMarker(marker(0n, 1n, true)), false);
   const cut = marker(0n, 1n, false);
@@ -163,7 +163,7 @@ test("an abort marker is a control record whose key's type is 0; anything that d
   assert.equal(isAbortMarker(batch(0n, 1n, 0x30, [[Buffer.from([0, 0]), Buffer.from("x")]])), false);
 });
 
-test("a committed transaction's batch of a producer whose earlier transaction aborted in the same fetch is kept", () => {
+void test("a committed transaction's batch of a producer whose earlier transaction aborted in the same fetch is kept", () => {
   const bytes = Buffer.concat([
     batch(0n, 5n, 0x10, [[null, Buffer.from("a0")]]),
     marker(1n, 5n, false),
