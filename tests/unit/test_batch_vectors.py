@@ -30,7 +30,8 @@ def test_batch_vector(vec: Any) -> None:
     consumer_options()
     raw = bytes.fromhex(vec["fetch_hex"])
     records = fetcher.PartitionRecords(
-        TopicPartition(DOC["topic"], DOC["partition"]), fetcher.MemoryRecords(raw),
+        TopicPartition(DOC["topic"], DOC["partition"]),
+        fetcher.MemoryRecords(raw),
         vec.get("aborted"),
         vec["fetch_offset"],
         RAW_KEYS,

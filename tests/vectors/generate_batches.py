@@ -60,7 +60,9 @@ def txn(base: int, producer_id: int, *values: bytes) -> bytes:
 
 
 #: producer 7's transaction at 0 and producer 8's at 1 interleaved, 7 aborted (its marker at 4), 8 committed (at 5)
-INTERLEAVED = txn(0, 7, b"a0") + txn(1, 8, b"c1") + txn(2, 7, b"a2") + txn(3, 8, b"c3") + marker(4, 7, commit=False) + marker(5, 8, commit=True)
+INTERLEAVED = (
+    txn(0, 7, b"a0") + txn(1, 8, b"c1") + txn(2, 7, b"a2") + txn(3, 8, b"c3") + marker(4, 7, commit=False) + marker(5, 8, commit=True)
+)
 
 
 def log_end(raw: bytes) -> int:
@@ -100,7 +102,14 @@ def read_committed() -> list[tuple[str, str, bytes, int, list[tuple[int, int, st
             [(3, 3, R)],
             [(7, 0)],
         ),
-        ("read_committed_two_producers_interleaved", "7 aborted, 8 committed, batches interleaved", INTERLEAVED, 0, [(1, 1, R), (3, 3, R)], [(7, 0)]),
+        (
+            "read_committed_two_producers_interleaved",
+            "7 aborted, 8 committed, batches interleaved",
+            INTERLEAVED,
+            0,
+            [(1, 1, R), (3, 3, R)],
+            [(7, 0)],
+        ),
         (
             "read_committed_abort_starts_mid_fetch",
             "producer 7 commits at 0 (marker 1), aborts at 2 (marker 3); its idempotent non-transactional batch at 4 is kept",
@@ -121,7 +130,14 @@ def read_committed() -> list[tuple[str, str, bytes, int, list[tuple[int, int, st
             [],
             [(7, 0)],
         ),
-        ("read_uncommitted_hands_out_everything", "the interleaved log without `aborted`: every record", INTERLEAVED, 0, [(i, i, R) for i in range(4)], None),
+        (
+            "read_uncommitted_hands_out_everything",
+            "the interleaved log without `aborted`: every record",
+            INTERLEAVED,
+            0,
+            [(i, i, R) for i in range(4)],
+            None,
+        ),
     ]
 
 
