@@ -125,8 +125,8 @@ class AbortedTransactions {
   /**
    * Whether the batch at `base` (its bytes, attributes and producer id) is
    * an aborted transaction's and not for a read_committed reader. A control
-   * batch never is (the decoder skips it either way); an ABORT marker ends
-   * its producer's aborting.
+   * batch never is (the decoder judges it as it judges every control batch);
+   * an ABORT marker ends its producer's aborting.
    */
   skips(batch: Uint8Array, base: bigint, attributes: number, producerId: bigint): boolean {
     for (let a = this.#pending[this.#at]; a !== undefined && a.firstOffset <= base; a = this.#pending[++this.#at]) this.#aborting.add(a.producerId);
