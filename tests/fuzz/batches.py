@@ -90,6 +90,19 @@ def fix_crc(raw: bytearray) -> bytes:
     return bytes(raw)
 
 
+def transactional(records: Sequence[bytes], base_offset: int, producer_id: int, attributes: int = 0x10) -> bytes:
+    """A batch of a transactional producer (KIP-98: the transactional bit, a producer id)."""
+    raw = bytearray(batch(records, base_offset=base_offset, attributes=attributes))
+    raw[43:51] = producer_id.to_bytes(8, "big", signed=True)
+    return fix_crc(raw)
+
+
+def marker(base_offset: int, producer_id: int, commit: bool) -> bytes:
+    """A transaction marker: a control batch whose record's key is (version 0, type 1 COMMIT or 0 ABORT)."""
+    key = (0).to_bytes(2, "big") + (1 if commit else 0).to_bytes(2, "big")
+    return transactional([record(0, key, (0).to_bytes(2, "big") + (5).to_bytes(4, "big"), [])], base_offset, producer_id, 0x30)
+
+
 # -- bombs: small compressed batches that inflate far past any bound --------------
 
 _BOMB_CHUNK = 1 << 20

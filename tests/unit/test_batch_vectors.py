@@ -30,11 +30,18 @@ def test_batch_vector(vec: Any) -> None:
     consumer_options()
     raw = bytes.fromhex(vec["fetch_hex"])
     records = fetcher.PartitionRecords(
-        TopicPartition(DOC["topic"], DOC["partition"]), fetcher.MemoryRecords(raw), None, vec["fetch_offset"], RAW_KEYS, None, True, 0
+        TopicPartition(DOC["topic"], DOC["partition"]),
+        fetcher.MemoryRecords(raw),
+        vec.get("aborted"),
+        vec["fetch_offset"],
+        RAW_KEYS,
+        None,
+        True,
+        fetcher.READ_COMMITTED if "aborted" in vec else 0,
     )
     got = [[i.offset, i.next_offset - 1, i.reason] if type(i) is Undecodable else [i.offset, i.offset, "record"] for i in records]
     assert got == vec["expect"]
-    assert records.next_fetch_offset == (vec["expect"][-1][1] + 1 if vec["expect"] else vec["fetch_offset"])
+    assert records.next_fetch_offset == vec.get("next", vec["expect"][-1][1] + 1 if vec["expect"] else vec["fetch_offset"])
 
 
 def test_the_vectors_cover_every_decode_reason() -> None:

@@ -330,7 +330,10 @@ def _batches() -> Verdicts:
     for v in doc["vectors"]:
         raw = bytes.fromhex(v["fetch_hex"])
         tp = TopicPartition(doc["topic"], doc["partition"])
-        records = fetcher.PartitionRecords(tp, fetcher.MemoryRecords(raw), None, v["fetch_offset"], RAW_KEYS, None, True, 0)
+        isolation = fetcher.READ_COMMITTED if "aborted" in v else 0
+        records = fetcher.PartitionRecords(
+            tp, fetcher.MemoryRecords(raw), v.get("aborted"), v["fetch_offset"], RAW_KEYS, None, True, isolation
+        )
         items = [[i.offset, i.next_offset - 1, i.reason] if type(i) is Undecodable else [i.offset, i.offset, "record"] for i in records]
         out[v["name"]] = {"items": items, "next": records.next_fetch_offset}
     return out

@@ -12,6 +12,12 @@ admission as a record; first = last) or the reject reason
 Compressed vectors avoid gzip, whose frames carry a timestamp (a gzip vector
 is a corrupt frame given byte for byte).
 
+A vector with `aborted` is read as read_committed: `aborted` is the Fetch
+response's aborted transactions, [producer id, first offset]; a vector
+without it is read as read_uncommitted (every batch). `next`, where given,
+is the offset to fetch next (past skipped batches and markers); elsewhere it
+is the one after the last item's, or `fetch_offset` when there is none.
+
 `span_decisions` are decision records (protocol.md 12.3) for the spans of
 some vectors: the exact audit-topic value the guard writes for the span's one
 decision with namespace `NAMESPACE` at `decided_at` `NOW`.
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import struct
 import sys
 from pathlib import Path
 
@@ -33,7 +40,7 @@ from busguard.protocol.reasons import Reason  # noqa: E402
 from busguard.protocol.records import Coordinates, record_sha256  # noqa: E402
 from busguard.runtime.tolerant_fetch import PartitionDecoder, preserved  # noqa: E402
 from busguard.runtime.undecodable import Undecodable  # noqa: E402
-from tests.fuzz.batches import CODECS, batch, claimed_span, record, with_base_offset  # noqa: E402
+from tests.fuzz.batches import CODECS, batch, claimed_span, marker, record, transactional, with_base_offset  # noqa: E402
 
 R, H, U, B = "record", "undecodable_header", "undecodable_record", "undecodable_batch"
 NAMESPACE, NOW, MAX_PAYLOAD = "busguard", 1_767_225_600_000, 1_048_576
@@ -46,6 +53,92 @@ def three(middle: list[tuple[bytes, bytes | None]], codec: int = 0, base: int = 
     return batch(
         [record(0, b"k", b"v0", [(b"a", b"1")]), record(1, b"k", b"v1", middle), record(2, b"k", b"v2", [])], codec=codec, base_offset=base
     )
+
+
+def txn(base: int, producer_id: int, *values: bytes) -> bytes:
+    return transactional([record(i, b"k", v, []) for i, v in enumerate(values)], base, producer_id)
+
+
+#: producer 7's transaction at 0 and producer 8's at 1 interleaved, 7 aborted (its marker at 4), 8 committed (at 5)
+INTERLEAVED = (
+    txn(0, 7, b"a0") + txn(1, 8, b"c1") + txn(2, 7, b"a2") + txn(3, 8, b"c3") + marker(4, 7, commit=False) + marker(5, 8, commit=True)
+)
+
+
+def log_end(raw: bytes) -> int:
+    """The offset after the last batch of `raw` (its base offset plus its lastOffsetDelta, plus one)."""
+    pos = end = 0
+    while pos < len(raw):
+        base, length = struct.unpack_from(">qi", raw, pos)
+        end = base + struct.unpack_from(">i", raw, pos + 23)[0] + 1
+        pos += 12 + length
+    return end
+
+
+def read_committed() -> list[tuple[str, str, bytes, int, list[tuple[int, int, str]], list[tuple[int, int]] | None]]:
+    """Transactions (KIP-98) read as read_committed (`aborted` given) and read_uncommitted."""
+    return [
+        (
+            "read_committed_aborted_skipped",
+            "producer 7's transaction at 0-1 aborted (marker at 2), a plain batch at 3: only 3",
+            txn(0, 7, b"a0", b"a1") + marker(2, 7, commit=False) + batch([record(0, None, b"p", [])], base_offset=3),
+            0,
+            [(3, 3, R)],
+            [(7, 0)],
+        ),
+        (
+            "read_committed_committed_kept",
+            "producer 8's transaction at 0-1 committed (marker at 2): both records",
+            txn(0, 8, b"c0", b"c1") + marker(2, 8, commit=True),
+            0,
+            [(0, 0, R), (1, 1, R)],
+            [],
+        ),
+        (
+            "read_committed_marker_ends_the_abort",
+            "producer 7 aborts at 0-1 (marker at 2), then commits at 3 (marker at 4): 3 is kept",
+            txn(0, 7, b"a0", b"a1") + marker(2, 7, commit=False) + txn(3, 7, b"c3") + marker(4, 7, commit=True),
+            0,
+            [(3, 3, R)],
+            [(7, 0)],
+        ),
+        (
+            "read_committed_two_producers_interleaved",
+            "7 aborted, 8 committed, batches interleaved",
+            INTERLEAVED,
+            0,
+            [(1, 1, R), (3, 3, R)],
+            [(7, 0)],
+        ),
+        (
+            "read_committed_abort_starts_mid_fetch",
+            "producer 7 commits at 0 (marker 1), aborts at 2 (marker 3); its idempotent non-transactional batch at 4 is kept",
+            txn(0, 7, b"c0")
+            + marker(1, 7, commit=True)
+            + txn(2, 7, b"a2")
+            + marker(3, 7, commit=False)
+            + transactional([record(0, None, b"p4", [])], 4, 7, attributes=0),
+            0,
+            [(0, 0, R), (4, 4, R)],
+            [(7, 2)],
+        ),
+        (
+            "read_committed_aborted_batch_is_not_read",
+            "an aborted transaction's CRC-broken batch is skipped unread, as Kafka's consumers skip it",
+            txn(0, 7, b"x")[:17] + b"\x00\x00\x00\x01" + txn(0, 7, b"x")[21:] + marker(1, 7, commit=False),
+            0,
+            [],
+            [(7, 0)],
+        ),
+        (
+            "read_uncommitted_hands_out_everything",
+            "the interleaved log without `aborted`: every record",
+            INTERLEAVED,
+            0,
+            [(i, i, R) for i in range(4)],
+            None,
+        ),
+    ]
 
 
 def vectors() -> list[dict[str, object]]:
@@ -155,10 +248,16 @@ def vectors() -> list[dict[str, object]]:
             for n in (1, 20_000, 2**31 - 1)
         ],
     ]
-    return [
+    out: list[dict[str, object]] = [
         {"name": n, "description": d, "fetch_offset": fo, "fetch_hex": raw.hex(), "expect": [[lo, hi, what] for lo, hi, what in e]}
         for n, d, raw, fo, e in v
     ]
+    for n, d, raw, fo, e, aborted in read_committed():
+        vec: dict[str, object] = {"name": n, "description": d, "fetch_offset": fo, "fetch_hex": raw.hex()}
+        if aborted is not None:
+            vec["aborted"] = [list(a) for a in aborted]
+        out.append(vec | {"expect": [[lo, hi, what] for lo, hi, what in e], "next": log_end(raw)})
+    return out
 
 
 def span_decisions(vecs: list[dict[str, object]]) -> list[dict[str, object]]:

@@ -61,7 +61,7 @@ export * from "./once.js";
 export * from "./pgdoneset.js";
 export { AdmittingConsumer, type OpenOptions } from "./kafka/inbox.js";
 export { SigningProducer, kafkaHeaders, type OutgoingRecord, type ProducerOptions } from "./kafka/producer.js";
-export { DEFAULT_MAX_INFLATED_BYTES, decodePartition, type Decoded } from "./kafka/decode.js";
+export { DEFAULT_MAX_INFLATED_BYTES, decodePartition, type AbortedTransaction, type Decoded } from "./kafka/decode.js";
 export * from "./readers/taint.js";
 export * from "./readers/award.js";
 export * from "./readers/scope.js";

@@ -505,18 +505,19 @@ function resolutions(): FileResult {
   doc.vectors.forEach((rec: Json, i: number) => c.put(`vector${i}`, opens(rec)));
   return c.result();
 }
-/** Record-batch decoding (section 2.1; src/kafka/decode.ts): every item as [first offset, last offset, what], and the next fetch offset. */
+/** Record-batch decoding (section 2.1; src/kafka/decode.ts; read_committed where a vector lists `aborted`): every item as [first offset, last offset, what], and the next fetch offset. */
 function batches(): FileResult {
   const c = new Collector();
   const doc = load("batches.json");
   for (const v of doc.vectors) {
     const fetchOffset = BigInt(v.fetch_offset as number);
-    const decoded = decodePartition(doc.topic as string, doc.partition as number, fromHex(v.fetch_hex as string), fetchOffset);
+    const aborted = (v.aborted as Array<[number, number]> | undefined)?.map(([p, o]) => ({ producerId: BigInt(p), firstOffset: BigInt(o) }));
+    const decoded = decodePartition(doc.topic as string, doc.partition as number, fromHex(v.fetch_hex as string), fetchOffset, undefined, undefined, aborted);
     const items = decoded.items.map((i) =>
       "undecodable" in i ? [Number(i.offset), Number(i.lastOffset ?? i.offset), i.undecodable] : [Number(i.offset), Number(i.offset), "record"],
     );
     const expect = v.expect as Array<[number, number, string]>;
-    const next = expect.length > 0 ? (expect[expect.length - 1] as [number, number, string])[1] + 1 : Number(fetchOffset);
+    const next = (v.next as number | undefined) ?? (expect.length > 0 ? (expect[expect.length - 1] as [number, number, string])[1] + 1 : Number(fetchOffset));
     c.put(v.name as string, { items, next: Number(decoded.next) }, { items: expect, next });
   }
   return c.result();

@@ -17,6 +17,15 @@
  * however many offsets the header claims. Control batches (transaction
  * markers) are skipped; the position moves past them.
  *
+ * read_committed (`aborted` given: the Fetch response's aborted
+ * transactions), as Kafka's own consumers do it (KIP-98) and
+ * busguard.runtime.decoding's `_aborted_batch`: a producer is aborting from
+ * the first offset the broker lists for it until its ABORT marker, and its
+ * transactional batches in that range are skipped, no item, the position
+ * moving past them, before anything else is read from them. Without this, a
+ * reader of a transactional guard's outputs would be handed the outputs of
+ * transactions that never happened.
+ *
  * A legacy (v0/v1) message set is not decoded (Python decodes it, and then
  * refuses each of its records as `unattested`: they cannot carry headers):
  * each top-level message of it (a compressed wrapper counts as one, its
@@ -37,6 +46,13 @@ const CONTROL = 0x20;
 const TRANSACTIONAL = 0x10;
 const MAX_DETAIL = 512;
 const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
+
+/** One entry of a Fetch response's aborted_transactions (read_committed). */
+export interface AbortedTransaction {
+  readonly producerId: bigint;
+  /** the offset of the producer's first batch in the aborted transaction */
+  readonly firstOffset: bigint;
+}
 
 /** What one partition's fetched bytes became: items in offset order, and the next offset to fetch. */
 export interface Decoded {
@@ -78,7 +94,9 @@ function bytesField(buf: Uint8Array, pos: number, end: number, what: string): [U
  * for the next fetch. `floor`: a refetch from before the position
  * (stuck.ts): nothing below it is kept (it was decided already), and the
  * batches that end below it are passed over without counting as the fetch's
- * first batch.
+ * first batch. `aborted`: read as read_committed with the response's
+ * aborted transactions (module doc); undefined reads every batch
+ * (read_uncommitted).
  */
 export function decodePartition(
   topic: string,
@@ -87,9 +105,65 @@ export function decodePartition(
   fetchOffset: bigint,
   maxInflatedBytes = DEFAULT_MAX_INFLATED_BYTES,
   floor?: bigint,
+  aborted?: readonly AbortedTransaction[],
 ): Decoded {
   const from = floor !== undefined && floor > fetchOffset ? floor : fetchOffset;
-  return new PartitionDecoder(topic, partition, from, maxInflatedBytes, from !== fetchOffset).decode(records);
+  const txns = aborted === undefined ? undefined : new AbortedTransactions(aborted);
+  return new PartitionDecoder(topic, partition, from, maxInflatedBytes, from !== fetchOffset, txns).decode(records);
+}
+
+/** read_committed's state over one fetch: which producers are aborting at the batch being read. */
+class AbortedTransactions {
+  readonly #pending: AbortedTransaction[];
+  #at = 0;
+  readonly #aborting = new Set<bigint>();
+
+  constructor(aborted: readonly AbortedTransaction[]) {
+    this.#pending = [...aborted].sort((a, b) => (a.firstOffset < b.firstOffset ? -1 : a.firstOffset > b.firstOffset ? 1 : 0));
+  }
+
+  /**
+   * Whether the batch at `base` (its bytes, attributes and producer id) is
+   * an aborted transaction's and not for a read_committed reader. A control
+   * batch never is (the decoder judges it as it judges every control batch);
+   * an ABORT marker ends its producer's aborting.
+   */
+  skips(batch: Uint8Array, base: bigint, attributes: number, producerId: bigint): boolean {
+    for (let a = this.#pending[this.#at]; a !== undefined && a.firstOffset <= base; a = this.#pending[++this.#at]) this.#aborting.add(a.producerId);
+    if ((attributes & CONTROL) !== 0) {
+      if (isAbortMarker(batch)) this.#aborting.delete(producerId);
+      return false;
+    }
+    return (attributes & TRANSACTIONAL) !== 0 && this.#aborting.has(producerId);
+  }
+}
+
+/**
+ * A control batch's first record's key is (version int16, type int16, 0 =
+ * ABORT); control batches are never compressed. Bytes that do not parse are
+ * no abort marker (busguard.runtime.batchbytes.is_abort_marker).
+ */
+export function isAbortMarker(batch: Uint8Array): boolean {
+  try {
+    let pos = HEADER_BYTES;
+    pos = skipVarint(batch, pos); // record length
+    pos = skipVarint(batch, pos + 1); // attributes, then the timestamp delta
+    pos = skipVarint(batch, pos); // offset delta
+    const [key] = bytesField(batch, pos, batch.length, "control key");
+    return key !== null && key.length >= 4 && ((key[2] as number) << 8) + (key[3] as number) === 0;
+  } catch (exc) {
+    if (exc instanceof Corrupt) return false;
+    throw exc;
+  }
+}
+
+/** Past a varint of at most 10 bytes, whatever its value. */
+function skipVarint(buf: Uint8Array, pos: number): number {
+  for (let i = 0; i < 10; i++) {
+    if (pos >= buf.length) throw new Corrupt("truncated varint");
+    if (((buf[pos++] as number) & 0x80) === 0) return pos;
+  }
+  throw new Corrupt("varint longer than 10 bytes");
 }
 
 class PartitionDecoder {
@@ -101,6 +175,7 @@ class PartitionDecoder {
     public next: bigint,
     readonly maxInflated: number,
     readonly floored: boolean,
+    readonly aborted: AbortedTransactions | undefined,
   ) {}
 
   /** One `undecodable_batch` for the offsets of [lo, hi] not yet decided, however many. */
@@ -154,6 +229,11 @@ class PartitionDecoder {
     let last = base + BigInt(Math.max(lastDelta, 0));
     if (nextBase !== undefined && base < nextBase && nextBase <= last) last = nextBase - 1n;
     if (last < this.next) return; // already decided (the broker returns whole batches)
+    const producerId = bv.getBigInt64(43);
+    if (this.aborted !== undefined && producerId >= 0n && this.aborted.skips(batch, base, attributes, producerId)) {
+      this.next = last + 1n; // an aborted transaction's records: not for a read_committed reader
+      return;
+    }
     if (lastDelta < 0 && count > 0) {
       this.span(base, base, `lastOffsetDelta ${lastDelta} is negative`);
       return;

@@ -5,6 +5,7 @@
  * batch is one refusal, never a failed fetch. The request is the client's own.
  */
 import { createAPI, fetchV12, type Connection, type Reader } from "@platformatic/kafka";
+import type { AbortedTransaction } from "./decode.js";
 
 export interface PartitionRequest {
   readonly partition: number;
@@ -18,6 +19,8 @@ export interface PartitionResponse {
   readonly highWatermark: bigint;
   /** -1 when the broker does not know it */
   readonly lastStableOffset: bigint;
+  /** read_committed: the aborted transactions the records overlap, as the broker lists them (decode.ts skips their batches) */
+  readonly abortedTransactions: readonly AbortedTransaction[];
   readonly records: Uint8Array;
 }
 
@@ -45,12 +48,12 @@ function parseResponse(_correlationId: number, _apiKey: number, _apiVersion: num
       const highWatermark = p.readInt64();
       const lastStableOffset = p.readInt64();
       p.readInt64(); // log start offset
-      p.readArray((a) => [a.readInt64(), a.readInt64()]);
+      const abortedTransactions = p.readNullableArray((a): AbortedTransaction => ({ producerId: a.readInt64(), firstOffset: a.readInt64() })) ?? [];
       p.readInt32(); // preferred read replica
       const size = p.readUnsignedVarInt() - 1;
       const records: Uint8Array = size > 0 ? p.buffer.slice(p.position, p.position + size) : EMPTY;
       if (size > 0) p.skip(size);
-      return { partition, errorCode: code, highWatermark, lastStableOffset, records };
+      return { partition, errorCode: code, highWatermark, lastStableOffset, abortedTransactions, records };
     });
     out.set(topic, partitions);
   });

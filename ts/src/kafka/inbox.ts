@@ -42,6 +42,7 @@ export interface OpenOptions<View> {
   readonly maxInflatedBytes?: number;
   /** default 10 000 ms; Apache Kafka allows 6 000 ms and more */
   readonly sessionTimeoutMs?: number;
+  /** read only committed transactions (the broker's read_committed, and decode.ts skips the batches of aborted ones), as a reader of a transactional guard's outputs should: each output once */
   readonly readCommitted?: boolean;
   readonly clientId?: string;
   /** each refusal, as it is decided (default: one JSON line `record_refused` on stderr) */
@@ -259,7 +260,7 @@ export class AdmittingConsumer<View = unknown> {
           if (roomy || p.records.length > 0) this.#answers.set(at, (this.#answers.get(at) ?? 0) + 1);
           this.#high.set(at, p.lastStableOffset >= 0n && p.lastStableOffset < p.highWatermark ? p.lastStableOffset : p.highWatermark);
           const floor = this.#floors.get(at);
-          const decoded = decodePartition(topic, p.partition, p.records, from, this.#maxInflated, floor);
+          const decoded = decodePartition(topic, p.partition, p.records, from, this.#maxInflated, floor, this.#isolation === 1 ? p.abortedTransactions : undefined);
           if (floor !== undefined && decoded.next >= floor) this.#floors.delete(at);
           this.#positions.set(at, decoded.next);
           this.#pending.push(...decoded.items);
