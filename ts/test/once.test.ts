@@ -22,41 +22,12 @@ import {
   type Delivery,
   type Receipt,
 } from "../src/index.js";
-import { crc32c } from "../src/kafka/crc32c.js";
+import { recordBatch } from "./batchbytes.js";
 
-function varint(n: number): number[] {
-  let z = n >= 0 ? n * 2 : -n * 2 - 1;
-  const out: number[] = [];
-  while (z >= 0x80) {
-    out.push((z & 0x7f) | 0x80);
-    z = Math.floor(z / 128);
-  }
-  out.push(z);
-  return out;
-}
 
 /** One v2 record batch at `base` of `values` (no key, no headers), its records compressed with `codec`. */
 function batch(base: bigint, values: Uint8Array[], codec = 0, compress: (b: Uint8Array) => Uint8Array = (b) => b): Uint8Array {
-  const recs: Buffer[] = [];
-  values.forEach((v, i) => {
-    const body = Buffer.concat([Buffer.from([0, ...varint(0), ...varint(i), ...varint(-1), ...varint(v.length)]), v, Buffer.from(varint(0))]);
-    recs.push(Buffer.from(varint(body.length)), body);
-  });
-  const records = compress(Buffer.concat(recs));
-  const head = Buffer.alloc(61);
-  head.writeBigInt64BE(base, 0);
-  head.writeInt32BE(49 + records.length, 8);
-  head.writeInt32BE(0, 12);
-  head.writeInt8(2, 16);
-  head.writeInt16BE(codec, 21);
-  head.writeInt32BE(values.length - 1, 23);
-  head.writeBigInt64BE(-1n, 43);
-  head.writeInt16BE(-1, 51);
-  head.writeInt32BE(-1, 53);
-  head.writeInt32BE(values.length, 57);
-  const all = Buffer.concat([head, records]);
-  all.writeUInt32BE(crc32c(all.subarray(21)), 17);
-  return all;
+  return recordBatch(base, values.map((v) => [null, v] as const), { attributes: codec, compress });
 }
 
 void test("a gzip batch inflating past the bound is one undecodable span, unread", () => {

@@ -11,45 +11,14 @@
 import { strict as assert } from "node:assert";
 import { test } from "node:test";
 import { decodePartition, type AbortedTransaction } from "../src/index.js";
-import { crc32c } from "../src/kafka/crc32c.js";
+import { recordBatch } from "./batchbytes.js";
 import { isAbortMarker } from "../src/kafka/decode.js";
 
-function varint(n: number): number[] {
-  let z = n >= 0 ? n * 2 : -n * 2 - 1;
-  const out: number[] = [];
-  while (z >= 0x80) {
-    out.push((z & 0x7f) | 0x80);
-    z = Math.floor(z / 128);
-  }
-  out.push(z);
-  return out;
-}
 
-function field(b: Buffer | null): Buffer {
-  return b === null ? Buffer.from(varint(-1)) : Buffer.concat([Buffer.from(varint(b.length)), b]);
-}
 
 /** A v2 batch at `base` with one record per (key, value), deltas 0..; `attributes` 0x10 transactional, 0x30 a control batch. */
 function batch(base: bigint, producerId: bigint, attributes: number, recs: Array<[Buffer | null, Buffer]>): Buffer {
-  const body = Buffer.concat(
-    recs.map(([k, v], i) => {
-      const r = Buffer.concat([Buffer.from([0, ...varint(0), ...varint(i)]), field(k), field(v), Buffer.from(varint(0))]);
-      return Buffer.concat([Buffer.from(varint(r.length)), r]);
-    }),
-  );
-  const head = Buffer.alloc(61);
-  head.writeBigInt64BE(base, 0);
-  head.writeInt32BE(49 + body.length, 8);
-  head.writeInt8(2, 16);
-  head.writeInt16BE(attributes, 21);
-  head.writeInt32BE(recs.length - 1, 23);
-  head.writeBigInt64BE(producerId, 43);
-  head.writeInt16BE(0, 51);
-  head.writeInt32BE(-1, 53);
-  head.writeInt32BE(recs.length, 57);
-  const all = Buffer.concat([head, body]);
-  all.writeUInt32BE(crc32c(all.subarray(21)), 17);
-  return all;
+  return recordBatch(base, recs, { attributes, producerId, producerEpoch: 0 });
 }
 
 function marker(base: bigint, producerId: bigint, commit: boolean): Buffer {

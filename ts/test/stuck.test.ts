@@ -11,39 +11,13 @@ import { strict as assert } from "node:assert";
 import { test } from "node:test";
 import zlib from "node:zlib";
 import { decodePartition, type Fetched, type Undecodable } from "../src/index.js";
-import { crc32c } from "../src/kafka/crc32c.js";
+import { recordBatch } from "./batchbytes.js";
 import { StuckPartitions, answersEmpty, stuckAfterMs, unfetchable, type StuckAction } from "../src/kafka/stuck.js";
 
-function varint(n: number): number[] {
-  let z = n >= 0 ? n * 2 : -n * 2 - 1;
-  const out: number[] = [];
-  while (z >= 0x80) {
-    out.push((z & 0x7f) | 0x80);
-    z = Math.floor(z / 128);
-  }
-  out.push(z);
-  return out;
-}
 
 /** A v2 batch at `base` holding one record per value at deltas 0.., claiming `claims` offsets (count 0 when no values). */
 function batch(base: bigint, values: string[], claims = values.length): Buffer {
-  const recs = values.map((v, i) => {
-    const body = Buffer.concat([Buffer.from([0, ...varint(0), ...varint(i), ...varint(-1), ...varint(v.length)]), Buffer.from(v), Buffer.from(varint(0))]);
-    return Buffer.concat([Buffer.from(varint(body.length)), body]);
-  });
-  const records = Buffer.concat(recs);
-  const head = Buffer.alloc(61);
-  head.writeBigInt64BE(base, 0);
-  head.writeInt32BE(49 + records.length, 8);
-  head.writeInt8(2, 16);
-  head.writeInt32BE(claims - 1, 23);
-  head.writeBigInt64BE(-1n, 43);
-  head.writeInt16BE(-1, 51);
-  head.writeInt32BE(-1, 53);
-  head.writeInt32BE(values.length, 57);
-  const all = Buffer.concat([head, records]);
-  all.writeUInt32BE(crc32c(all.subarray(21)), 17);
-  return all;
+  return recordBatch(base, values.map((v) => [null, Buffer.from(v)] as const), { claims });
 }
 
 type Item = Fetched | Undecodable;
