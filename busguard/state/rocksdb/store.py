@@ -89,7 +89,7 @@ class RocksStore(RocksReads):
         self._closed = False
         self._db = open_db(self.path)
         try:
-            self._buckets: dict[bytes, list[tuple[int, int]]] = {k: [] for k in BUCKETED}
+            self._buckets = {k: [] for k in BUCKETED}
             for k, _ in self._scan(CATALOG):
                 self._buckets[k[1:2]].append(QQ.unpack_from(k, 2))
             for found in self._buckets.values():
@@ -112,16 +112,16 @@ class RocksStore(RocksReads):
                 raise StoreDirectoryRefused(self.path, f"a busguard state store of schema {meta.get('schema')!r}, not {SCHEMA}")
             self._created_at: int = Q.unpack(meta["created_at_ms"])[0]
             self.origin: str = meta["origin"].decode()
-            self._trusted_from: int | None = _int(meta.get("trusted_from_ms"))
-            self._expired_to: int | None = _int(meta.get("expired_to_ms"))
+            self._trusted_from = _int(meta.get("trusted_from_ms"))
+            self._expired_to = _int(meta.get("expired_to_ms"))
         except BaseException:
             self._db.close()
             raise
         self._horizon = 0  # the running batch's: bucketed rows with exp <= it read as absent
         #: per key kind, the (bucket prefix, exp) of every key the running batch looked up, and the
         #: text key of each key it looked up (so its writes do not build them again)
-        self._held: dict[bytes, dict[bytes, tuple[bytes, int]]] = {NONCES: {}, TASKS: {}}
-        self._texts: dict[bytes, dict[tuple[str, str], bytes]] = {NONCES: {}, TASKS: {}}
+        self._held = {NONCES: {}, TASKS: {}}
+        self._texts = {NONCES: {}, TASKS: {}}
 
     # ------------------------------------------------------------ the contract's small parts
 
